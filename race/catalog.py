@@ -1,0 +1,47 @@
+"""Names shipped under ``conf/``: list them, load one, and answer a miss with "did you mean".
+
+YAML only (no Hydra, no torch), so ``race flops`` and the accounting core stay fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from race.specs import ModelShape
+
+
+def conf_dir() -> Path:
+    """The ``conf/`` folder: ``$RACE_CONF_DIR`` or the one beside the package."""
+    env = os.environ.get("RACE_CONF_DIR")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "conf"
+
+
+def names(group: str) -> list[str]:
+    """Sorted option names of a config group, e.g. ``names("model")``."""
+    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+
+
+def did_you_mean(group: str, name: str) -> str:
+    """A one-line registry miss: the valid names and the closest match."""
+    valid = names(group)
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.4)
+    hint = f"; did you mean {group}={close[0]}?" if close else ""
+    return f"{group}={name}: unknown {group}; valid names: {', '.join(valid)}{hint}"
+
+
+def load_entry(group: str, name: str) -> dict[str, Any]:
+    """The YAML mapping of ``conf/<group>/<name>.yaml``; KeyError with a suggestion if absent."""
+    path = conf_dir() / group / f"{name}.yaml"
+    if not path.is_file():
+        raise KeyError(did_you_mean(group, name))
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def load_model_shape(name: str) -> ModelShape:
+    """The :class:`ModelShape` of a shipped model, e.g. ``load_model_shape("qwen2.5-7b")``."""
+    return ModelShape.from_dict(load_entry("model", name))

@@ -1,0 +1,173 @@
+"""The ``race`` command: the only module that reads ``sys.argv``.
+
+Bad input (unknown names, impossible knobs, malformed overrides) prints one line naming
+the key, the value and the fix, and exits with code 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+USAGE_ERROR = 2
+
+SUBCOMMANDS = {
+    "flops": "print a compute card: FLOPs per phase, shares and totals (runs nothing)",
+    "plan": "expand the allocation grid and solve each cell's steps (not yet available)",
+    "sweep": "plan, launch every pilot, wait, resume and aggregate (not yet available)",
+    "pilot": "run one allocation cell as a budgeted GRPO pilot (not yet available)",
+    "report": "rank regimes, draw the frontier, write the compute card (not yet available)",
+    "validate": "run the selected cells at the full budget (not yet available)",
+}
+
+EPILOG = """\
+overrides are Hydra-style key=value pairs, e.g.
+  race flops model=qwen2.5-1.5b reward=qwen2.5-math-prm-7b grid.group_size=8 \\
+             grid.max_new_tokens=512 steps=100
+  race flops model=qwen2.5-7b budget=1e18 format=json
+groups: model, reward, task, grid (see conf/); FLOPs print as 3.2e+15.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="race", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description="RACE: where should RL post-training compute go? FLOP accounting "
+                    "and allocation pilots for GRPO post-training.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in SUBCOMMANDS.items():
+        cmd = sub.add_parser(name, help=help_text, description=help_text, epilog=EPILOG,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+        cmd.add_argument("overrides", nargs="*", metavar="key=value",
+                         help="Hydra-style config overrides")
+    return parser
+
+
+def _fmt(flops: float) -> str:
+    return f"{flops:.3g}" if flops < 1000 else f"{flops:.2e}".replace("e+0", "e+")
+
+
+def _card_text(cfg, specs, cards: dict) -> str:
+    from race.flops import head_flops_per_position, linear_forward_flops_per_token
+
+    policy, reward, lora, kw = specs.policy, specs.reward, specs.lora, specs.kwargs()
+    model_card = cards["model"]
+    rows = kw["prompts_per_step"] * kw["group_size"]
+    adapter = (f"LoRA r={lora.rank} on {len(lora.targets)} module(s)/layer"
+               if lora else "full fine-tuning")
+    feedback = ("rule-based verifier, 0 FLOPs" if reward.kind == "rule" else
+                f"{reward.kind.upper()} {reward.model.name} "
+                f"({reward.model.total_params / 1e9:.3g}B params), "
+                f"{reward.steps_per_trace if reward.kind == 'prm' else 0} step tags/trace")
+    per_token = linear_forward_flops_per_token(policy) + head_flops_per_position(policy)
+    lines = [
+        f"RACE compute card  ({model_card.steps} GRPO step(s); budget convention: "
+        f"{cfg.convention})",
+        f"  policy    {policy.name}: {policy.total_params / 1e9:.4g}B params "
+        f"({policy.non_embedding_params / 1e9:.4g}B non-embedding), "
+        f"{_fmt(per_token)} FLOPs/token forward (no attention), {adapter}",
+        f"  feedback  {reward.name}: {feedback}",
+        f"  search    {kw['prompts_per_step']} prompts x G={kw['group_size']} = {rows} "
+        f"completions/step; prompt {kw['prompt_tokens']} tok, completion "
+        f"{kw['completion_tokens']} tok (cap {kw['max_new_tokens']})",
+        f"  learning  mu={kw['update_epochs']} epoch(s), minibatch "
+        f"{kw['minibatch_size'] or rows}, kl_coef={kw['kl_coef']}",
+        "",
+        f"  {'phase':<10}{'model FLOPs':>14}{'share':>8}{'executed FLOPs':>17}{'share':>8}",
+    ]
+    totals = {name: card.total for name, card in cards.items()}
+    shares = {name: total.shares() for name, total in totals.items()}
+    for phase in ("rollout", "learning", "feedback"):
+        lines.append(f"  {phase:<10}{_fmt(getattr(totals['model'], phase)):>14}"
+                     f"{shares['model'][phase]:>8.1%}"
+                     f"{_fmt(getattr(totals['executed'], phase)):>17}"
+                     f"{shares['executed'][phase]:>8.1%}")
+    lines.append(f"  {'total':<10}{_fmt(totals['model'].total):>14}{'':>8}"
+                 f"{_fmt(totals['executed'].total):>17}")
+    lines.append(f"  per step  {_fmt(model_card.per_step.total):>12}{'':>8}"
+                 f"{_fmt(cards['executed'].per_step.total):>17}")
+    lines.append("  (model: real tokens, causal attention; executed: what Hugging Face runs, "
+                 "padded to the cap, full-square attention)")
+    return "\n".join(lines)
+
+
+def cmd_flops(overrides: list[str]) -> int:
+    """``race flops``: compose the config, account one cell, print its compute card."""
+    from race import flops
+    from race.config import compose_config, to_specs
+
+    cfg = compose_config(overrides)
+    specs = to_specs(cfg)
+    step = {conv: flops.grpo_step_flops(specs.policy, specs.reward, convention=conv,
+                                        lora=specs.lora, **specs.kwargs())
+            for conv in flops.CONVENTIONS}
+    if cfg.steps is not None:
+        steps = cfg.steps
+    elif cfg.budget is not None:
+        steps = flops.steps_for_budget(step[cfg.convention], cfg.budget)
+    else:
+        steps = 1
+    cards = {conv: flops.compute_card(specs.policy, specs.reward, step[conv],
+                                      convention=conv, steps=steps)
+             for conv in flops.CONVENTIONS}
+    if cfg.format == "json":
+        out = {"assumptions": {"model": specs.policy.name, "reward": specs.reward.name,
+                               "task": cfg.task.name, "budget_flops": cfg.budget,
+                               "budget_convention": cfg.convention,
+                               "lora_rank": specs.lora.rank if specs.lora else 0,
+                               **specs.kwargs()},
+               "params": {"total": specs.policy.total_params,
+                          "non_embedding": specs.policy.non_embedding_params},
+               "cards": {conv: card.to_dict() for conv, card in cards.items()}}
+        print(json.dumps(out, indent=2))
+    else:
+        print(_card_text(cfg, specs, cards))
+    return 0
+
+
+# Fixes appended to Hydra's own messages, matched on their first words.
+HYDRA_HINTS = {
+    "Could not override": "check the key against conf/ (e.g. grid.group_size, budget)",
+    "Error merging override": "give the key a value of its schema type",
+    "Ambiguous value": "this command takes one value per key; comma lists are sweep "
+                       "axes for `race sweep`",
+    "no viable alternative": "write overrides as key=value (Hydra override grammar)",
+}
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().strip("'\"")
+    return next((line.strip() for line in text.splitlines() if line.strip()), repr(error))
+
+
+def _one_line(error: BaseException) -> str:
+    """Hydra's message, its cause, and the fix, on one line."""
+    line = _first_line(error)
+    if error.__cause__ is not None:
+        line = f"{line.rstrip('.')}: {_first_line(error.__cause__)}"
+    hint = next((fix for start, fix in HYDRA_HINTS.items() if line.startswith(start)), "")
+    return f"{line}; {hint}" if hint else line
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command is None:
+        _parser().print_help()
+        return USAGE_ERROR
+    if args.command != "flops":
+        print(f"race {args.command}: not yet available in this version of RACE "
+              f"(only `race flops` is); see `race --help`", file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        return cmd_flops(args.overrides)
+    except (ValueError, KeyError, HydraException, OmegaConfBaseException) as error:
+        print(f"race {args.command}: {_one_line(error)}", file=sys.stderr)
+        return USAGE_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""Hydra structured-config schema, composition from overrides, and conversion to specs.
+
+The schema is plain (mutable) dataclasses so that command-line overrides work; we freeze
+one step later: ``compose_config`` -> ``OmegaConf.to_object`` -> ``to_specs`` -> frozen
+specs for the pure core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING, OmegaConf
+
+from race import catalog
+from race.flops import CONVENTIONS
+from race.specs import LoraShape, ModelShape, RewardShape
+
+GROUPS = ("model", "reward", "task", "grid")
+REWARD_KINDS = ("rule", "orm", "prm")
+
+
+@dataclass
+class ModelConfig:
+    # registry name (the YAML's file name)
+    name: str = MISSING
+    # Hugging Face id or local path of the weights ("" for models RACE builds itself)
+    hf_id: str = ""
+    # architecture numbers from the model's config.json
+    hidden_size: int = MISSING
+    intermediate_size: int = MISSING
+    num_layers: int = MISSING
+    num_heads: int = MISSING
+    num_kv_heads: int = MISSING
+    # per-head width (0: hidden_size // num_heads)
+    head_dim: int = 0
+    # padded vocabulary rows
+    vocab_size: int = MISSING
+    tied_embeddings: bool = True
+    # output head: lm | prm_value | token_classification | sequence_score
+    head: str = "lm"
+    num_labels: int = 2
+    qkv_bias: bool = True
+    # tokenizer family: models that exchange token ids must share it
+    tokenizer: str = ""
+    # token a process reward model scores at
+    step_tag: str = ""
+
+
+@dataclass
+class RewardConfig:
+    # registry name
+    name: str = MISSING
+    # rule (verifier, 0 FLOPs) | orm (one score per completion) | prm (one per step)
+    kind: str = "rule"
+    # reward model's architecture, a name under conf/model/ (null for rule)
+    model: str | None = None
+    # PRM: how per-step scores become one reward: min | prod | last
+    aggregate: str = "min"
+
+
+@dataclass
+class TaskConfig:
+    name: str = MISSING
+    # nominal mean prompt length, tokens (plans and cards)
+    prompt_tokens: int = MISSING
+    # nominal mean completion length, tokens
+    completion_tokens: int = MISSING
+    # reasoning steps per completion (PRM step tags)
+    steps_per_trace: int = 0
+
+
+@dataclass
+class GridConfig:
+    # prompts sampled per GRPO step
+    prompts_per_step: int = 8
+    # G: completions per prompt (>= 2 for a group baseline)
+    group_size: int = 8
+    # generation cap, tokens
+    max_new_tokens: int = 64
+    # mean completion length, tokens (null: the task's, capped at max_new_tokens)
+    completion_tokens: int | None = None
+    # mu: passes over each rollout batch
+    update_epochs: int = 1
+    # completions per optimizer step (null: the whole rollout batch)
+    minibatch_size: int | None = None
+    # AdamW learning rate
+    lr: float = 1e-4
+    # LoRA rank (0: full fine-tuning)
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_targets: list[str] = field(default_factory=lambda: [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    # KL penalty to the reference policy (adapters disabled); 0 skips the reference pass
+    kl_coef: float = 0.0
+
+
+@dataclass
+class RaceConfig:
+    model: ModelConfig = MISSING
+    reward: RewardConfig = MISSING
+    task: TaskConfig = MISSING
+    grid: GridConfig = field(default_factory=GridConfig)
+    # FLOPs of one full post-training run
+    budget: float | None = None
+    # race flops: GRPO steps to account (null: what `budget` buys, or one step)
+    steps: int | None = None
+    # FLOP convention for budgets: model | executed
+    convention: str = "model"
+    # race flops output: text | json
+    format: str = "text"
+
+
+def register_configs() -> None:
+    """Register the schema so ``conf/config.yaml`` can extend it as ``race_schema``."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="race_schema", node=RaceConfig)
+
+
+def check_group_choices(overrides: list[str]) -> None:
+    """Unknown group options fail with the valid names and a "did you mean" (KeyError)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in OverridesParser.create().parse_overrides(overrides):
+        group = override.key_or_group
+        if group not in GROUPS or override.is_delete():
+            continue
+        values = (list(override.sweep_string_iterator()) if override.is_sweep_override()
+                  else [override.get_value_element_as_str()])
+        for value in values:
+            if value not in catalog.names(group):
+                raise KeyError(catalog.did_you_mean(group, value))
+
+
+def compose_config(overrides: list[str]) -> RaceConfig:
+    """Compose ``conf/config.yaml`` with Hydra overrides into a typed :class:`RaceConfig`."""
+    from hydra import compose, initialize_config_dir
+
+    check_group_choices(overrides)
+    register_configs()
+    with initialize_config_dir(config_dir=str(catalog.conf_dir()), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    return OmegaConf.to_object(cfg)
+
+
+def validate(cfg: RaceConfig) -> None:
+    """Check the whole config and raise one ValueError listing every problem."""
+    problems = []
+    grid, task = cfg.grid, cfg.task
+    if grid.group_size < 2:
+        problems.append(f"grid.group_size={grid.group_size}: GRPO needs >= 2 samples per "
+                        f"prompt for a group baseline; use e.g. grid.group_size=8")
+    for key, value in (("grid.prompts_per_step", grid.prompts_per_step),
+                       ("grid.max_new_tokens", grid.max_new_tokens),
+                       ("grid.update_epochs", grid.update_epochs),
+                       ("task.prompt_tokens", task.prompt_tokens),
+                       ("task.completion_tokens", task.completion_tokens)):
+        if value < 1:
+            problems.append(f"{key}={value}: must be >= 1")
+    if grid.completion_tokens is not None and grid.completion_tokens < 1:
+        problems.append(f"grid.completion_tokens={grid.completion_tokens}: must be >= 1 "
+                        f"(or null for the task's mean)")
+    rows = grid.prompts_per_step * grid.group_size
+    if grid.minibatch_size is not None and (grid.minibatch_size < 1 or rows % grid.minibatch_size):
+        problems.append(f"grid.minibatch_size={grid.minibatch_size}: must divide the rollout "
+                        f"batch prompts_per_step x group_size = {rows}")
+    if grid.lora_rank < 0:
+        problems.append(f"grid.lora_rank={grid.lora_rank}: must be >= 0 (0: full fine-tuning)")
+    if grid.kl_coef < 0:
+        problems.append(f"grid.kl_coef={grid.kl_coef}: must be >= 0")
+    if cfg.reward.kind not in REWARD_KINDS:
+        problems.append(f"reward.kind={cfg.reward.kind!r}: use one of {list(REWARD_KINDS)}")
+    elif cfg.reward.kind != "rule" and not cfg.reward.model:
+        problems.append(f"reward.model=null: a {cfg.reward.kind} needs a model name under "
+                        f"conf/model/, e.g. reward.model=qwen2.5-math-prm-7b")
+    if cfg.convention not in CONVENTIONS:
+        problems.append(f"convention={cfg.convention!r}: use one of {list(CONVENTIONS)}")
+    if cfg.format not in ("text", "json"):
+        problems.append(f"format={cfg.format!r}: use format=text or format=json")
+    if cfg.budget is not None and cfg.budget <= 0:
+        problems.append(f"budget={cfg.budget:.3g}: must be > 0 FLOPs; use e.g. budget=1e15")
+    if cfg.steps is not None and cfg.steps < 1:
+        problems.append(f"steps={cfg.steps}: must be >= 1")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class CellSpecs:
+    """Frozen inputs of one cell's FLOP accounting, converted from a config."""
+
+    policy: ModelShape
+    reward: RewardShape
+    lora: LoraShape | None
+    step_kwargs: tuple[tuple[str, Any], ...]
+
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.step_kwargs)
+
+
+def to_specs(cfg: RaceConfig) -> CellSpecs:
+    """Validate ``cfg`` and freeze it into the specs :func:`race.flops.grpo_step_flops` takes."""
+    validate(cfg)
+    policy = ModelShape.from_dict(vars(cfg.model))
+    if policy.head != "lm":
+        raise ValueError(f"model={policy.name}: has a {policy.head} head, so it is a reward "
+                         f"model, not a policy; pass it as reward=... and pick a policy from "
+                         f"{[n for n in catalog.names('model') if n != policy.name]}")
+    reward_model = (catalog.load_model_shape(cfg.reward.model)
+                    if cfg.reward.kind != "rule" else None)
+    reward = RewardShape(cfg.reward.name, cfg.reward.kind, reward_model,
+                         steps_per_trace=cfg.task.steps_per_trace)
+    grid = cfg.grid
+    lora = (LoraShape(grid.lora_rank, tuple(grid.lora_targets)) if grid.lora_rank else None)
+    if lora is not None:
+        lora.validate(policy)
+    completion = min(grid.completion_tokens or cfg.task.completion_tokens, grid.max_new_tokens)
+    step_kwargs = (("prompts_per_step", grid.prompts_per_step),
+                   ("group_size", grid.group_size),
+                   ("prompt_tokens", cfg.task.prompt_tokens),
+                   ("completion_tokens", completion),
+                   ("max_new_tokens", grid.max_new_tokens),
+                   ("update_epochs", grid.update_epochs),
+                   ("minibatch_size", grid.minibatch_size),
+                   ("kl_coef", grid.kl_coef))
+    return CellSpecs(policy, reward, lora, step_kwargs)

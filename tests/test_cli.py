@@ -1,0 +1,80 @@
+"""`race` CLI: help, compute cards, and one-line errors with exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from race import cli
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_help_lists_subcommands():
+    out = run("--help")
+    assert out.returncode == 0
+    for name in ("flops", "plan", "sweep", "pilot", "report", "validate"):
+        assert name in out.stdout
+
+
+@pytest.mark.parametrize("name", ["plan", "sweep", "pilot", "report", "validate"])
+def test_later_subcommands_not_yet_available(name, capsys):
+    assert cli.main([name]) == 2
+    assert "not yet available" in capsys.readouterr().err
+
+
+def test_flops_card_7b(capsys):
+    assert cli.main(["flops", "model=qwen2.5-7b"]) == 0
+    out = capsys.readouterr().out
+    for word in ("qwen2.5-7b", "7.616B", "rollout", "learning", "feedback", "total"):
+        assert word in out
+
+
+def test_flops_json_prm_card(capsys):
+    args = ["flops", "model=qwen2.5-1.5b", "reward=qwen2.5-math-prm-7b", "task=gsm8k",
+            "grid.group_size=8", "grid.max_new_tokens=512", "steps=100", "format=json"]
+    assert cli.main(args) == 0
+    card = json.loads(capsys.readouterr().out)
+    model = card["cards"]["model"]
+    assert model["steps"] == 100
+    assert card["assumptions"]["group_size"] == 8
+    assert model["total_flops"]["feedback"] > 0
+    assert model["total_flops"]["total"] == pytest.approx(100 * model["per_step_flops"]["total"])
+    assert sum(model["shares"].values()) == pytest.approx(1.0)
+    executed = card["cards"]["executed"]
+    assert executed["total_flops"]["total"] >= model["total_flops"]["total"]
+
+
+def test_flops_budget_buys_whole_steps(capsys):
+    assert cli.main(["flops", "model=qwen2.5-0.5b", "budget=1e17", "format=json"]) == 0
+    model = json.loads(capsys.readouterr().out)["cards"]["model"]
+    assert model["total_flops"]["total"] <= 1e17
+    assert model["total_flops"]["total"] + model["per_step_flops"]["total"] > 1e17
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("model=qwen2.5-8b", "did you mean model=qwen2.5-7b"),
+    ("reward=qwen-prm", "valid names"),
+    ("grid.group_size=1", "grid.group_size=1"),
+    ("grid.max_new_tokens=0", "grid.max_new_tokens=0"),
+    ("task.prompt_tokens=-3", "task.prompt_tokens=-3"),
+    ("model=tiny-s grid.lora_rank=40", "grid.lora_rank=40"),
+    ("model=tiny-m reward=qwen2.5-math-prm-7b", "tokenizer"),
+    ("budget=1e3", "cannot buy one GRPO step"),
+    ("budget=0", "budget=0"),
+    ("grid.foo=3", "grid.foo"),
+    ("grid.group_size=abc", "grid.group_size=abc"),
+    ("model=tiny-s,tiny-m", "race sweep"),
+])
+def test_bad_input_one_line_exit_2(override, needle):
+    out = run("flops", *override.split())
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("race flops: ")
+    assert needle in lines[0]
