@@ -44,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _params(count: int) -> str:
+    return f"{count / 1e9:.4g}B" if count >= 1e8 else f"{count / 1e6:.3g}M"
+
+
 def _fmt(flops: float) -> str:
     return f"{flops:.3g}" if flops < 1000 else f"{flops:.2e}".replace("e+0", "e+")
 
@@ -58,14 +62,14 @@ def _card_text(cfg, specs, cards: dict) -> str:
                if lora else "full fine-tuning")
     feedback = ("rule-based verifier, 0 FLOPs" if reward.kind == "rule" else
                 f"{reward.kind.upper()} {reward.model.name} "
-                f"({reward.model.total_params / 1e9:.3g}B params), "
+                f"({_params(reward.model.total_params)} params), "
                 f"{reward.steps_per_trace if reward.kind == 'prm' else 0} step tags/trace")
     per_token = linear_forward_flops_per_token(policy) + head_flops_per_position(policy)
     lines = [
         f"RACE compute card  ({model_card.steps} GRPO step(s); budget convention: "
         f"{cfg.convention})",
-        f"  policy    {policy.name}: {policy.total_params / 1e9:.4g}B params "
-        f"({policy.non_embedding_params / 1e9:.4g}B non-embedding), "
+        f"  policy    {policy.name}: {_params(policy.total_params)} params "
+        f"({_params(policy.non_embedding_params)} non-embedding), "
         f"{_fmt(per_token)} FLOPs/token forward (no attention), {adapter}",
         f"  feedback  {reward.name}: {feedback}",
         f"  search    {kw['prompts_per_step']} prompts x G={kw['group_size']} = {rows} "

@@ -45,6 +45,8 @@ class ModelConfig:
     tokenizer: str = ""
     # token a process reward model scores at
     step_tag: str = ""
+    # tiny family: validation accuracy its supervised warm start stops at (0: not built)
+    warm_start_target: float = 0.0
 
 
 @dataclass
@@ -57,6 +59,8 @@ class RewardConfig:
     model: str | None = None
     # PRM: how per-step scores become one reward: min | prod | last
     aggregate: str = "min"
+    # PRM: extra tag tokens inserted per step (1 for <extra_0>; 0 when a newline is the tag)
+    tag_tokens_per_step: int = 1
 
 
 @dataclass
@@ -210,7 +214,8 @@ def to_specs(cfg: RaceConfig) -> CellSpecs:
     reward_model = (catalog.load_model_shape(cfg.reward.model)
                     if cfg.reward.kind != "rule" else None)
     reward = RewardShape(cfg.reward.name, cfg.reward.kind, reward_model,
-                         steps_per_trace=cfg.task.steps_per_trace)
+                         steps_per_trace=cfg.task.steps_per_trace
+                         * cfg.reward.tag_tokens_per_step)
     grid = cfg.grid
     lora = (LoraShape(grid.lora_rank, tuple(grid.lora_targets)) if grid.lora_rank else None)
     if lora is not None:

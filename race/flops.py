@@ -63,13 +63,16 @@ def head_flops_per_position(shape: ModelShape) -> int:
     """Forward FLOPs of the output head on one position whose output is computed.
 
     lm: ``2 V d``; Qwen2.5-Math-PRM value head ``Linear(d, d) -> ReLU -> Linear(d, 2)``:
-    ``2 (d^2 + 2 d)``; token/sequence classification ``Linear(d, labels)``: ``2 d labels``.
+    ``2 (d^2 + 2 d)``; token/sequence classification ``Linear(d, labels)``: ``2 d labels``;
+    RACE's tiny-PRM ``lm_verifier``: ``2 V d + 2 (d + 2) labels``.
     """
     d = shape.hidden_size
     if shape.head == "lm":
         return 2 * shape.vocab_size * d
     if shape.head == "prm_value":
         return 2 * (d * d + d * shape.num_labels)
+    if shape.head == "lm_verifier":  # lm_head for token log-likelihoods + Linear(d + 2, labels)
+        return 2 * shape.vocab_size * d + 2 * (d + 2) * shape.num_labels
     return 2 * d * shape.num_labels
 
 

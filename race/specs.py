@@ -14,7 +14,9 @@ from typing import Any
 
 # Heads a transformer body can carry. The head decides how many FLOPs each position whose
 # output is computed costs (see flops.head_flops_per_position).
-HEADS = ("lm", "prm_value", "token_classification", "sequence_score")
+HEADS = ("lm", "prm_value", "token_classification", "sequence_score", "lm_verifier")
+# lm_verifier (RACE's tiny PRM): the tied lm_head on every position, whose log-likelihood
+# of each written token feeds a Linear(d + 2, labels) classifier with the hidden state.
 
 # Linear modules of one Qwen2/Llama decoder layer, in execution order.
 LAYER_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -111,6 +113,9 @@ class ModelShape:
             return 0 if self.tied_embeddings else self.vocab_size * d
         if self.head == "prm_value":  # Linear(d, d) -> ReLU -> Linear(d, labels), with biases
             return d * d + d + d * self.num_labels + self.num_labels
+        if self.head == "lm_verifier":  # Linear(d + 2, labels) with bias; lm_head tied
+            lm = 0 if self.tied_embeddings else self.vocab_size * d
+            return lm + (d + 2) * self.num_labels + self.num_labels
         return d * self.num_labels  # token/sequence classification: Linear(d, labels), no bias
 
     @property

@@ -1,0 +1,242 @@
+"""Warm-started tiny policies: Qwen2-architecture models given a short supervised phase.
+
+RACE's embedded default must show RL improving a policy on a laptop CPU, with no hub.
+``build_tiny_policy("tiny-m")`` builds a ``Qwen2ForCausalLM`` of the shape in
+``conf/model/tiny-m.yaml``, trains it briefly on reference solutions of the embedded task
+(loss on the completion only) until its greedy accuracy on a validation split reaches the
+model's ``warm_start_target`` (larger members get higher targets, so the family starts
+imperfect and ordered by size, as real families are), and saves model, tokenizer and a
+``build_info.json`` (accuracy per split, wall seconds, and the warm-start FLOPs, which are
+pre-training and never charged to a post-training budget).
+
+Builds are deterministic for a recipe and cached under ``$RACE_CACHE_DIR`` (default
+``~/.cache/race``) in a folder keyed by a hash of the recipe: a second call loads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from race import flops
+from race.catalog import load_entry, load_model_shape
+from race.specs import ModelShape
+from race.tasks.arith import ArithTask
+from race.tasks.base import Example
+
+RECIPE_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class WarmStartRecipe:
+    """Everything that determines a warm-started policy (its hash keys the cache)."""
+
+    model: str
+    target_accuracy: float = 0.3  # stop once greedy accuracy on ``val`` reaches this
+    max_steps: int = 600  # ... or after this many steps
+    eval_every: int = 5  # steps between (cheap, teacher-forced) validation checks
+    greedy_every: int = 10  # steps between greedy checks, once teacher-forced is halfway
+    val_examples: int = 256
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 30
+    seed: int = 0
+    eval_examples: int = 512
+    task: dict = field(default_factory=lambda: asdict(ArithTask()))
+    version: int = RECIPE_VERSION
+
+
+def cache_dir() -> Path:
+    """Where built policies live: ``$RACE_CACHE_DIR`` or ``~/.cache/race``."""
+    return Path(os.environ.get("RACE_CACHE_DIR", Path.home() / ".cache" / "race"))
+
+
+def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], dict], *,
+                 rebuild: bool = False) -> Path:
+    """``cache_dir()/kind/name-<hash of payload>``, built once by ``build(staging)``.
+
+    ``build`` trains into a staging folder and returns the build info; the folder is
+    renamed into place only when complete, so a crash never leaves a half-built model.
+    """
+    key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+    folder = cache_dir() / kind / f"{name}-{key}"
+    if (folder / "build_info.json").is_file() and not rebuild:
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
+    try:
+        info = build(staging) | {"cache_key": key}
+        (staging / "build_info.json").write_text(json.dumps(info, indent=2))
+        if folder.exists():
+            shutil.rmtree(folder)
+        staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def encode_example(tokenizer, example: Example) -> tuple[list[int], int]:
+    """Token ids of prompt + reference trace + EOS, and the prompt's length in tokens."""
+    prompt = tokenizer(example.prompt, add_special_tokens=False)["input_ids"]
+    completion = tokenizer(example.trace, add_special_tokens=False)["input_ids"]
+    return prompt + completion + [tokenizer.eos_token_id], len(prompt)
+
+
+def _sft_batch(tokenizer, examples: list[Example]):
+    import torch
+
+    encoded = [encode_example(tokenizer, ex) for ex in examples]
+    longest = max(len(ids) for ids, _ in encoded)
+    ids = torch.full((len(encoded), longest), tokenizer.pad_token_id)
+    labels = torch.full((len(encoded), longest), -100)
+    mask = torch.zeros((len(encoded), longest), dtype=torch.long)
+    for row, (tokens, prompt_len) in enumerate(encoded):
+        ids[row, :len(tokens)] = torch.tensor(tokens)
+        labels[row, prompt_len:len(tokens)] = torch.tensor(tokens[prompt_len:])
+        mask[row, :len(tokens)] = 1
+    return ids, mask, labels, [len(t) for t, _ in encoded]
+
+
+def teacher_forced_accuracy(model, tokenizer, examples: list[Example]) -> float:
+    """Fraction of ``examples`` whose reference trace is the model's greedy choice at every
+    token: one forward pass, a cheap lower bound of greedy accuracy (used to stop early)."""
+    import torch
+
+    ids, mask, labels, _ = _sft_batch(tokenizer, examples)
+    model.eval()
+    with torch.no_grad():
+        predicted = model(input_ids=ids, attention_mask=mask).logits[:, :-1].argmax(-1)
+    target = labels[:, 1:]
+    exact = ((predicted == target) | (target == -100)).all(dim=1)
+    return float(exact.float().mean())
+
+
+def greedy_accuracy(model, tokenizer, task: ArithTask, examples: list[Example], *,
+                    max_new_tokens: int = 64, batch_size: int = 64) -> float:
+    """Fraction of ``examples`` whose greedy completion has the right final answer."""
+    import torch
+
+    correct = 0
+    model.eval()
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        batch = tokenizer([ex.prompt for ex in chunk], return_tensors="pt", padding=True,
+                          add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens,
+                                 eos_token_id=tokenizer.eos_token_id,
+                                 pad_token_id=tokenizer.pad_token_id)
+        texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:],
+                                       skip_special_tokens=True)
+        correct += sum(task.verify(text, ex.answer) for text, ex in zip(texts, chunk))
+    return correct / len(examples)
+
+
+def _train(recipe: WarmStartRecipe, shape: ModelShape, folder: Path) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    from race.measure import qwen2_config
+    from race.tokenizer import build_char_tokenizer, save_char_tokenizer
+
+    logging.disable_progress_bar()
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.manual_seed(recipe.seed)
+    torch.set_num_threads(1)  # deterministic and fastest for models this small (DESIGN.md)
+    tokenizer = build_char_tokenizer(shape.vocab_size)
+    config = qwen2_config(shape, eos_token_id=tokenizer.eos_token_id,
+                          pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+                          max_position_embeddings=512)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    task = ArithTask(**recipe.task)
+    train = task.sample("train", recipe.max_steps * recipe.batch_size, seed=recipe.seed)
+    val = task.sample("val", recipe.val_examples, seed=recipe.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / recipe.warmup_steps))
+    pretrain = {"model": 0.0, "executed": 0.0}
+    val_curve, halfway = [], False
+    for step in range(recipe.max_steps):
+        model.train()
+        chunk = train[step * recipe.batch_size:(step + 1) * recipe.batch_size]
+        ids, mask, labels, lengths = _sft_batch(tokenizer, chunk)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        for convention in flops.CONVENTIONS:
+            pretrain[convention] += flops.train_flops(shape, lengths, convention=convention)
+        # teacher-forced accuracy is a cheap lower bound of greedy accuracy: once it is
+        # halfway to the target, check the real (greedy) accuracy every few steps
+        if (step + 1) % recipe.eval_every == 0 and not halfway:
+            halfway = teacher_forced_accuracy(model, tokenizer, val) >= recipe.target_accuracy / 2
+        if halfway and (step + 1) % recipe.greedy_every == 0:
+            val_curve.append((step + 1, greedy_accuracy(model, tokenizer, task, val)))
+            if val_curve[-1][1] >= recipe.target_accuracy:
+                break
+    train_s = time.perf_counter() - start
+    accuracy = {split: greedy_accuracy(model, tokenizer, task,
+                                       task.sample(split, recipe.eval_examples, seed=10_000))
+                for split in ("test", "ood")}
+    model.save_pretrained(folder)
+    save_char_tokenizer(folder, shape.vocab_size)
+    model.generation_config.save_pretrained(folder)
+    torch.set_num_threads(threads)
+    return {"model": shape.name, "recipe": asdict(recipe), "sft_steps": step + 1,
+            "val_curve": val_curve, "accuracy": accuracy, "train_s": train_s,
+            "build_s": time.perf_counter() - start, "final_loss": float(loss.detach()),
+            "params": shape.total_params,
+            "pretrain_flops": pretrain,  # warm start: pre-training, never charged
+            "torch_threads": 1}
+
+
+def build_tiny_policy(name: str, *, seed: int = 0, rebuild: bool = False,
+                      recipe: WarmStartRecipe | None = None) -> Path:
+    """Folder of the warm-started policy ``name`` (tiny-s/m/l), building it if not cached.
+
+    The folder holds the model (``from_pretrained``-loadable), its tokenizer and
+    ``build_info.json``. Writes are atomic: a half-built policy is never left behind.
+    """
+    shape = load_model_shape(name)
+    if shape.tokenizer != "race-char":
+        raise ValueError(f"model={name}: only the tiny family (tokenizer race-char) is built "
+                         f"by RACE; {name} loads from {shape.hf_id or 'its hf_id'}")
+    target = load_entry("model", name).get("warm_start_target") or WarmStartRecipe.target_accuracy
+    recipe = recipe or WarmStartRecipe(model=name, target_accuracy=target, seed=seed)
+    return cached_build("policies", name, {"recipe": asdict(recipe), "shape": asdict(shape)},
+                        lambda folder: _train(recipe, shape, folder), rebuild=rebuild)
+
+
+def build_family(names: list[str], *, workers: int = 2, seed: int = 0,
+                 rebuild: bool = False) -> dict[str, Path]:
+    """Build several tiny policies at once, one single-threaded process per core.
+
+    The largest starts first, so on 2 cores tiny-l runs beside tiny-s then tiny-m.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    order = sorted(names, key=lambda n: load_model_shape(n).total_params, reverse=True)
+    if workers <= 1 or len(order) == 1:
+        return {n: build_tiny_policy(n, seed=seed, rebuild=rebuild) for n in names}
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(min(workers, len(order)), mp_context=context) as pool:
+        futures = {n: pool.submit(build_tiny_policy, n, seed=seed, rebuild=rebuild)
+                   for n in order}
+        return {n: futures[n].result() for n in names}
+
+
+def build_info(folder: Path) -> dict:
+    """The ``build_info.json`` of a built policy."""
+    return json.loads((Path(folder) / "build_info.json").read_text())

@@ -1,0 +1,47 @@
+"""Reward systems behind one registry, keyed by ``kind`` (rule | prm).
+
+Every reward is called as ``reward(prompts, completions, **task_fields) -> rewards`` and
+reports the FLOPs of what it scored through ``pop_flops()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from race.catalog import load_model_shape
+from race.rewards.base import Reward, RewardFlops, check_rewards
+
+__all__ = ["REWARD_KINDS", "Reward", "RewardFlops", "build_reward", "check_rewards"]
+
+
+def _rule(entry: Mapping[str, Any], task: Any) -> Reward:
+    from race.rewards.rule import RuleReward
+
+    return RuleReward(entry["name"], task)
+
+
+def _prm(entry: Mapping[str, Any], task: Any) -> Reward:
+    shape = load_model_shape(entry["model"])
+    aggregate = entry.get("aggregate", "min")
+    if shape.tokenizer == "race-char":  # built and trained by RACE
+        from race.rewards.tiny_prm import TinyPRM
+
+        return TinyPRM(entry["name"], entry["model"], aggregate=aggregate)
+    from race.rewards.qwen_prm import QwenPRM
+
+    return QwenPRM(shape.hf_id, shape, aggregate=aggregate, name=entry["name"],
+                   step_tag=shape.step_tag or "<extra_0>")
+
+
+REWARD_KINDS: dict[str, Callable[[Mapping[str, Any], Any], Reward]] = {
+    "rule": _rule, "prm": _prm}
+
+
+def build_reward(entry: Mapping[str, Any], task: Any) -> Reward:
+    """The reward system of a ``conf/reward/*.yaml`` entry, for ``task``."""
+    kind = entry.get("kind")
+    if kind not in REWARD_KINDS:
+        raise KeyError(f"reward.kind={kind}: unknown reward kind; valid kinds: "
+                       f"{', '.join(REWARD_KINDS)}")
+    return REWARD_KINDS[kind](entry, task)

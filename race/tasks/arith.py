@@ -1,0 +1,134 @@
+"""The embedded task: chains of additions and subtractions, solved step by step.
+
+A problem is a chain such as ``23+45-17=?``. Its solution writes one step per line, each
+applying the next operation to the running total, then the final answer::
+
+    23+45-17=?          <- prompt (ends with a newline)
+    23+45=68            <- step 1
+    68-17=51            <- step 2
+    #### 51             <- final answer (the last step)
+
+Every line is checkable on its own: a step is correct when it equals the reference line,
+which is fixed by the prompt. Step labels follow Math-Shepherd: a step is positive when
+it and every step before it are correct. That gives a process reward model its labels.
+
+Difficulty: ``digits`` per operand and the number of operations. Splits: ``train``, ``val``
+(for early stopping) and the in-distribution held-out ``test`` come from the same chains
+and are disjoint (a prompt's hash decides its split); ``ood`` has longer chains than
+training, a harder target.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import zlib
+from dataclasses import dataclass
+
+from race.tasks.base import Example
+
+FINAL_PREFIX = "#### "
+SPLITS = ("train", "val", "test", "ood")
+_FINAL = re.compile(r"####\s*(-?\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class ArithTask:
+    """Seeded generator of step-by-step arithmetic chains.
+
+    Attributes:
+        digits: maximum digits per operand (difficulty).
+        min_ops, max_ops: operations per chain in ``train`` and ``test``.
+        ood_min_ops, ood_max_ops: operations per chain in ``ood`` (longer: harder).
+        test_buckets: one prompt in ``test_buckets`` (by hash) is held out as ``test``,
+            another as ``val``.
+    """
+
+    digits: int = 1
+    min_ops: int = 2
+    max_ops: int = 3
+    ood_min_ops: int = 4
+    ood_max_ops: int = 4
+    test_buckets: int = 8
+    name: str = "arith"
+
+    def __post_init__(self) -> None:
+        if self.digits < 1:
+            raise ValueError(f"task.digits={self.digits}: must be >= 1")
+        if not 1 <= self.min_ops <= self.max_ops:
+            raise ValueError(f"task.min_ops={self.min_ops}, task.max_ops={self.max_ops}: "
+                             f"need 1 <= min_ops <= max_ops")
+        if not self.max_ops < self.ood_min_ops <= self.ood_max_ops:
+            raise ValueError(f"task.ood_min_ops={self.ood_min_ops}: the ood split needs "
+                             f"longer chains than training (> max_ops={self.max_ops})")
+
+    def _chain(self, rng: random.Random, ops: int) -> tuple[list[int], list[str]]:
+        top = 10 ** self.digits - 1
+        numbers, signs, total = [rng.randint(0, top)], [], 0
+        total = numbers[0]
+        for _ in range(ops):
+            value = rng.randint(0, top)
+            sign = rng.choice("+-") if total >= value else "+"
+            total = total + value if sign == "+" else total - value
+            numbers.append(value)
+            signs.append(sign)
+        return numbers, signs
+
+    def _split_of(self, prompt: str) -> str:
+        bucket = zlib.crc32(prompt.encode()) % self.test_buckets
+        return {0: "test", 1: "val"}.get(bucket, "train")
+
+    def example(self, numbers: list[int], signs: list[str], split: str) -> Example:
+        """The problem, reference steps and answer for one chain."""
+        prompt = str(numbers[0]) + "".join(s + str(n) for s, n in zip(signs, numbers[1:]))
+        steps, total = [], numbers[0]
+        for sign, value in zip(signs, numbers[1:]):
+            new = total + value if sign == "+" else total - value
+            steps.append(f"{total}{sign}{value}={new}")
+            total = new
+        steps.append(f"{FINAL_PREFIX}{total}")
+        return Example(prompt=f"{prompt}=?\n", answer=str(total), trace="\n".join(steps),
+                       steps=tuple(steps), split=split)
+
+    def sample(self, split: str, n: int, seed: int = 0) -> list[Example]:
+        """``n`` problems of ``split``, deterministic for (task, split, seed)."""
+        if split not in SPLITS:
+            raise ValueError(f"split={split!r}: use one of {list(SPLITS)}")
+        rng = random.Random(f"{self.name}/{split}/{seed}")
+        low, high = ((self.ood_min_ops, self.ood_max_ops) if split == "ood"
+                     else (self.min_ops, self.max_ops))
+        out: list[Example] = []
+        while len(out) < n:
+            numbers, signs = self._chain(rng, rng.randint(low, high))
+            example = self.example(numbers, signs, split)
+            if split == "ood" or self._split_of(example.prompt) == split:
+                out.append(example)
+        return out
+
+    def verify(self, completion: str, answer: str) -> bool:
+        """Exact check of the final answer line (``#### N``)."""
+        return final_answer(completion) == answer.strip()
+
+    def step_labels(self, example: Example, completion: str) -> list[int]:
+        """Math-Shepherd labels of each written line: 1 while every line so far is right."""
+        return step_labels(example.steps, completion)
+
+
+def final_answer(completion: str) -> str | None:
+    """The number after the first ``####``, or None."""
+    match = _FINAL.search(completion)
+    return match.group(1) if match else None
+
+
+def split_lines(completion: str) -> list[str]:
+    """The completion's non-empty lines: its steps, the final-answer line last."""
+    return [line.strip() for line in completion.strip().split("\n") if line.strip()]
+
+
+def step_labels(reference: tuple[str, ...], completion: str) -> list[int]:
+    """1 for each line that matches the reference and follows only correct lines, else 0."""
+    labels, ok = [], True
+    for i, line in enumerate(split_lines(completion)):
+        ok = ok and i < len(reference) and line == reference[i]
+        labels.append(int(ok))
+    return labels
