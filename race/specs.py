@@ -229,3 +229,48 @@ class RewardShape:
     kind: str  # "rule" | "orm" | "prm"
     model: ModelShape | None = None
     steps_per_trace: int = 0  # PRM: step tags scored per completion (for plans and cards)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """One allocation cell as a pilot runs it: picklable, plain values, hashable id.
+
+    Budget and FLOPs are in the ``convention`` the budget is charged in.
+    """
+
+    model: str
+    reward: tuple[tuple[str, Any], ...]  # the conf/reward entry as sorted items
+    task: tuple[tuple[str, Any], ...]  # the conf/task entry as sorted items
+    budget_flops: float
+    convention: str = "model"
+    prompts_per_step: int = 8
+    group_size: int = 8
+    max_new_tokens: int = 40
+    temperature: float = 1.0
+    update_epochs: int = 1
+    minibatch_size: int = 0
+    lr: float = 5e-4
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj",
+                                     "gate_proj", "up_proj", "down_proj")
+    kl_coef: float = 0.0
+    clip_eps: float = 0.2
+    seed: int = 0
+    backend: str = "hf"
+    checkpoints: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+    eval_examples: int = 128
+    eval_targets: tuple[str, ...] = ("test", "ood")
+    measure: bool = False
+
+    @property
+    def cell_id(self) -> str:
+        """A stable short hash of every field."""
+        import hashlib
+
+        blob = json.dumps(asdict(self), sort_keys=True, default=list)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"reward": dict(self.reward), "task": dict(self.task),
+                               "cell_id": self.cell_id}

@@ -1,0 +1,199 @@
+"""The PEFT LoRA learner: clipped-ratio GRPO updates over minibatches, mu epochs per batch.
+
+The reference policy is the same model with its adapters disabled (no second copy).
+FLOPs of every pass are counted from the padded minibatches that actually ran, in both
+conventions, through :mod:`race.flops`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from race import flops
+from race.specs import LoraShape, ModelShape
+
+
+class TrainingDiverged(RuntimeError):
+    """A NaN or infinite loss or gradient: the pilot stops with the step and the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class LearnerConfig:
+    """Learning knobs of one cell (``grid.*`` in the config)."""
+
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj",
+                                     "gate_proj", "up_proj", "down_proj")
+    lr: float = 1e-4
+    max_grad_norm: float = 1.0
+    update_epochs: int = 1
+    minibatch_size: int = 0  # completions per optimizer step (0: the whole batch)
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None
+    kl_coef: float = 0.0
+    aggregation: str = "token"
+    scale_advantages: bool = True
+    temperature: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One GRPO batch: token ids per completion (prompt-major) and their advantages."""
+
+    prompt_ids: tuple[tuple[int, ...], ...]
+    completion_ids: tuple[tuple[int, ...], ...]
+    advantages: tuple[float, ...]
+
+
+class LoraLearner:
+    """A PEFT LoRA model trained with GRPO; ``model`` is shared with the HF rollout backend."""
+
+    def __init__(self, model, shape: ModelShape, config: LearnerConfig, *, pad_id: int,
+                 seed: int = 0, measure: bool = False):
+        import torch
+        from peft import LoraConfig, get_peft_model
+
+        self.shape, self.config, self.pad_id, self.measure = shape, config, pad_id, measure
+        self.lora = LoraShape(config.lora_rank, tuple(config.lora_targets))
+        self.lora.validate(shape)
+        torch.manual_seed(seed)
+        peft_config = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
+                                 lora_dropout=config.lora_dropout,
+                                 target_modules=list(config.lora_targets))
+        self.model = get_peft_model(model, peft_config)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
+        self.rng = random.Random(seed)
+        self.flops = {"model": 0.0, "executed": 0.0, "measured": 0.0}
+
+    # ------------------------------------------------------------------ batches
+
+    def _padded(self, batch: Batch, rows: list[int]):
+        import torch
+
+        seqs = [batch.prompt_ids[r] + batch.completion_ids[r] for r in rows]
+        longest = max(len(s) for s in seqs)
+        ids = torch.full((len(rows), longest), self.pad_id)
+        attention = torch.zeros((len(rows), longest), dtype=torch.long)
+        mask = torch.zeros((len(rows), longest - 1))  # over predicted positions 1..T-1
+        for i, (r, seq) in enumerate(zip(rows, seqs)):
+            ids[i, :len(seq)] = torch.tensor(seq)
+            attention[i, :len(seq)] = 1
+            mask[i, len(batch.prompt_ids[r]) - 1:len(seq) - 1] = 1
+        return ids, attention, mask, [len(s) for s in seqs]
+
+    def _charge(self, lengths: list[int], kind: str, counter) -> None:
+        for convention in flops.CONVENTIONS:
+            if kind == "train":
+                cost = flops.lora_train_flops(self.shape, lengths, self.lora,
+                                              convention=convention)
+            else:
+                cost = flops.forward_flops(self.shape, lengths, convention=convention,
+                                           lora=self.lora, adapters=kind == "policy")
+            self.flops[convention] += cost
+        if counter is not None:
+            self.flops["measured"] += counter.get_total_flops()
+
+    def _counter(self):
+        from race.measure import flop_counter
+
+        return flop_counter() if self.measure else None
+
+    def _logprobs(self, ids, attention):
+        from race.grpo import token_logprobs
+
+        logits = self.model(input_ids=ids, attention_mask=attention).logits
+        return token_logprobs(logits / self.config.temperature, ids)
+
+    def logprobs(self, batch: Batch, *, adapters: bool = True) -> list:
+        """Per-completion log-probs of ``batch`` (no gradients): old policy or reference."""
+        import torch
+
+        rows = list(range(len(batch.completion_ids)))
+        out: list = [None] * len(rows)
+        for chunk in self._minibatches(rows, shuffle=False):
+            ids, attention, mask, lengths = self._padded(batch, chunk)
+            counter = self._counter()
+            disable = contextlib.nullcontext() if adapters else self.model.disable_adapter()
+            with torch.no_grad(), disable, counter or contextlib.nullcontext():
+                logp = self._logprobs(ids, attention)
+            self._charge(lengths, "policy" if adapters else "reference", counter)
+            for i, r in enumerate(chunk):
+                out[r] = logp[i][mask[i].bool()]
+        return out
+
+    def _minibatches(self, rows: list[int], shuffle: bool) -> list[list[int]]:
+        size = self.config.minibatch_size or len(rows)
+        if len(rows) % size:
+            raise ValueError(f"grid.minibatch_size={size}: must divide the rollout batch "
+                             f"of {len(rows)} completions")
+        order = rows[:]
+        if shuffle:
+            self.rng.shuffle(order)
+        return [order[i:i + size] for i in range(0, len(order), size)]
+
+    # ------------------------------------------------------------------ update
+
+    def update(self, batch: Batch, *, step: int) -> dict[str, float]:
+        """``update_epochs`` passes of clipped-ratio updates over shuffled minibatches.
+
+        Old-policy log-probs are computed first when the policy moves before a completion
+        is used (mu > 1 or several minibatches); otherwise the ratio is exactly 1 and the
+        detached current log-probs stand in for them. Reference log-probs (adapters
+        disabled) only when ``kl_coef > 0``.
+        """
+        import torch
+
+        from race.grpo import grpo_loss
+
+        cfg = self.config
+        rows = list(range(len(batch.completion_ids)))
+        minibatches = self._minibatches(rows, shuffle=False)
+        moves = cfg.update_epochs > 1 or len(minibatches) > 1
+        old = self.logprobs(batch) if moves else None
+        ref = self.logprobs(batch, adapters=False) if cfg.kl_coef > 0 else None
+        advantages = torch.tensor(batch.advantages, dtype=torch.float32)
+        stats: dict[str, float] = {}
+        self.model.train()
+        for _ in range(cfg.update_epochs):
+            for chunk in self._minibatches(rows, shuffle=True):
+                ids, attention, mask, lengths = self._padded(batch, chunk)
+                counter = self._counter()
+                with counter or contextlib.nullcontext():
+                    logp = self._logprobs(ids, attention)
+                    old_logp = (self._stack(old, chunk, mask) if old is not None
+                                else logp.detach())
+                    ref_logp = self._stack(ref, chunk, mask) if ref is not None else None
+                    loss, stats = grpo_loss(logp, old_logp, ref_logp, advantages[chunk], mask,
+                                            clip_eps=cfg.clip_eps,
+                                            clip_eps_high=cfg.clip_eps_high,
+                                            kl_coef=cfg.kl_coef, aggregation=cfg.aggregation)
+                    if not torch.isfinite(loss):
+                        raise TrainingDiverged(f"step {step}: loss is {float(loss)}")
+                    loss.backward()
+                self._charge(lengths, "train", counter)
+                norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                if not torch.isfinite(norm):
+                    raise TrainingDiverged(f"step {step}: gradient norm is {float(norm)}")
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                stats = stats | {"loss": float(loss.detach()), "grad_norm": float(norm)}
+        return stats
+
+    def _stack(self, per_row: list, chunk: list[int], mask):
+        import torch
+
+        out = torch.zeros_like(mask)
+        for i, r in enumerate(chunk):
+            out[i, mask[i].bool()] = per_row[r]
+        return out
+
+    def save_adapter(self, folder: Path) -> Path:
+        """Write the adapter (PEFT format) so another backend can load it."""
+        self.model.save_pretrained(str(folder))
+        return Path(folder)
