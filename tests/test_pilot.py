@@ -40,7 +40,9 @@ def small_spec(worst_steps: float, **kw) -> RunSpec:
 
 
 def run(spec, path, policy, **kw):
-    return run_pilot(spec, path, components=build_components(spec, policy), **kw)
+    summary = run_pilot(spec, path, components=build_components(spec, policy), **kw)
+    assert summary["total_flops"] <= spec.budget_flops  # every pilot keeps to its budget
+    return summary
 
 
 def test_budget_checkpoints_and_results_contract(tmp_path, policy):
@@ -118,6 +120,7 @@ def test_failure_mid_run_leaves_a_summary(tmp_path, policy):
 
     parts.reward = Flaky()
     summary = run_pilot(spec, tmp_path, components=parts)
+    assert summary["total_flops"] <= spec.budget_flops
     assert summary["status"] == "failed"
     assert "reward server went away" in summary["error"]
     assert summary["steps"] == 2 and summary["total_flops"] > 0
