@@ -79,13 +79,15 @@ class BudgetTooSmall(ValueError):
 def _shapes(spec: RunSpec) -> tuple[ModelShape, RewardShape]:
     reward = dict(spec.reward)
     model = load_model_shape(reward["model"]) if reward.get("model") else None
-    return load_model_shape(spec.model), RewardShape(reward["name"], reward["kind"], model)
+    # the tiny PRM scores the completion's lines plus one closing newline: one extra token
+    tags = 1 if reward["kind"] == "prm" else 0
+    return load_model_shape(spec.model), RewardShape(reward["name"], reward["kind"], model,
+                                                     steps_per_trace=tags)
 
 
 def worst_step_flops(spec: RunSpec, prompt_tokens: int, max_new_tokens: int = 0) -> float:
     """A step's cost with every completion at the cap (an upper bound), in FLOPs."""
     policy, reward_shape = _shapes(spec)
-    reward = dict(spec.reward)
     cap = max_new_tokens or spec.max_new_tokens
     step = flops.grpo_step_flops(
         policy, reward_shape, prompts_per_step=spec.prompts_per_step,
@@ -94,8 +96,7 @@ def worst_step_flops(spec: RunSpec, prompt_tokens: int, max_new_tokens: int = 0)
         update_epochs=spec.update_epochs, minibatch_size=spec.minibatch_size or None,
         kl_coef=spec.kl_coef, lora=LoraShape(spec.lora_rank, spec.lora_targets),
         convention=spec.convention)
-    # the PRM also scores a final newline per completion (its last step's tag)
-    return step.total * 1.05 if reward["kind"] == "prm" else step.total
+    return step.total
 
 
 def check_budget(spec: RunSpec, prompt_tokens: int) -> None:
@@ -229,13 +230,12 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
         load_start = time.perf_counter()
         parts = components or build_components(spec)
         ledger.wall_s["load"] = time.perf_counter() - load_start
-        prompt_rng_seed = spec.seed
         evals += evaluate(spec, parts, ledger, 0.0)
         rows += evals[-len(spec.eval_targets):]
         pending = sorted(spec.checkpoints)
         while True:
             examples = parts.task.sample("train", spec.prompts_per_step,
-                                         seed=prompt_rng_seed * 1_000_003 + steps)
+                                         seed=spec.seed * 1_000_003 + steps)
             prompts = [ex.prompt for ex in examples]
             longest = max(len(parts.tokenizer(p, add_special_tokens=False)["input_ids"])
                           for p in prompts)

@@ -188,3 +188,26 @@ def test_pilot_with_vllm_backend(tmp_path):
     assert summary["status"] == "ok", summary["error"]
     assert 1 <= summary["steps"] and summary["total_flops"] <= spec.budget_flops
     assert (tmp_path / "cell" / "adapter" / "adapter_config.json").is_file()
+
+
+def test_prm_pilot_keeps_to_its_budget(tmp_path, policy, monkeypatch):
+    """The worst-case step bound holds with a process reward model scoring every step."""
+    from race.rewards.tiny_prm import PRMRecipe, TinyPRM, build_tiny_prm
+
+    monkeypatch.setenv("RACE_CACHE_DIR", str(tmp_path / "cache"))
+    recipe = WarmStartRecipe(model="tiny-m", max_steps=4, eval_every=2, greedy_every=2,
+                             val_examples=8, target_accuracy=1.01, eval_examples=8)
+    prm_recipe = PRMRecipe(model="prm-tiny-s", init_from="tiny-m", train_steps=2,
+                           batch_size=8, eval_examples=16, warmup_steps=1)
+    folder = build_tiny_prm("prm-tiny-s", recipe=prm_recipe, policy_recipe=recipe)
+    reward = (("aggregate", "min"), ("kind", "prm"), ("model", "prm-tiny-s"),
+              ("name", "prm-tiny-s"))
+    spec = dataclasses.replace(small_spec(4, checkpoints=(1.0,), eval_targets=("test",)),
+                               reward=reward)
+    spec = dataclasses.replace(spec, budget_flops=worst_step_flops(spec, 10) * 4)
+    parts = build_components(dataclasses.replace(spec, reward=RULE), policy)
+    parts.reward = TinyPRM("prm-tiny-s", "prm-tiny-s", folder=folder)
+    summary = run_pilot(spec, tmp_path / "cell", components=parts)
+    assert summary["status"] == "ok", summary["error"]
+    assert summary["flops"]["feedback"] > 0
+    assert summary["total_flops"] <= spec.budget_flops
