@@ -76,14 +76,12 @@ class LoraLearner:
     def _padded(self, batch: Batch, rows: list[int]):
         import torch
 
+        from race.tokenizer import pad_right
+
         seqs = [batch.prompt_ids[r] + batch.completion_ids[r] for r in rows]
-        longest = max(len(s) for s in seqs)
-        ids = torch.full((len(rows), longest), self.pad_id)
-        attention = torch.zeros((len(rows), longest), dtype=torch.long)
-        mask = torch.zeros((len(rows), longest - 1))  # over predicted positions 1..T-1
+        ids, attention = pad_right(seqs, self.pad_id)
+        mask = torch.zeros((len(rows), ids.shape[1] - 1))  # over predicted positions 1..T-1
         for i, (r, seq) in enumerate(zip(rows, seqs)):
-            ids[i, :len(seq)] = torch.tensor(seq)
-            attention[i, :len(seq)] = 1
             mask[i, len(batch.prompt_ids[r]) - 1:len(seq) - 1] = 1
         return ids, attention, mask, [len(s) for s in seqs]
 

@@ -15,6 +15,7 @@ Builds are deterministic for a recipe and cached under ``$RACE_CACHE_DIR`` (defa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -58,12 +59,29 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RACE_CACHE_DIR", Path.home() / ".cache" / "race"))
 
 
+@contextlib.contextmanager
+def single_thread():
+    """Run torch on one thread inside, restoring the caller's count after (even on error).
+
+    Builds of models this small are fastest and deterministic on one thread (DESIGN.md).
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], dict], *,
                  rebuild: bool = False) -> Path:
     """``cache_dir()/kind/name-<hash of payload>``, built once by ``build(staging)``.
 
-    ``build`` trains into a staging folder and returns the build info; the folder is
-    renamed into place only when complete, so a crash never leaves a half-built model.
+    ``build`` trains into a staging folder, on one torch thread, and returns the build
+    info; the folder is renamed into place only when complete, so a crash never leaves a
+    half-built model.
     """
     key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
     folder = cache_dir() / kind / f"{name}-{key}"
@@ -72,7 +90,8 @@ def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], di
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
-        info = build(staging) | {"cache_key": key}
+        with single_thread():
+            info = build(staging) | {"cache_key": key}
         (staging / "build_info.json").write_text(json.dumps(info, indent=2))
         if folder.exists():
             shutil.rmtree(folder)
@@ -92,15 +111,13 @@ def encode_example(tokenizer, example: Example) -> tuple[list[int], int]:
 def _sft_batch(tokenizer, examples: list[Example]):
     import torch
 
+    from race.tokenizer import pad_right
+
     encoded = [encode_example(tokenizer, ex) for ex in examples]
-    longest = max(len(ids) for ids, _ in encoded)
-    ids = torch.full((len(encoded), longest), tokenizer.pad_token_id)
-    labels = torch.full((len(encoded), longest), -100)
-    mask = torch.zeros((len(encoded), longest), dtype=torch.long)
+    ids, mask = pad_right([tokens for tokens, _ in encoded], tokenizer.pad_token_id)
+    labels = torch.full(ids.shape, -100)
     for row, (tokens, prompt_len) in enumerate(encoded):
-        ids[row, :len(tokens)] = torch.tensor(tokens)
         labels[row, prompt_len:len(tokens)] = torch.tensor(tokens[prompt_len:])
-        mask[row, :len(tokens)] = 1
     return ids, mask, labels, [len(t) for t, _ in encoded]
 
 
@@ -149,9 +166,7 @@ def _train(recipe: WarmStartRecipe, shape: ModelShape, folder: Path) -> dict:
 
     logging.disable_progress_bar()
     start = time.perf_counter()
-    threads = torch.get_num_threads()
     torch.manual_seed(recipe.seed)
-    torch.set_num_threads(1)  # deterministic and fastest for models this small (DESIGN.md)
     tokenizer = build_char_tokenizer(shape.vocab_size)
     config = qwen2_config(shape, eos_token_id=tokenizer.eos_token_id,
                           pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
@@ -192,7 +207,6 @@ def _train(recipe: WarmStartRecipe, shape: ModelShape, folder: Path) -> dict:
     model.save_pretrained(folder)
     save_char_tokenizer(folder, shape.vocab_size)
     model.generation_config.save_pretrained(folder)
-    torch.set_num_threads(threads)
     return {"model": shape.name, "recipe": asdict(recipe), "sft_steps": step + 1,
             "val_curve": val_curve, "accuracy": accuracy, "train_s": train_s,
             "build_s": time.perf_counter() - start, "final_loss": float(loss.detach()),

@@ -86,3 +86,20 @@ def save_char_tokenizer(folder: str | Path, vocab_size: int) -> None:
                   eos_token=EOS, pad_token=EOS, model_max_length=4096,
                   clean_up_tokenization_spaces=False)
     config_path.write_text(json.dumps(config, indent=2))
+
+
+def pad_right(seqs: list, pad_id: int):
+    """Token-id rows right-padded into ``(ids, attention_mask)``, both ``[B, T_max]``.
+
+    Right padding keeps every real token at its own position (what training, teacher
+    forcing and per-position scoring need); ``generate`` uses the tokenizer's left padding.
+    """
+    import torch
+
+    longest = max(len(seq) for seq in seqs)
+    ids = torch.full((len(seqs), longest), pad_id)
+    attention = torch.zeros((len(seqs), longest), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        ids[row, :len(seq)] = torch.tensor(list(seq))
+        attention[row, :len(seq)] = 1
+    return ids, attention

@@ -137,15 +137,9 @@ def encode_for_scoring(tokenizer, prompt: str, completion: str) -> tuple[list[in
 
 
 def _batch(tokenizer, rows: list[tuple[list[int], list[int]]]):
-    import torch
+    from race.tokenizer import pad_right
 
-    longest = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), longest), tokenizer.pad_token_id)
-    mask = torch.zeros((len(rows), longest), dtype=torch.long)
-    for row, (tokens, _) in enumerate(rows):
-        ids[row, :len(tokens)] = torch.tensor(tokens)  # right padding: positions stay exact
-        mask[row, :len(tokens)] = 1
-    return ids, mask
+    return pad_right([tokens for tokens, _ in rows], tokenizer.pad_token_id)
 
 
 def verifier_logits(lm, head, ids, mask, starts: list[int]):
@@ -210,9 +204,7 @@ def _train(recipe: PRMRecipe, shape: ModelShape, init: Path, folder: Path) -> di
 
     logging.disable_progress_bar()
     start = time.perf_counter()
-    threads = torch.get_num_threads()
     torch.manual_seed(recipe.seed)
-    torch.set_num_threads(1)  # deterministic and fastest for models this small
     tokenizer = AutoTokenizer.from_pretrained(init)
     lm = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
     head = torch.nn.Linear(shape.hidden_size + 2, 2)
@@ -268,7 +260,6 @@ def _train(recipe: PRMRecipe, shape: ModelShape, init: Path, folder: Path) -> di
     lm.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     save_file(head.state_dict(), str(folder / "verifier_head.safetensors"))
-    torch.set_num_threads(threads)
     return {"model": shape.name, "recipe": asdict(recipe), "init": str(init),
             "heldout_step_auc": auc, "heldout_steps": sum(len(r) for r in scores),
             "train_s": train_s, "build_s": time.perf_counter() - start,

@@ -6,7 +6,6 @@ and its evaluation targets (held-out splits).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,11 +51,11 @@ TASKS: dict[str, Callable[..., Any]] = {"arith": ArithTask, "gsm8k": Gsm8kTask}
 
 def build_task(entry: Mapping[str, Any]) -> Any:
     """A task from its config entry (``name`` plus the task's own fields)."""
+    from race.catalog import did_you_mean
+
     name = entry.get("name", "")
     if name not in TASKS:
-        close = difflib.get_close_matches(str(name), TASKS, n=1)
-        hint = f"; did you mean task={close[0]}?" if close else ""
-        raise KeyError(f"task={name}: unknown task; valid names: {', '.join(TASKS)}{hint}")
+        raise KeyError(did_you_mean("task", str(name)))
     factory = TASKS[name]
     fields = getattr(factory, "__dataclass_fields__", {})
     return factory(**{k: v for k, v in entry.items() if k in fields and k != "name"})
