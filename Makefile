@@ -17,12 +17,11 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# The main job: the embedded default sweep (16 pilots of the tiny family on this CPU,
+# warm start included), ending with the leaderboard, compute card, plots and selection
+# under results/.
 demo: install
-	$(VENV)/bin/race flops model=qwen2.5-0.5b reward=rule steps=100
-	$(VENV)/bin/race flops model=qwen2.5-1.5b reward=qwen2.5-math-prm-7b task=gsm8k \
-		grid.group_size=8 grid.max_new_tokens=512 steps=100
-	$(VENV)/bin/race flops model=qwen2.5-7b task=gsm8k grid.max_new_tokens=512 budget=1e18
-	$(VENV)/bin/race flops model=tiny-m reward=prm-tiny budget=1e13
+	$(VENV)/bin/race sweep
 
 test: install
 	$(VENV)/bin/ruff check race tests bench

@@ -1,6 +1,6 @@
 """Where does a default pilot's wall time go, and how fast does each phase run?
 
-Runs one pilot of the embedded default (tiny-m, rule reward, the default budget) and
+Runs one pilot of the embedded default (tiny-m, rule reward, budget 4.5e12) and
 splits its wall time by phase: rollout, learning, feedback, eval, load (imports, model,
 adapters) and other (sampling prompts, bookkeeping, writing results). Each phase's
 achieved FLOP/s (executed convention: what actually ran) is compared with this CPU's
@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from race.config import EMBEDDED_BUDGET, compose_config, to_run_spec
+from race.config import compose_config, to_run_spec
 from race.pilot import run_pilot
 
 
@@ -38,7 +38,7 @@ def matmul_peak_flops(size: int = 1024, repeats: int = 7) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--budget", type=float, default=EMBEDDED_BUDGET)
+    parser.add_argument("--budget", type=float, default=4.5e12)  # README figures
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     peak = matmul_peak_flops()

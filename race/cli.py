@@ -14,19 +14,23 @@ USAGE_ERROR = 2
 
 SUBCOMMANDS = {
     "flops": "print a compute card: FLOPs per phase, shares and totals (runs nothing)",
-    "plan": "expand the allocation grid and solve each cell's steps (not yet available)",
-    "sweep": "plan, launch every pilot, wait, resume and aggregate (not yet available)",
+    "plan": "expand the allocation grid and solve each cell's steps and FLOPs (runs nothing)",
+    "sweep": "plan, launch every pilot (local, slurm, inline), wait, resume, summarise",
     "pilot": "run one allocation cell as a budgeted GRPO pilot (pilot.fraction x budget)",
-    "report": "rank regimes, draw the frontier, write the compute card (not yet available)",
-    "validate": "run the selected cells at the full budget (not yet available)",
+    "report": "rank regimes, fit curves, draw the frontier, write the compute card",
+    "validate": "run the selected cells at the full budget; report predicted vs realized",
 }
 
 EPILOG = """\
 overrides are Hydra-style key=value pairs, e.g.
   race flops model=qwen2.5-1.5b reward=qwen2.5-math-prm-7b grid.group_size=8 \\
              grid.max_new_tokens=512 steps=100
-  race flops model=qwen2.5-7b budget=1e18 format=json
-groups: model, reward, task, grid (see conf/); FLOPs print as 3.2e+15.
+  race plan  budget=1e18 model=qwen2.5-0.5b,qwen2.5-1.5b reward=rule,qwen2.5-math-prm-7b
+  race sweep                                  # the embedded default grid on this CPU
+  race sweep budget=1e18 model=qwen2.5-0.5b,qwen2.5-1.5b launcher=slurm \\
+             launcher.partition=gpu launcher.gpus_per_node=1
+comma lists are sweep axes (replacing the grid's own axes, grid.axes in conf/grid/);
+groups: model, reward, task, grid, launcher (see conf/); FLOPs print as 3.2e+15.
 """
 
 
@@ -39,6 +43,13 @@ def _parser() -> argparse.ArgumentParser:
     for name, help_text in SUBCOMMANDS.items():
         cmd = sub.add_parser(name, help=help_text, description=help_text, epilog=EPILOG,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        if name in ("report", "validate"):
+            cmd.add_argument("sweep_dir", metavar="SWEEP_DIR",
+                             help="a sweep folder, e.g. results/arith-4.5e12-1a2b3c4d")
+        if name == "pilot":
+            cmd.add_argument("-m", "--multirun", action="store_true",
+                             help="Hydra multirun: comma lists sweep, hydra/launcher=... "
+                                  "picks Hydra's launcher (e.g. submitit_slurm)")
         cmd.add_argument("overrides", nargs="*", metavar="key=value",
                          help="Hydra-style config overrides")
     return parser
@@ -200,6 +211,170 @@ def cmd_pilot(overrides: list[str]) -> int:
     return 0 if summary["status"] == "ok" else 1
 
 
+def cmd_plan(overrides: list[str]) -> int:
+    """``race plan``: expand the grid, solve each cell, print the table. Loads no weights."""
+    from race.grid import plan_grid, plan_summary, plan_table
+
+    plan = plan_grid(overrides, runnable=False)
+    print(plan_table(plan))
+    print()
+    print(plan_summary(plan))
+    return 0
+
+
+def cmd_sweep(overrides: list[str]) -> int:
+    """``race sweep``: plan, launch every cell without an ok summary, wait, summarise."""
+    from pathlib import Path
+
+    from race.grid import fmt_flops, plan_grid, plan_summary
+    from race.launch import check_slurm
+    from race.sweep import run_sweep, sweep_name
+
+    plan = plan_grid(overrides)
+    base = plan.base
+    if base.launcher.name == "slurm":
+        check_slurm(base.launcher)
+    refused = [c for c in plan.cells if c.refused]
+    sweep_dir = Path(base.sweep.out_dir) / (base.sweep.name or sweep_name(plan))
+    print(f"race sweep: {plan_summary(plan)}", file=sys.stderr)
+    for cell in refused:
+        print(f"race sweep: refused {cell.spec.cell_id} "
+              f"({' '.join(f'{k}={v}' for k, v in cell.knobs)}): {cell.refused}",
+              file=sys.stderr)
+    print(f"race sweep: {len(plan.runnable)} pilot(s) via launcher={base.launcher.name} -> "
+          f"{sweep_dir}", file=sys.stderr)
+    outcome = run_sweep(plan, base, overrides, sweep_dir)
+    import pandas as pd
+
+    frame = pd.read_csv(sweep_dir / "pilots.csv")
+    if outcome["ok"]:
+        _report(sweep_dir, base)
+    else:
+        targets = [c for c in frame.columns
+                   if c.startswith("final_") and not c.endswith("_reward")]
+        columns = ["cell_id", "model", "reward", "group_size", "update_epochs", "seed",
+                   "status", "steps", "total_flops", *targets]
+        table = frame[[c for c in columns if c in frame.columns]].copy()
+        if "total_flops" in table:
+            table["total_flops"] = table["total_flops"].map(fmt_flops)
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"\n{outcome['ok']} ok, {outcome['failed']} failed ({outcome['skipped']} already "
+          f"done before this run); launch wall {outcome['wall_s']:.0f} s; results in "
+          f"{sweep_dir}")
+    for _, row in frame[frame["status"] != "ok"].iterrows():
+        print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
+    return 0 if outcome["failed"] == 0 else 1
+
+
+def _report(sweep_dir, cfg) -> dict:
+    from race.report import write_report
+
+    report = cfg.report
+    written = write_report(sweep_dir, n_boot=report.n_boot, level=report.level,
+                           top_k=report.top_k, basis=report.basis)
+    print(written["summary"])
+    return written
+
+
+def _sweep_folder(path: str):
+    from pathlib import Path
+
+    folder = Path(path)
+    if not (folder / "sweep.json").is_file() and not (folder / "cells").is_dir():
+        raise ValueError(f"SWEEP_DIR={path}: not a sweep folder (no sweep.json or cells/); "
+                         f"give the folder `race sweep` printed, e.g. results/<sweep>")
+    return folder
+
+
+def cmd_report(sweep_dir: str, overrides: list[str]) -> int:
+    """``race report SWEEP_DIR``: leaderboard, compute card, plots, selection."""
+    from race.config import compose_config, validate
+
+    folder = _sweep_folder(sweep_dir)
+    cfg = compose_config(overrides)
+    validate(cfg)
+    _report(folder, cfg)
+    return 0
+
+
+def cmd_validate(sweep_dir: str, overrides: list[str]) -> int:
+    """``race validate SWEEP_DIR``: the selected cells at the full budget, then compare."""
+    from race.config import compose_config, validate
+    from race.report import validation_section
+    from race.sweep import run_validation
+
+    folder = _sweep_folder(sweep_dir)
+    cfg = compose_config(overrides)
+    validate(cfg)
+    if cfg.launcher.name == "slurm":
+        from race.launch import check_slurm
+
+        check_slurm(cfg.launcher)
+    if not (folder / "selection.json").is_file():
+        _report(folder, cfg)
+    comparison = run_validation(folder, cfg, top_k=cfg.validate.top_k)
+    print(validation_section(folder, comparison))
+    for row in comparison["failed"]:
+        print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
+    return 0 if not comparison["failed"] else 1
+
+
+def _hydra_pilot(cfg) -> str:
+    """One pilot as a Hydra task function (``race pilot -m``); returns its status."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from race.config import to_run_spec
+    from race.pilot import run_pilot
+
+    typed = OmegaConf.to_object(cfg)
+    spec = to_run_spec(typed, typed.budget * typed.pilot.fraction)
+    summary = run_pilot(spec, Path(typed.pilot.out_dir) / "cells" / spec.cell_id)
+    print(f"race pilot: {spec.cell_id} {summary['status']}, {summary['steps']} steps, "
+          f"{_fmt(summary['total_flops'])} FLOPs", file=sys.stderr)
+    return summary["status"]
+
+
+def pilot_multirun(overrides: list[str]) -> int:
+    """``race pilot -m ...``: Hydra's own multirun over single pilots.
+
+    Every combination is composed and checked first (bad input exits 2 before Hydra
+    launches anything); then ``hydra.main`` runs the sweep with whichever launcher
+    ``hydra/launcher=`` names (basic, submitit_local, submitit_slurm).
+    """
+    import itertools
+
+    import hydra
+
+    from race import catalog
+    from race.config import compose_config, register_configs, to_run_spec
+    from race.grid import split_overrides
+    from race.pilot import BudgetTooSmall, check_budget
+
+    ours = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    fixed, axes = split_overrides(ours)
+    for values in itertools.product(*axes.values()):
+        cfg = compose_config(fixed + [f"{k}={v}" for k, v in zip(axes, values)])
+        if cfg.budget is None:
+            raise ValueError("budget=null: race pilot needs the full-run budget in FLOPs; "
+                             "e.g. budget=2e12")
+        spec = to_run_spec(cfg, cfg.budget * cfg.pilot.fraction)
+        try:
+            check_budget(spec, prompt_tokens=1)
+        except BudgetTooSmall as error:
+            raise ValueError(str(error)) from None
+    register_configs()
+    argv = sys.argv
+    sys.argv = ["race-pilot", "--multirun", *overrides]
+    try:
+        hydra.main(config_path=str(catalog.conf_dir()), config_name="config",
+                   version_base="1.3")(_hydra_pilot)()
+    finally:
+        sys.argv = argv
+    return 0
+
+
 def _one_line(error: BaseException) -> str:
     """Hydra's message, its cause, and the fix, on one line."""
     line = _first_line(error)
@@ -214,19 +389,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         _parser().print_help()
         return USAGE_ERROR
-    commands = {"flops": cmd_flops, "pilot": cmd_pilot}
-    if args.command not in commands:
-        print(f"race {args.command}: not yet available in this version of RACE "
-              f"(`race flops` and `race pilot` are); see `race --help`", file=sys.stderr)
-        return USAGE_ERROR
+    commands = {"flops": cmd_flops, "pilot": cmd_pilot, "plan": cmd_plan, "sweep": cmd_sweep}
     try:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 
+        if args.command in ("report", "validate"):
+            run = cmd_report if args.command == "report" else cmd_validate
+            return run(args.sweep_dir, args.overrides)
+        if args.command == "pilot" and args.multirun:
+            return pilot_multirun(args.overrides)
         return commands[args.command](args.overrides)
     except (ValueError, KeyError, HydraException, OmegaConfBaseException) as error:
         print(f"race {args.command}: {_one_line(error)}", file=sys.stderr)
         return USAGE_ERROR
+    except KeyboardInterrupt:
+        print(f"\nrace {args.command}: interrupted; local pilots were stopped (SLURM jobs "
+              f"keep running); rerun the same command to resume: finished cells are kept",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

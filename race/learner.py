@@ -191,6 +191,46 @@ class LoraLearner:
             out[i, mask[i].bool()] = per_row[r]
         return out
 
+    # ------------------------------------------------------------------ resume
+
+    def state_dict(self) -> dict:
+        """What a resumed pilot needs to continue exactly where this learner stands.
+
+        The trainable (LoRA) weights by parameter name, AdamW's moments and step counts,
+        the minibatch-shuffle RNG and the FLOP counters. The frozen base is left out: it
+        reloads from the policy folder. Tensors are live references (as in
+        ``nn.Module.state_dict``): save them before the next update.
+        """
+        return {"adapter": {name: p.detach() for name, p in self.model.named_parameters()
+                            if p.requires_grad},
+                "optimizer": self.optimizer.state_dict(),
+                "rng": self.rng.getstate(),
+                "flops": dict(self.flops)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` into this learner.
+
+        Weights are copied in place, so the optimizer keeps its parameters and a backend
+        sampling from ``self.model`` (``hf``) sees the restored adapter at once.
+        """
+        import torch
+
+        params = dict(self.model.named_parameters())
+        trainable = {name for name, p in params.items() if p.requires_grad}
+        if set(state["adapter"]) != trainable:
+            missing, extra = trainable - set(state["adapter"]), set(state["adapter"]) - trainable
+            raise ValueError(f"learner state does not fit this LoRA model (missing "
+                             f"{sorted(missing)[:3]}, unexpected {sorted(extra)[:3]}); it was "
+                             f"saved for another lora_rank/lora_targets: delete it to start "
+                             f"afresh")
+        with torch.no_grad():
+            for name, value in state["adapter"].items():
+                params[name].copy_(value)
+        self.optimizer.load_state_dict(state["optimizer"])
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.flops = dict(state["flops"])
+
     def save_adapter(self, folder: Path) -> Path:
         """Write the adapter (PEFT format) so another backend can load it."""
         self.model.save_pretrained(str(folder))

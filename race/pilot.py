@@ -17,14 +17,22 @@ phase go to ``timing.jsonl`` beside it and to the summary. A step runs only if i
 case (every completion at ``max_new_tokens``) fits, so a pilot never overspends.
 ``summary.json`` is written at the end, and also when the pilot fails (``status:
 failed``, the error, and everything spent until then).
+
+Every ``checkpoint_every`` steps the pilot saves its state under ``state/`` (LoRA weights,
+optimizer, RNGs, ledger and rows). A rerun of the same spec -- a SLURM requeue after a
+timeout or preemption, or a rerun after a crash -- continues from there, and its FLOPs,
+steps and ``metrics.jsonl`` equal those of a run that was never interrupted: work done
+after the last save is redone, never charged twice. ``state/`` is deleted once the pilot
+finishes ok, and kept when it fails.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -34,6 +42,7 @@ from race.catalog import load_model_shape
 from race.specs import LoraShape, ModelShape, RewardShape, RunSpec
 
 PHASES = ("rollout", "learning", "feedback", "eval")
+STATE_FORMAT = 1  # bump when the layout of state/ changes: older states are then refused
 
 
 @dataclass
@@ -124,8 +133,8 @@ class Components:
 def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Components:
     """Load the policy, wrap it in the LoRA learner, and build backend, task and reward.
 
-    ``policy_folder`` overrides where the policy loads from (default: the warm-started
-    tiny policy, or the model's ``hf_id``).
+    ``policy_folder`` overrides where the policy loads from (default: ``spec.policy_path``,
+    else the warm-started tiny policy or the model's ``hf_id``).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -136,12 +145,17 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
     from race.tasks import build_task
 
     shape = load_model_shape(spec.model)
-    folder = policy_folder or (build_tiny_policy(spec.model) if shape.tokenizer == "race-char"
-                               else shape.hf_id)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    tokenizer.padding_side = "left"
-    torch.manual_seed(spec.seed)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    folder = policy_folder or spec.policy_path or (
+        build_tiny_policy(spec.model) if shape.tokenizer == "race-char" else shape.hf_id)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        tokenizer.padding_side = "left"
+        torch.manual_seed(spec.seed)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    except (OSError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        raise OSError(f"model.hf_id={folder}: could not load the policy ({first}); point "
+                      f"model.hf_id at a Hugging Face model folder or id") from error
     config = LearnerConfig(lora_rank=spec.lora_rank, lora_alpha=spec.lora_alpha,
                            lora_targets=spec.lora_targets, lr=spec.lr,
                            update_epochs=spec.update_epochs,
@@ -189,7 +203,7 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float) 
 
 
 def _summary(spec: RunSpec, ledger: Ledger, steps: int, evals: list[dict], status: str,
-             error: str | None) -> dict:
+             error: str | None, resumed_from_step: int | None) -> dict:
     final = {}
     for row in evals:  # the last checkpoint of each target
         final[row["target"]] = {"accuracy": row["accuracy"], "mean_reward": row["mean_reward"],
@@ -204,35 +218,164 @@ def _summary(spec: RunSpec, ledger: Ledger, steps: int, evals: list[dict], statu
             "flops_executed": ledger.flops["executed"],
             "flops_measured": ledger.flops["measured"] if spec.measure else None,
             "wall_s": ledger.wall_s, "steps": steps, "final_eval": final,
-            "initial_eval": initial}
+            "initial_eval": initial, "resumed_from_step": resumed_from_step}
+
+
+@dataclass
+class PilotState:
+    """A pilot after its last completed step: everything it needs to continue from there."""
+
+    steps: int
+    ledger: Ledger
+    rows: list[dict]  # what metrics.jsonl holds at this step
+    evals: list[dict]
+    timing: list[dict]  # what timing.jsonl holds at this step
+    pending: list[float]  # eval checkpoints (budget fractions) not reached yet
+    learner: dict = field(default_factory=dict)  # LoraLearner.state_dict()
+    torch_rng: dict = field(default_factory=dict)  # {"cpu": state, "cuda": [state per GPU]}
+
+
+def _torch_rng() -> dict:
+    import torch
+
+    # is_initialized, not is_available: a CPU pilot on a GPU node must not open a context
+    return {"cpu": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []}
+
+
+def save_state(state_dir: Path, spec: RunSpec, state: PilotState) -> Path:
+    """Save ``state`` atomically as ``state_dir/step-<steps>/`` and delete older states.
+
+    The folder holds ``state.json`` (cell_id, steps, the ledger's FLOPs and wall seconds,
+    rows, evals, timing, pending eval checkpoints), ``learner.pt`` (LoRA weights, AdamW
+    state, shuffle RNG) and ``rng.pt`` (torch's global RNG). Python's and numpy's global
+    RNGs are left out: the pilot draws from neither (tasks and the learner own seeded
+    ``random.Random`` instances). Returns the new folder.
+    """
+    import torch
+
+    def fill(tmp: Path) -> None:
+        # JSON keeps every float exactly (repr round-trips), so restored rows rewrite
+        # metrics.jsonl byte for byte
+        results.write_json(tmp / "state.json", {
+            "format": STATE_FORMAT, "cell_id": spec.cell_id, "steps": state.steps,
+            "ledger": asdict(state.ledger), "rows": state.rows, "evals": state.evals,
+            "timing": state.timing, "pending": state.pending})
+        torch.save(state.learner, tmp / "learner.pt")
+        torch.save(state.torch_rng, tmp / "rng.pt")
+
+    state_dir = Path(state_dir)
+    folder = state_dir / f"step-{state.steps:06d}"
+    results.write_folder(folder, fill)
+    for old in state_dir.iterdir():  # older states and temp folders of interrupted saves
+        if old.is_dir() and old != folder:
+            shutil.rmtree(old)
+    return folder
+
+
+def load_state(state_dir: Path, spec: RunSpec) -> PilotState | None:
+    """The newest state in ``state_dir``, or None when there is none or it is another spec's.
+
+    Raises:
+        ValueError: the newest state of this spec cannot be read; the message names the
+            folder to delete to start the cell afresh.
+    """
+    import torch
+
+    saved = sorted(p for p in Path(state_dir).glob("step-*") if p.is_dir())
+    if not saved:
+        return None
+    folder = saved[-1]
+    try:
+        meta = results.read_json(folder / "state.json")
+        if meta.get("cell_id") != spec.cell_id:
+            return None  # another spec's state: never resumed into this one
+        if meta.get("format") != STATE_FORMAT:
+            raise ValueError(f"format {meta.get('format')}, expected {STATE_FORMAT}")
+        # on the CPU: load_state_dict moves every tensor to its parameter's device
+        learner = torch.load(folder / "learner.pt", map_location="cpu", weights_only=True)
+        torch_rng = torch.load(folder / "rng.pt", map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise ValueError(f"{folder}: unreadable pilot state ({type(error).__name__}: "
+                         f"{error}); delete {state_dir} to rerun the cell from the start"
+                         ) from error
+    return PilotState(meta["steps"], Ledger(**meta["ledger"]), meta["rows"], meta["evals"],
+                      meta["timing"], meta["pending"], learner, torch_rng)
+
+
+def _restore(parts: Components, state: PilotState, adapter_dir: Path) -> None:
+    """Put a loaded state into the live learner, backend and torch RNG."""
+    import torch
+
+    parts.learner.load_state_dict(state.learner)
+    torch.set_rng_state(state.torch_rng["cpu"])
+    if state.torch_rng["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state.torch_rng["cuda"])
+    if parts.backend.name != "hf":  # hf samples from the live model already
+        parts.backend.load_adapter(parts.learner.save_adapter(adapter_dir))
+
+
+def _settle_other(ledger: Ledger, prior_s: dict[str, float], session_s: float) -> Ledger:
+    """A copy of ``ledger`` whose ``other`` wall seconds take the rest of this session.
+
+    ``prior_s`` is the wall clock a resumed pilot started from (zeros on a fresh start):
+    ``other`` grows by the session's seconds that no phase claimed, checkpoint saves
+    included.
+    """
+    claimed = sum(ledger.wall_s[k] - prior_s[k] for k in ledger.wall_s if k != "other")
+    return Ledger(ledger.flops, ledger.wall_s | {"other": prior_s["other"] + session_s
+                                                 - claimed})
 
 
 def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = None,
-              progress: Callable[[dict], None] | None = None) -> dict:
+              progress: Callable[[dict], None] | None = None,
+              checkpoint_every: int = 5) -> dict:
     """Run one cell to its budget; write spec.json, metrics.jsonl, summary.json.
 
-    Returns the summary. Failures are recorded (``status: failed``) and re-raised only
-    for bad input detected before anything ran (a budget that cannot buy one step).
+    Args:
+        spec: the cell.
+        cell_dir: its results folder.
+        components: prebuilt task, reward, learner and backend (default: built from spec).
+        progress: called with each step's metrics row.
+        checkpoint_every: save a resumable state under ``cell_dir/state/`` every this many
+            GRPO steps (0: never). A state of this spec found there is resumed, whatever
+            this value.
+
+    Returns the summary (``resumed_from_step``: the step a saved state was resumed from,
+    or None). Failures are recorded (``status: failed``) and re-raised only for bad input
+    detected before anything ran (a budget that cannot buy one step, an unreadable state).
     """
     import torch
 
     from race.grpo import group_advantages
     from race.learner import Batch
 
-    cell_dir = Path(cell_dir)
+    if checkpoint_every < 0:
+        raise ValueError(f"checkpoint_every={checkpoint_every}: must be >= 0 (0: never save "
+                         f"a resumable state)")
+    cell_dir, state_dir = Path(cell_dir), Path(cell_dir) / "state"
     check_budget(spec, prompt_tokens=1)  # before any model loads or any file is written
     results.write_json(cell_dir / "spec.json", spec.to_dict())
-    ledger, rows, evals, steps, timing, written = Ledger(), [], [], 0, [], 0
-    for stale in ("metrics.jsonl", "timing.jsonl"):  # a rerun starts the cell afresh
-        (cell_dir / stale).unlink(missing_ok=True)
     wall_start = time.perf_counter()
+    state = load_state(state_dir, spec)
+    resumed_from = state.steps if state else None
+    if state is None:  # a rerun without a state of this spec starts the cell afresh
+        shutil.rmtree(state_dir, ignore_errors=True)
+        state = PilotState(0, Ledger(), [], [], [], sorted(spec.checkpoints))
+    ledger, rows, evals, timing = state.ledger, state.rows, state.evals, state.timing
+    steps, pending, written = state.steps, state.pending, len(rows)
+    prior_s = dict(ledger.wall_s)  # a resumed pilot's seconds carry over
+    # drop whatever a crashed or preempted run wrote after its last save
+    results.write_jsonl(cell_dir / "metrics.jsonl", rows)
+    results.write_jsonl(cell_dir / "timing.jsonl", timing)
     try:
-        load_start = time.perf_counter()
         parts = components or build_components(spec)
-        ledger.wall_s["load"] = time.perf_counter() - load_start
-        evals += evaluate(spec, parts, ledger, 0.0)
-        rows += evals[-len(spec.eval_targets):]
-        pending = sorted(spec.checkpoints)
+        if resumed_from is not None:
+            _restore(parts, state, cell_dir / "adapter")
+        ledger.wall_s["load"] += time.perf_counter() - wall_start
+        if resumed_from is None:
+            evals += evaluate(spec, parts, ledger, 0.0)
+            rows += evals[-len(spec.eval_targets):]
         while True:
             examples = parts.task.sample("train", spec.prompts_per_step,
                                          seed=spec.seed * 1_000_003 + steps)
@@ -290,6 +433,11 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
                 results.append_jsonl(cell_dir / "metrics.jsonl", new)
             written = len(rows)
             results.append_jsonl(cell_dir / "timing.jsonl", timing[-1])
+            if checkpoint_every and steps % checkpoint_every == 0:
+                session_s = time.perf_counter() - wall_start
+                save_state(state_dir, spec, PilotState(
+                    steps, _settle_other(ledger, prior_s, session_s), rows, evals, timing,
+                    pending, parts.learner.state_dict(), _torch_rng()))
             if progress:
                 progress(row)
         if pending:  # the end of the budget is the last checkpoint
@@ -300,9 +448,10 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
         status = "failed"
         error = f"{type(exc).__name__}: {exc}"
         (cell_dir / "error.txt").write_text(traceback.format_exc())
-    ledger.wall_s["other"] = (time.perf_counter() - wall_start
-                              - sum(v for k, v in ledger.wall_s.items() if k != "other"))
+    ledger = _settle_other(ledger, prior_s, time.perf_counter() - wall_start)
     results.write_jsonl(cell_dir / "metrics.jsonl", rows)  # the whole file, atomically
-    summary = _summary(spec, ledger, steps, evals, status, error)
+    summary = _summary(spec, ledger, steps, evals, status, error, resumed_from)
     results.write_json(cell_dir / "summary.json", summary)
+    if status == "ok":  # a failed pilot keeps its state, so that a rerun resumes it
+        shutil.rmtree(state_dir, ignore_errors=True)  # AdamW moments: twice the adapter
     return summary

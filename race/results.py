@@ -5,28 +5,66 @@ Layout (DESIGN.md, results contract)::
     results/<sweep_id>/cells/<cell_id>/spec.json      the frozen RunSpec
     results/<sweep_id>/cells/<cell_id>/metrics.jsonl  one row per step / checkpoint eval
     results/<sweep_id>/cells/<cell_id>/summary.json   status, FLOPs and seconds by phase
+    results/<sweep_id>/cells/<cell_id>/state/         resume state, while a pilot is unfinished
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def _atomic(path: Path, write: Callable[[Any], None], mode: str = "w") -> None:
+    """Call ``write(file)`` on a temp file beside ``path``, sync it, rename it to ``path``."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(handle, "w") as f:
-            f.write(text)
+        with os.fdopen(handle, mode) as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    _atomic(path, lambda f: f.write(text))
+
+
+def write_folder(path: Path, fill: Callable[[Path], None]) -> None:
+    """Create the folder ``path`` whole or not at all.
+
+    ``fill(tmp)`` writes into a hidden temp folder beside ``path``; its files are synced,
+    then the folder is renamed to ``path``. A crash midway leaves only the hidden folder,
+    which readers skip. An existing ``path`` is replaced (moved aside first: a rename
+    cannot replace a non-empty folder).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        fill(tmp)
+        for file in tmp.rglob("*"):
+            if file.is_file():
+                with open(file, "rb") as f:
+                    os.fsync(f.fileno())
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
+            os.replace(path, old / path.name)
+            os.replace(tmp, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
@@ -64,3 +102,141 @@ def read_jsonl(path: Path) -> list[dict]:
             raise ValueError(f"{path}:{number}: corrupt JSON line ({error.msg}); delete the "
                              f"cell folder to rerun it") from None
     return rows
+
+
+def write_csv(path: Path, frame) -> None:
+    """Write a pandas DataFrame as CSV, atomically."""
+    _atomic_write(Path(path), frame.to_csv(index=False))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` (markdown, LaTeX, ...) atomically."""
+    _atomic_write(Path(path), text)
+
+
+def save_figure(fig, path: Path, **savefig_kwargs) -> None:
+    """Save a matplotlib figure atomically: a temp file in the same folder, then rename.
+
+    The format follows ``path``'s suffix (the temp file's own name does not end in it).
+    """
+    fmt = Path(path).suffix.lstrip(".") or "png"
+    _atomic(path, lambda f: fig.savefig(f, format=fmt, **savefig_kwargs), mode="wb")
+
+
+def last_charged_flops(path: Path) -> float:
+    """The charged FLOPs of the last step row of a running pilot's ``metrics.jsonl``."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            lines = f.read().decode(errors="ignore").splitlines()
+    except OSError:
+        return 0.0
+    for line in reversed(lines):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "charged_flops" in row:
+            return float(row["charged_flops"])
+    return 0.0
+
+
+def cell_dirs(sweep_dir: Path) -> list[Path]:
+    """The cell folders of a sweep (``cells/<cell_id>/`` holding a spec.json), sorted."""
+    return sorted(p.parent for p in (Path(sweep_dir) / "cells").glob("*/spec.json"))
+
+
+KNOBS = ("model", "seed", "prompts_per_step", "group_size", "max_new_tokens",
+         "update_epochs", "minibatch_size", "lr", "lora_rank", "kl_coef", "temperature",
+         "backend", "convention", "config_id")
+
+
+def pilot_row(cell_dir: Path) -> dict:
+    """One cell as a flat row: its knobs, status, FLOPs and seconds by phase, final evals.
+
+    A cell without ``summary.json`` (never finished) is reported as ``status: missing``.
+    """
+    spec = read_json(cell_dir / "spec.json")
+    row = {"cell_id": spec["cell_id"]} | {k: spec.get(k) for k in KNOBS}
+    row["reward"] = spec["reward"].get("name")
+    row["task"] = spec["task"].get("name")
+    row["budget_flops"] = spec["budget_flops"]
+    path = cell_dir / "summary.json"
+    if not path.is_file():
+        return row | {"status": "missing", "error": "no summary.json: the pilot never "
+                      "finished; rerun the sweep to resume it"}
+    summary = read_json(path)
+    row |= {"status": summary["status"], "error": summary.get("error"),
+            "steps": summary.get("steps", 0), "total_flops": summary.get("total_flops", 0.0),
+            "resumed_from_step": summary.get("resumed_from_step")}
+    for phase, value in summary.get("flops", {}).items():
+        row[f"flops_{phase}"] = value
+    for phase, value in summary.get("wall_s", {}).items():
+        row[f"wall_s_{phase}"] = value
+    for when in ("initial", "final"):
+        for target, metrics in summary.get(f"{when}_eval", {}).items():
+            row[f"{when}_{target}"] = metrics.get("accuracy")
+            row[f"{when}_{target}_reward"] = metrics.get("mean_reward")
+    return row
+
+
+def pilots_frame(sweep_dir: Path):
+    """``pilots.csv`` as a DataFrame: one row per cell folder of the sweep."""
+    import pandas as pd
+
+    return pd.DataFrame([pilot_row(d) for d in cell_dirs(sweep_dir)])
+
+
+def load_results(sweep_dir: Path, *, thresholds=None):
+    """A sweep folder as the aggregator's three DataFrames: ``(cells, evals, examples)``.
+
+    - ``cells``: one row per cell (``pilots.csv``'s columns plus ``params``,
+      ``full_budget_flops`` and the ``regime`` named from its realized shares).
+    - ``evals``: one row per (cell, target, checkpoint): FLOPs spent then, accuracy.
+    - ``examples``: the final checkpoint's per-problem correctness (prompt bootstrap).
+
+    A corrupt ``metrics.jsonl`` line raises ValueError naming its file and line.
+    ``thresholds`` (a ``RegimeConfig``) defaults to the one in ``sweep.json``.
+    """
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from race.catalog import load_model_shape
+    from race.grid import regime_label
+
+    sweep_dir = Path(sweep_dir)
+    record = read_json(sweep_dir / "sweep.json") if (sweep_dir / "sweep.json").is_file() else {}
+    if thresholds is None:
+        thresholds = SimpleNamespace(**record.get("config", {}).get("regime", {
+            "feedback_heavy": 0.15, "learning_heavy": 0.8, "search_heavy": 0.4}))
+    rows, evals, examples = [], [], []
+    for cell_dir in cell_dirs(sweep_dir):
+        row = pilot_row(cell_dir)
+        fraction = record.get("pilot_fraction") or 1.0
+        row["full_budget_flops"] = record.get("budget_flops") or row["budget_flops"] / fraction
+        row["params"] = load_model_shape(row["model"]).total_params
+        total = row.get("total_flops") or 0.0
+        shares = {p: (row.get(f"flops_{p}", 0.0) or 0.0) / total if total else 0.0
+                  for p in ("rollout", "learning", "feedback")}
+        row["regime"] = regime_label(shares, thresholds)
+        rows.append(row)
+        if row["status"] != "ok":
+            continue
+        metrics = read_jsonl(cell_dir / "metrics.jsonl")
+        charged = 0.0
+        finals = {}
+        for metric in metrics:
+            if metric["kind"] == "step":
+                charged = metric["charged_flops"]
+            elif metric["kind"] == "eval":
+                evals.append({"cell_id": row["cell_id"], "config_id": row["config_id"],
+                              "target": metric["target"], "checkpoint": metric["checkpoint"],
+                              "flops": charged, "accuracy": metric["accuracy"],
+                              "mean_reward": metric["mean_reward"]})
+                finals[metric["target"]] = metric.get("correct", [])
+        for target, correct in finals.items():
+            examples += [{"cell_id": row["cell_id"], "target": target, "example": i,
+                          "correct": c} for i, c in enumerate(correct)]
+    return pd.DataFrame(rows), pd.DataFrame(evals), pd.DataFrame(examples)

@@ -262,15 +262,26 @@ class RunSpec:
     eval_examples: int = 128
     eval_targets: tuple[str, ...] = ("test", "ood")
     measure: bool = False
+    # where the policy's weights load from ("": the tiny family's cached warm start)
+    policy_path: str = ""
 
     @property
     def cell_id(self) -> str:
         """A stable short hash of every field."""
-        import hashlib
+        return _short_hash(asdict(self))
 
-        blob = json.dumps(asdict(self), sort_keys=True, default=list)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    @property
+    def config_id(self) -> str:
+        """A stable short hash of every field but the seed: the seeds of one allocation."""
+        return _short_hash(asdict(self) | {"seed": None})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"reward": dict(self.reward), "task": dict(self.task),
-                               "cell_id": self.cell_id}
+                               "cell_id": self.cell_id, "config_id": self.config_id}
+
+
+def _short_hash(fields: dict[str, Any]) -> str:
+    import hashlib
+
+    blob = json.dumps(fields, sort_keys=True, default=list)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]

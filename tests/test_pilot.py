@@ -16,20 +16,6 @@ RULE = (("kind", "rule"), ("name", "rule"))
 TASK = (("name", "arith"),)
 
 
-@pytest.fixture(scope="module")
-def policy(tmp_path_factory):
-    import os
-
-    old = os.environ.get("RACE_CACHE_DIR")
-    os.environ["RACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    recipe = WarmStartRecipe(model="tiny-s", max_steps=30, eval_every=10, greedy_every=10,
-                             val_examples=16, target_accuracy=1.01, eval_examples=16)
-    folder = build_tiny_policy("tiny-s", recipe=recipe)
-    if old is None:
-        os.environ.pop("RACE_CACHE_DIR")
-    else:
-        os.environ["RACE_CACHE_DIR"] = old
-    return folder
 
 
 def small_spec(worst_steps: float, **kw) -> RunSpec:

@@ -1,0 +1,259 @@
+"""Grid expansion and the budget solver: overrides -> allocation cells -> steps and FLOPs.
+
+A grid is the product of its axes. Axes come from ``grid.axes`` in ``conf/grid/*.yaml``
+and from comma lists on the command line (Hydra's multirun syntax, parsed with Hydra's
+own override parser): ``model=tiny-s,tiny-m grid.group_size=4,16``. A key given on the
+command line replaces the axis of the same key; a single value fixes it.
+
+Each cell is composed like a single run (``compose_config``), frozen into a
+:class:`~race.specs.RunSpec` at the pilot budget ``pilot.fraction x budget``, and solved:
+the GRPO steps its budget buys at nominal token counts, FLOPs by phase, and its regime.
+A cell whose pilot budget cannot buy one worst-case step is refused, with the reason.
+Nothing here loads weights.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from race import catalog, flops
+from race.specs import PhaseFlops, RunSpec
+
+# Axes print in this order (then any other key, then seeds last).
+AXIS_ORDER = ("model", "grid.group_size", "grid.prompts_per_step", "grid.max_new_tokens",
+              "grid.update_epochs", "grid.lr", "grid.lora_rank", "reward")
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One allocation cell of a plan.
+
+    Attributes:
+        knobs: axis key -> value (as typed), the cell's coordinates in the grid.
+        overrides: the full override list that composes the cell.
+        spec: the frozen pilot spec (``spec.budget_flops``: the pilot budget).
+        steps: GRPO steps the pilot budget buys at nominal token counts (0: refused).
+        planned: FLOPs by phase of those steps (model convention unless configured).
+        regime: the regime label from the planned shares.
+        refused: why the cell cannot run ("" when it can).
+    """
+
+    knobs: tuple[tuple[str, str], ...]
+    overrides: tuple[str, ...]
+    spec: RunSpec
+    steps: int
+    planned: PhaseFlops
+    regime: str
+    refused: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """An expanded, solved grid: the budget, the axes, the cells and the base config."""
+
+    budget_flops: float
+    pilot_fraction: float
+    axes: tuple[tuple[str, tuple[str, ...]], ...]
+    cells: tuple[Cell, ...]
+    task: str
+    base: Any = None  # the RaceConfig composed from the fixed overrides (launcher, report)
+
+    @property
+    def runnable(self) -> list[Cell]:
+        return [c for c in self.cells if not c.refused]
+
+    @property
+    def pilot_flops(self) -> float:
+        """What the runnable cells' pilots may spend in all, FLOPs."""
+        return sum(c.spec.budget_flops for c in self.runnable)
+
+    @property
+    def share_of_full_run(self) -> float:
+        """The grid's pilot FLOPs as a share of one full-budget run."""
+        return self.pilot_flops / self.budget_flops
+
+
+def regime_label(shares: Mapping[str, float], thresholds) -> str:
+    """Name a cell's regime from its FLOP shares (``thresholds``: a ``RegimeConfig``).
+
+    The first threshold met wins, in the order feedback, learning, search: a reward model
+    taking a visible share is the cell's most distinctive spend.
+    """
+    if shares.get("feedback", 0.0) >= thresholds.feedback_heavy:
+        return "feedback-heavy"
+    if shares.get("learning", 0.0) >= thresholds.learning_heavy:
+        return "learning-heavy"
+    if shares.get("rollout", 0.0) >= thresholds.search_heavy:
+        return "search-heavy"
+    return "balanced"
+
+
+def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """Separate single-value overrides from sweep axes (comma lists, ranges, choices).
+
+    Returns the fixed overrides (as typed) and ``{key: [value strings]}`` for the axes.
+    Malformed overrides raise Hydra's own error.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    fixed, axes, seen = [], {}, {}
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    for text, override in zip(overrides, parsed):
+        key = override.key_or_group
+        if key in seen:
+            raise ValueError(f"{key}: given twice ({seen[key]} and {text}); give each key "
+                             f"once (a comma list sweeps it)")
+        seen[key] = text
+        if override.is_sweep_override():
+            axes[override.key_or_group] = list(override.sweep_string_iterator())
+        else:
+            fixed.append(text)
+    return fixed, axes
+
+
+def _axis_key(key: str) -> tuple[int, str]:
+    if key == "pilot.seed":
+        return (len(AXIS_ORDER) + 1, key)
+    return (AXIS_ORDER.index(key) if key in AXIS_ORDER else len(AXIS_ORDER), key)
+
+
+def _key_of(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def grid_axes(overrides: list[str]):
+    """The base config, the fixed overrides and the grid's axes after command-line rules."""
+    from race.config import compose_config
+
+    fixed, cli_axes = split_overrides(overrides)
+    if "budget" in cli_axes:
+        raise ValueError(f"budget={','.join(cli_axes['budget'])}: one budget per sweep "
+                         f"(pilots of different budgets are not ranked together); run one "
+                         f"sweep per budget")
+    base = compose_config(fixed)
+    given = {_key_of(o) for o in fixed}
+    axes = {key: [str(v) for v in values] for key, values in base.grid.axes.items()
+            if key not in given and key not in cli_axes}
+    axes |= cli_axes
+    for key, values in axes.items():
+        if not values:
+            raise ValueError(f"grid.axes.{key}=[]: an axis needs at least one value")
+    ordered = dict(sorted(axes.items(), key=lambda kv: _axis_key(kv[0])))
+    return base, fixed, ordered
+
+
+def resolve_budget(cfg) -> float:
+    """The full-run budget: ``budget``, or the embedded default for the tiny family."""
+    from race.config import EMBEDDED_BUDGET
+
+    if cfg.budget is not None:
+        return cfg.budget
+    return EMBEDDED_BUDGET
+
+
+def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
+    """Expand ``overrides`` into cells and solve each cell's steps at the pilot budget.
+
+    ``runnable=False`` (``race plan``) plans cells this machine could not run (a vLLM
+    backend that is not installed, a task the pilots do not support yet).
+    Raises ValueError/KeyError for bad input (the CLI's exit code 2).
+    """
+    from race.config import compose_config
+    from race.pilot import worst_step_flops
+
+    base, fixed, axes = grid_axes(overrides)
+    budget = resolve_budget(base)
+    if base.budget is None:
+        models = axes.get("model", [base.model.name])
+        real = [m for m in models if catalog.load_entry("model", m).get("tokenizer")
+                != "race-char"]
+        if real:
+            raise ValueError(f"budget=null: the embedded default budget fits the tiny family "
+                             f"only; give the full-run budget for model={real[0]} in FLOPs, "
+                             f"e.g. budget=1e18")
+    cells = []
+    for values in itertools.product(*axes.values()):
+        knobs = tuple(zip(axes, values))
+        cell_overrides = tuple(fixed) + tuple(f"{k}={v}" for k, v in knobs)
+        cfg = compose_config(list(cell_overrides))
+        cells.append(solve_cell(cfg, budget, knobs, cell_overrides, runnable=runnable))
+    if not any(not c.refused for c in cells):
+        cheapest = min(cells, key=lambda c: worst_step_flops(c.spec, 1))
+        raise ValueError(f"budget={budget:.3g}: no cell can buy one GRPO step with its pilot "
+                         f"budget (pilot.fraction={base.pilot.fraction}; cheapest cell: "
+                         f"{cheapest.refused}); raise budget or pilot.fraction")
+    return Plan(budget, base.pilot.fraction, tuple((k, tuple(v)) for k, v in axes.items()),
+                tuple(cells), base.task.name, base)
+
+
+def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True) -> Cell:
+    """Freeze one composed cell and solve its steps at ``pilot.fraction x budget``."""
+    from race.config import to_run_spec, to_specs
+    from race.pilot import worst_step_flops
+
+    specs = to_specs(cfg)
+    spec = to_run_spec(cfg, budget * cfg.pilot.fraction, runnable=runnable)
+    step = flops.grpo_step_flops(specs.policy, specs.reward, convention=cfg.convention,
+                                 lora=specs.lora, **specs.kwargs())
+    steps = int(spec.budget_flops // step.total)
+    refused = ""
+    worst = worst_step_flops(spec, cfg.task.prompt_tokens)  # the pilot's own refusal rule
+    if worst > spec.budget_flops:
+        refused = (f"one worst-case step costs {fmt_flops(worst)} FLOPs > its pilot budget "
+                   f"{fmt_flops(spec.budget_flops)}")
+        steps = 0
+    planned = step.scale(steps)
+    regime = regime_label(step.shares(), cfg.regime)
+    return Cell(tuple(knobs), tuple(overrides), spec, steps, planned, regime, refused)
+
+
+def fmt_flops(value: float) -> str:
+    """FLOPs as ``3.2e+15`` (small counts as plain numbers)."""
+    return f"{value:.3g}" if value < 1000 else f"{value:.2e}".replace("e+0", "e+")
+
+
+def plan_table(plan: Plan) -> str:
+    """The plan as a fixed-width table, refused cells listed last with their reasons."""
+    always = [k for k in ("model", "reward") if k not in dict(plan.axes)]
+    keys = always + [k for k, _ in plan.axes]
+    short = {k: k.split(".")[-1].replace("group_size", "G").replace("update_epochs", "mu")
+             for k in keys}
+    shown = [_knobs(c) for c in plan.cells]
+    widths = {k: max(len(short[k]), *(len(str(kn[k])) for kn in shown)) for k in keys}
+    header = (f"{'cell':<13}" + "".join(f"{short[k]:<{widths[k] + 2}}" for k in keys)
+              + f"{'steps':>6}{'rollout':>19}{'learning':>19}{'feedback':>19}  regime")
+    lines = [header]
+    for cell in plan.runnable:
+        knobs = _knobs(cell)
+        shares = cell.planned.shares()
+        phases = "".join(f"{fmt_flops(getattr(cell.planned, p)):>11} {shares[p]:>6.1%}"
+                         for p in ("rollout", "learning", "feedback"))
+        lines.append(f"{cell.spec.cell_id:<13}"
+                     + "".join(f"{knobs[k]:<{widths[k] + 2}}" for k in keys)
+                     + f"{cell.steps:>6}{phases}  {cell.regime}")
+    refused = [c for c in plan.cells if c.refused]
+    if refused:
+        lines.append("")
+        lines.append(f"refused ({len(refused)} cell(s) cannot buy one GRPO step):")
+        for cell in refused:
+            knobs = " ".join(f"{k}={v}" for k, v in cell.knobs)
+            lines.append(f"  {cell.spec.cell_id}  {knobs}: {cell.refused}")
+    return "\n".join(lines)
+
+
+def _knobs(cell: Cell) -> dict[str, str]:
+    return {"model": cell.spec.model, "reward": dict(cell.spec.reward)["name"]} | dict(cell.knobs)
+
+
+def plan_summary(plan: Plan) -> str:
+    """One paragraph: the grid's size, budgets, and pilot cost vs one full run."""
+    axes = " x ".join(f"{k}[{len(v)}]" for k, v in plan.axes) or "one cell"
+    each = fmt_flops(plan.budget_flops * plan.pilot_fraction)
+    return (f"grid {axes} = {len(plan.cells)} cell(s), {len(plan.runnable)} runnable; "
+            f"full-run budget {fmt_flops(plan.budget_flops)} FLOPs, pilots "
+            f"{plan.pilot_fraction:g} x budget = {each} each; all pilots "
+            f"{fmt_flops(plan.pilot_flops)} FLOPs = "
+            f"{plan.share_of_full_run:.1%} of one full-budget run")

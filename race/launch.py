@@ -1,0 +1,340 @@
+"""Launchers: every pilot goes through submitit, to SLURM, to local processes, or inline.
+
+- ``local``: ``launcher.slots`` pilots at once as processes on this machine, each with
+  ``cores // slots`` torch threads; with ``launcher.gpus=[0,1,...]`` one pilot per GPU,
+  pinned with ``CUDA_VISIBLE_DEVICES`` (submitit's ``visible_gpus``).
+- ``slurm``: one job array; partition, GPUs, CPUs, memory, time limit, array
+  parallelism and setup lines from the config. A pilot that reaches its time limit (or
+  is preempted) is checkpointed by submitit's signal handler and requeued; the pilot
+  resumes from its own last checkpoint (adapter, optimizer, ledger, RNG), so FLOPs are
+  never counted twice.
+- ``inline``: in this process, one after another (submitit's debug executor).
+
+Polling has a deadline: a job that leaves the scheduler without a result (killed, node
+lost) is noticed within ``launcher.lost_after_s`` and recorded as a failed cell instead
+of being waited on forever (submitit alone needs ``sacct`` for that).
+
+The results contract is the cell folder: each job writes its own ``summary.json``; when a
+job dies before it can, :func:`record_lost` writes a failed summary for it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from race import results
+from race.specs import RunSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One pilot to launch: its frozen spec and its cell folder."""
+
+    spec: RunSpec
+    cell_dir: str
+
+
+class PilotJob:
+    """The picklable callable every launcher runs: one pilot, resumed if checkpointed.
+
+    It has a ``checkpoint`` method, so submitit requeues it on a time limit or a
+    preemption signal instead of giving up (``submitit.helpers.Checkpointable`` protocol).
+    """
+
+    def __init__(self, threads: int, checkpoint_every: int):
+        self.threads = threads
+        self.checkpoint_every = checkpoint_every
+
+    def __call__(self, spec: RunSpec, cell_dir: str) -> dict:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # before torch starts its pool
+            os.environ[var] = str(self.threads)
+        import torch
+
+        from race.pilot import run_pilot
+
+        torch.set_num_threads(self.threads)
+        summary = run_pilot(spec, Path(cell_dir), checkpoint_every=self.checkpoint_every)
+        return {k: summary[k] for k in ("status", "error", "steps", "total_flops")}
+
+    def checkpoint(self, spec: RunSpec, cell_dir: str):
+        """Requeue the same call: the pilot's on-disk checkpoint carries its progress."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, spec, cell_dir)
+
+
+def cores() -> int:
+    """CPU cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def slots(cfg) -> int:
+    """Pilots that run at once under the local launcher (``slots=0``: one per core)."""
+    return len(cfg.gpus) if cfg.gpus else (cfg.slots or cores())
+
+
+def threads(cfg) -> int:
+    if cfg.threads_per_pilot:
+        return cfg.threads_per_pilot
+    if cfg.name == "slurm":
+        return cfg.cpus_per_task
+    return max(1, cores() // (1 if cfg.gpus else slots(cfg)))
+
+
+def executor(cfg, folder: Path):
+    """The submitit executor for ``cfg`` (a ``LauncherConfig``), logging under ``folder``."""
+    import submitit
+
+    if cfg.name == "inline":
+        return submitit.DebugExecutor(folder)
+    if cfg.name == "local":
+        ex = submitit.LocalExecutor(folder, max_num_timeout=cfg.max_requeues)
+        ex.update_parameters(timeout_min=cfg.timeout_min, signal_delay_s=cfg.signal_delay_s)
+        return ex
+    ex = submitit.AutoExecutor(folder, cluster="slurm", slurm_max_num_timeout=cfg.max_requeues)
+    params = dict(timeout_min=cfg.timeout_min, cpus_per_task=cfg.cpus_per_task,
+                  mem_gb=cfg.mem_gb, slurm_array_parallelism=cfg.array_parallelism,
+                  slurm_signal_delay_s=cfg.signal_delay_s, name="race-pilot")
+    if cfg.partition:
+        params["slurm_partition"] = cfg.partition
+    if cfg.gpus_per_node:
+        params["gpus_per_node"] = cfg.gpus_per_node
+    if cfg.setup:
+        params["slurm_setup"] = list(cfg.setup)
+    if cfg.additional:
+        params["slurm_additional_parameters"] = dict(cfg.additional)
+    ex.update_parameters(**params)
+    return ex
+
+
+def check_slurm(cfg) -> None:
+    """Refuse, before anything is submitted, a partition or a request the cluster lacks.
+
+    Raises ValueError naming the key and the fix (the CLI's exit code 2).
+    """
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%P|%c|%m|%G"], capture_output=True,
+                             text=True, timeout=30)
+    except FileNotFoundError:
+        raise ValueError("launcher=slurm: `sinfo` is not on PATH; run on a SLURM login node, "
+                         "bring up the localhost cluster (bash launchers/slurm-localhost.sh "
+                         "up), or use launcher=local") from None
+    if out.returncode != 0:
+        raise ValueError(f"launcher=slurm: sinfo failed ({out.stderr.strip()}); check "
+                         f"SLURM_CONF and that slurmctld is up")
+    partitions = {}
+    for line in out.stdout.split():
+        name, cpus, mem, gres = line.split("|")
+        default = name.endswith("*")
+        name = name.rstrip("*")
+        cpu_count = int(cpus.rstrip("+"))
+        gpu_count = sum(int(g.split(":")[-1].split("(")[0]) for g in gres.split(",")
+                        if g.startswith("gpu"))
+        partitions[name] = (cpu_count, int(mem.rstrip("+")), gpu_count, default)
+    name = cfg.partition or next((n for n, p in partitions.items() if p[3]), "")
+    if name not in partitions:
+        raise ValueError(f"launcher.partition={cfg.partition!r}: no such SLURM partition; "
+                         f"valid: {', '.join(sorted(partitions))}")
+    cpus, mem_mb, gpus, _ = partitions[name]
+    for key, asked, has, unit in (("cpus_per_task", cfg.cpus_per_task, cpus, "CPUs"),
+                                  ("mem_gb", cfg.mem_gb * 1024, mem_mb, "MB"),
+                                  ("gpus_per_node", cfg.gpus_per_node, gpus, "GPUs")):
+        if asked > has:
+            shown = cfg.mem_gb if key == "mem_gb" else asked
+            raise ValueError(f"launcher.{key}={shown}: larger than a node of partition "
+                             f"{name!r} ({has} {unit}); request at most that")
+
+
+def record_lost(task: Task, error: str) -> None:
+    """Write a failed ``summary.json`` for a pilot that ended without writing one."""
+    summary_path = Path(task.cell_dir) / "summary.json"
+    if summary_path.is_file() and results.read_json(summary_path).get("status") == "ok":
+        return
+    spec = task.spec
+    zero = {p: 0.0 for p in ("rollout", "learning", "feedback", "eval")}
+    results.write_json(Path(task.cell_dir) / "spec.json", spec.to_dict())
+    results.write_json(summary_path, {
+        "status": "failed", "error": error, "cell_id": spec.cell_id,
+        "budget_flops": spec.budget_flops, "convention": spec.convention, "total_flops": 0.0,
+        "flops": zero, "wall_s": {}, "steps": 0, "final_eval": {}, "initial_eval": {}})
+
+
+def _job_error(job, task: Task) -> str:
+    """Why a job ended without a summary: the exception, else the tail of its log."""
+    import submitit
+
+    log = getattr(getattr(job, "paths", None), "stderr", "")
+    try:
+        job.result()
+    except submitit.core.utils.FailedJobError as error:  # raised in the job: its last line
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        return f"job {job.job_id} failed: {lines[-1][:300] if lines else error!r}; log: {log}"
+    except Exception as error:  # killed or crashed: no result at all
+        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
+        return f"job {job.job_id} ended without a result ({first}); log: {log}"
+    return f"job {job.job_id} ended without writing {task.cell_dir}/summary.json; log: {log}"
+
+
+def _in_squeue() -> set[str] | None:
+    try:
+        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], capture_output=True,
+                             text=True, timeout=30)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    return set(out.stdout.split()) if out.returncode == 0 else None
+
+
+@dataclass
+class Counts:
+    """What the progress display shows."""
+
+    total: int
+    done: int = 0
+    failed: int = 0
+    running: int = 0
+
+
+def launch(tasks: list[Task], cfg, folder: Path,
+           on_change: Callable[[Counts], None] | None = None, job=None) -> Counts:
+    """Run ``tasks`` through the launcher ``cfg``; return when every pilot has ended.
+
+    Every task ends with a ``summary.json`` in its cell folder (written by the pilot, or
+    by :func:`record_lost`). A failed pilot never stops the others. ``job`` is the
+    picklable ``job(spec, cell_dir)`` each task runs (default: :class:`PilotJob`).
+    """
+    folder = Path(folder)
+    counts = Counts(total=len(tasks))
+    if not tasks:
+        return counts
+    job = job or PilotJob(threads(cfg), cfg.checkpoint_every)
+    ex = executor(cfg, folder)
+
+    def finished(task: Task, sub) -> None:
+        summary_path = Path(task.cell_dir) / "summary.json"
+        if not summary_path.is_file():
+            record_lost(task, _job_error(sub, task))
+        ok = results.read_json(summary_path).get("status") == "ok"
+        counts.done += ok
+        counts.failed += not ok
+        if on_change:
+            on_change(counts)
+
+    if cfg.name == "inline":
+        for task in tasks:
+            sub = ex.submit(job, task.spec, task.cell_dir)
+            counts.running = 1
+            if on_change:
+                on_change(counts)
+            try:
+                sub.result()
+            except Exception as error:  # recorded, never stops the others
+                if not (Path(task.cell_dir) / "summary.json").is_file():
+                    record_lost(task, f"{type(error).__name__}: {error}")
+            counts.running = 0
+            finished(task, sub)
+        return counts
+    with _terminate_as_interrupt():
+        if cfg.name == "slurm":
+            _poll_slurm(ex, job, tasks, cfg, counts, finished, on_change)
+        else:
+            _poll_local(ex, job, tasks, cfg, counts, finished, on_change)
+    return counts
+
+
+@contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM (``kill``, a job scheduler) unwinds like Ctrl-C, so local pilots stop too."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _poll_local(ex, job, tasks, cfg, counts, finished, on_change) -> None:
+    queue, running = list(tasks), {}
+    free = list(cfg.gpus) if cfg.gpus else list(range(slots(cfg)))
+    try:
+        while queue or running:
+            while queue and free:
+                slot, task = free.pop(0), queue.pop(0)
+                if cfg.gpus:
+                    ex.update_parameters(visible_gpus=[slot], gpus_per_node=1)
+                running[ex.submit(job, task.spec, task.cell_dir)] = (task, slot)
+            counts.running = len(running)
+            if on_change:
+                on_change(counts)
+            time.sleep(cfg.poll_s)
+            for sub in [s for s in running if s.done()]:
+                task, slot = running.pop(sub)
+                free.append(slot)
+                counts.running = len(running)
+                finished(task, sub)
+    except BaseException:  # Ctrl-C, kill or a crash: local pilots are our children
+        for sub in running:
+            _kill_tree(int(sub.job_id))  # a local job's id is its controller's pid
+        raise
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and its descendants (submitit's pilot processes ignore SIGTERM,
+    which SLURM uses for preemption, and its local controller only forwards signals)."""
+    import signal
+
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for child in children:
+        _kill_tree(int(child))
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _poll_slurm(ex, job, tasks, cfg, counts, finished, on_change) -> None:
+    subs = ex.map_array(job, [t.spec for t in tasks], [t.cell_dir for t in tasks])
+    pending = dict(zip(subs, tasks))
+    missing_since: dict = {}
+    print(f"race sweep: submitted job array {subs[0].job_id.split('_')[0]} "
+          f"({len(subs)} pilots) to SLURM", file=sys.stderr)
+    while pending:
+        counts.running = len(pending)
+        if on_change:
+            on_change(counts)
+        time.sleep(cfg.poll_s)
+        queued = _in_squeue()
+        for sub in list(pending):
+            if sub.done():
+                finished(pending.pop(sub), sub)
+                continue
+            if queued is None or sub.job_id in queued:
+                missing_since.pop(sub, None)
+                continue
+            # Gone from the queue without a result: killed, out of requeues, node lost.
+            first = missing_since.setdefault(sub, time.monotonic())
+            if time.monotonic() - first >= cfg.lost_after_s:
+                task = pending.pop(sub)
+                record_lost(task, f"job {sub.job_id} left the SLURM queue without a result "
+                                  f"(cancelled, timed out after {cfg.max_requeues} requeues, "
+                                  f"or its node failed); log: {sub.paths.stderr}")
+                counts.running = len(pending)
+                finished(task, sub)

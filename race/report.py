@@ -1,0 +1,599 @@
+"""Leaderboard, compute card, plots and validation choice of one sweep folder (``race report``).
+
+Reads with ``race.results``, ranks and fits with the pure ``race.aggregate``, draws with
+``race.plots`` and writes every file through ``race.results`` (atomic).
+
+Files written into the sweep folder (DESIGN.md, results contract): ``leaderboard.md`` /
+``.csv``, ``compute_card.md`` / ``.tex``, ``frontier.png``, ``curves.png``, ``phases.png``,
+``selection.json``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from race import aggregate, results
+from race.grid import fmt_flops
+
+PHASES = ("rollout", "learning", "feedback")  # charged to the budget; eval is not
+PHASE_NAMES = {"rollout": "rollout / search", "learning": "learning", "feedback": "feedback",
+               "eval": "eval (not charged)"}
+CONVENTIONS = {  # DESIGN.md, FLOP conventions
+    "model": "2 per multiply-add on real tokens, causal attention, LoRA's cheaper backward",
+    "executed": "what the backend ran: padded batches, full attention under a padding mask, "
+                "finished rows that keep decoding"}
+VALIDATION_HEADING = "## Validation: predicted vs realized"
+
+
+# ------------------------------------------------------------------ formatting
+
+
+def _num(value) -> float:
+    """A float, with None / NaN / missing as nan."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _int(value) -> str:
+    v = _num(value)
+    return "-" if math.isnan(v) else str(int(v))
+
+
+def _acc(value, digits: int = 3) -> str:
+    v = _num(value)
+    return "-" if math.isnan(v) else f"{v:.{digits}f}"
+
+
+def _interval(mean, lo, hi) -> str:
+    if math.isnan(_num(lo)) or math.isnan(_num(hi)):
+        return _acc(mean)
+    return f"{_acc(mean)} [{_acc(lo, 2)}, {_acc(hi, 2)}]"
+
+
+def _flops(value) -> str:
+    v = _num(value)
+    return "-" if math.isnan(v) else fmt_flops(v)
+
+
+def _share(part: float, total: float) -> str:
+    return f"{part / total:.1%}" if total > 0 else "-"
+
+
+def _params(n) -> str:
+    """Parameter counts as 152k, 494M, 1.54B."""
+    n = _num(n)
+    if math.isnan(n):
+        return "-"
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def _latex_flops(value: float) -> str:
+    """FLOPs as ``$1.23\\times10^{12}$`` for a LaTeX table."""
+    if not value:
+        return "0"
+    mantissa, exponent = f"{value:.2e}".split("e")
+    return f"${mantissa}\\times10^{{{int(exponent)}}}$"
+
+
+def _cell_text(value) -> str:
+    """A markdown table cell: no pipes or line breaks, long errors cut."""
+    text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _md_table(header: list[str], rows: list[list], align: str = "") -> str:
+    """A GitHub markdown table; ``align`` holds one of l/r per column (default l)."""
+    assert len(align) <= len(header), (align, header)
+    align = align.ljust(len(header), "l")
+    rule = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
+    lines += ["| " + " | ".join(_cell_text(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _label(row) -> str:
+    """A config's knobs in one short label: ``tiny-s/rule G4 mu1``."""
+    return (f"{row['model']}/{row['reward']} G{_int(row.get('group_size'))} "
+            f"mu{_int(row.get('update_epochs'))}")
+
+
+# ------------------------------------------------------------------ tables
+
+
+def _fit_columns(fits: pd.DataFrame) -> pd.DataFrame:
+    """Per config: the seeds' mean prediction/lo/hi/R^2 and their fit methods."""
+    columns = ["config_id", "prediction", "prediction_lo", "prediction_hi", "fit_method",
+               "fit_r2", "predict_at", "fit_reason"]
+    if fits.empty:
+        return pd.DataFrame(columns=columns)
+
+    def methods(series: pd.Series) -> str:
+        counts = series.value_counts()
+        if len(counts) == 1:
+            return str(counts.index[0])
+        return ", ".join(f"{m} x{n}" for m, n in sorted(counts.items()))
+
+    def reasons(series: pd.Series) -> str:
+        return "; ".join(sorted({str(r) for r in series if isinstance(r, str) and r}))
+
+    return fits.groupby("config_id", as_index=False).agg(
+        prediction=("prediction", "mean"), prediction_lo=("lo", "mean"),
+        prediction_hi=("hi", "mean"), fit_method=("method", methods), fit_r2=("r2", "mean"),
+        predict_at=("predict_at", "mean"), fit_reason=("reason", reasons))[columns]
+
+
+def _phase_totals(cells: pd.DataFrame) -> dict[str, float]:
+    """Sweep FLOPs by phase (every cell that spent any, failed ones included) and total."""
+    out = {}
+    for phase in (*PHASES, "eval"):
+        column = f"flops_{phase}"
+        out[phase] = float(cells[column].fillna(0).sum()) if column in cells else 0.0
+    out["total"] = (float(cells["total_flops"].fillna(0).sum()) if "total_flops" in cells
+                    else sum(out[p] for p in PHASES))
+    return out
+
+
+def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) -> str:
+    header = ["rank", "config", "model", "reward", "G", "mu", "regime", "seeds",
+              f"mean [{level:.0%} CI]", "CI over",
+              f"predicted at {fmt_flops(full_flops)} FLOPs [lo, hi]", "fit"]
+    rows, notes = [], []
+    for _, row in configs.iterrows():
+        method = row.get("fit_method")
+        method = method if isinstance(method, str) else "-"
+        fit = (f"sigmoid (R^2 {_acc(row['fit_r2'], 2)})" if method == "sigmoid" else method)
+        if method != "sigmoid" and isinstance(row.get("fit_reason"), str) and row["fit_reason"]:
+            fit += " *"
+            notes.append(f"- `{row['config_id']}` ({_label(row)}): {row['fit_reason']}")
+        rows.append([row["rank"], f"`{row['config_id']}`", row["model"], row["reward"],
+                     _int(row.get("group_size")), _int(row.get("update_epochs")),
+                     row["regime"], _int(row["n_seeds"]),
+                     _interval(row["mean"], row["lo"], row["hi"]), row["interval_source"],
+                     _interval(row.get("prediction"), row.get("prediction_lo"),
+                               row.get("prediction_hi")), fit])
+    text = _md_table(header, rows, "rlllrrlrrlrl")
+    if notes:
+        text += ("\n\n\\* fallback (\"last\"): the prediction is the last observed accuracy "
+                 "+- max(spread, 0.05), because\n" + "\n".join(notes))
+    return text
+
+
+def _regimes_markdown(regimes: pd.DataFrame) -> str:
+    rows = [[r["rank"], r["model"], r["reward"], r["regime"], _int(r["n_configs"]),
+             f"`{r['config_id']}`", _interval(r["mean"], r["lo"], r["hi"])]
+            for _, r in regimes.iterrows()]
+    return _md_table(["rank", "model", "reward", "regime", "configs", "best config",
+                      "best mean [lo, hi]"], rows, "rlllrlr")
+
+
+def _excluded_markdown(excluded: pd.DataFrame) -> str:
+    if excluded.empty:
+        return "None: every cell finished ok."
+    rows = [[f"`{r['cell_id']}`", r.get("model"), r.get("reward"), _int(r.get("group_size")),
+             _int(r.get("update_epochs")), _int(r.get("seed")), r["status"], r.get("error")]
+            for _, r in excluded.iterrows()]
+    return (_md_table(["cell", "model", "reward", "G", "mu", "seed", "status", "error"],
+                      rows, "lllrrrll")
+            + "\n\nThese cells are left out of every ranking. `race sweep` with the same "
+            "overrides reruns them (ok cells are skipped).")
+
+
+def _leaderboard_markdown(name: str, ranked: dict, primary: str, ok: pd.DataFrame,
+                          excluded: pd.DataFrame, by_target: dict, level: float) -> str:
+    full = float(ok["full_budget_flops"].iloc[0])
+    pilot = float(ok["budget_flops"].max())
+    n_missing = int((excluded["status"] == "missing").sum()) if len(excluded) else 0
+    parts = [
+        f"# Leaderboard: {name}",
+        f"Each pilot spends up to {fmt_flops(pilot)} FLOPs; a full run is {fmt_flops(full)} "
+        f"FLOPs. Cells: {len(ok)} ok, {len(excluded) - n_missing} failed, {n_missing} "
+        f"missing. Intervals: {level:.0%} percentile bootstrap of the final accuracy over "
+        "seeds (over prompts when a config has one seed). Predicted: the ScaleRL sigmoid "
+        "fitted to each pilot's checkpoint curve, extrapolated to the full budget (seeds "
+        "averaged). A pilot ranking is evidence, not a guarantee: `race validate` checks it.",
+    ]
+    for target, (configs, regimes) in ranked.items():
+        tag = " (primary)" if target == primary else ""
+        parts += [f"## Target: {target}{tag}", "### Allocation configs (seeds pooled)",
+                  _configs_markdown(configs, full, level),
+                  "### Regimes (best config of each model / reward / regime)",
+                  _regimes_markdown(regimes)]
+    parts += ["## Failed and missing cells", _excluded_markdown(excluded),
+              "## Best allocation by target", f"**{by_target['message'][0].upper()}"
+              f"{by_target['message'][1:]}.**"]
+    return "\n\n".join(parts) + "\n"
+
+
+def _reward_model(reward: str) -> str | None:
+    """The model a reward system runs (None for a rule verifier or an unknown name)."""
+    from race.catalog import load_entry
+
+    try:
+        return load_entry("reward", reward).get("model")
+    except KeyError:
+        return None
+
+
+def _model_rows(ok: pd.DataFrame) -> list[list]:
+    """Per policy and reward model: params and forward FLOPs per token."""
+    from race.catalog import load_model_shape
+    from race.flops import head_flops_per_position, linear_forward_flops_per_token
+
+    roles = {m: "policy" for m in sorted(ok["model"].unique())}
+    for reward in sorted(ok["reward"].unique()):
+        model = _reward_model(reward)
+        if model:
+            roles[model] = (roles[model] + ", " if model in roles else "") + f"reward ({reward})"
+    rows = []
+    for model, role in roles.items():
+        try:
+            shape = load_model_shape(model)
+        except KeyError:
+            rows.append([model, role, "-", "-", "-"])
+            continue
+        per_token = linear_forward_flops_per_token(shape) + head_flops_per_position(shape)
+        rows.append([model, role, _params(shape.total_params), f"{shape.total_params:,}",
+                     fmt_flops(per_token)])
+    return rows
+
+
+def _sizes_markdown(ok: pd.DataFrame, names: list[str]) -> str:
+    sizes = aggregate.same_flop_sizes(ok)
+    best = [f"best_{t}" for t in names if f"best_{t}" in sizes]
+    rows = [[r["model"], _params(r["params"]), _int(r["n_cells"]), f"{r['steps']:.1f}",
+             f"{r['rollouts']:.0f}", f"{r['updates']:.1f}", _flops(r["flops_per_step"]),
+             *(_acc(r[b]) for b in best)] for _, r in sizes.iterrows()]
+    text = _md_table(["model", "params", "cells", "steps", "rollouts", "updates",
+                      "FLOPs / step", *(f"best {b[5:]}" for b in best)], rows,
+                     "lrrrrrr" + "r" * len(best))
+    if len(sizes) > 1:
+        small, large = sizes.iloc[0], sizes.iloc[-1]
+        if large["steps"] > 0 and large["rollouts"] > 0:
+            text += (f"\n\nUnder the same pilot budget, {small['model']} "
+                     f"({_params(small['params'])} params) takes "
+                     f"{small['steps'] / large['steps']:.1f}x the steps and "
+                     f"{small['rollouts'] / large['rollouts']:.1f}x the rollouts of "
+                     f"{large['model']} ({_params(large['params'])} params).")
+    return text
+
+
+def _latex_text(text: str) -> str:
+    """Escape LaTeX's special characters in a plain name."""
+    for char in "\\&%$#_{}":
+        text = text.replace(char, "\\" + char)
+    return text
+
+
+def _latex_card(name: str, totals: dict, by_model: dict[str, tuple[float, float]],
+                n_cells: int, convention: str) -> str:
+    charged = totals["total"]
+    lines = [f"% RACE compute card: sweep {name}, {n_cells} cells, {convention} FLOPs",
+             "% needs \\usepackage{booktabs}",
+             "\\begin{tabular}{lrr}", "\\toprule", "Phase & FLOPs & Share \\\\", "\\midrule"]
+    for phase in PHASES:
+        label = {"rollout": "Rollout (search)"}.get(phase, phase.capitalize())
+        share = f"{totals[phase] / charged:.1%}".replace("%", "\\%") if charged else "--"
+        lines.append(f"{label} & {_latex_flops(totals[phase])} & {share} \\\\")
+    lines += ["\\midrule", f"Total charged & {_latex_flops(charged)} & 100.0\\% \\\\",
+              f"Evaluation (not charged) & {_latex_flops(totals['eval'])} & -- \\\\"]
+    if len(by_model) > 1:
+        lines += ["\\midrule", "\\multicolumn{3}{l}{\\emph{By policy model}} \\\\"]
+        for model, (flops, params) in by_model.items():
+            share = f"{flops / charged:.1%}".replace("%", "\\%") if charged else "--"
+            lines.append(f"{_latex_text(model)} ({_params(params)} params) & "
+                         f"{_latex_flops(flops)} & {share} \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def _compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[str],
+                  names: list[str]) -> tuple[str, str, dict]:
+    """compute_card.md, its LaTeX block, and the sweep totals."""
+    totals = _phase_totals(cells)
+    charged = totals["total"]
+    spent = cells[cells["total_flops"].fillna(0) > 0] if "total_flops" in cells else cells
+    failed = spent[spent["status"] != "ok"]
+    convention = ok["convention"].iloc[0] if "convention" in ok else "model"
+    rows = [[PHASE_NAMES[p], fmt_flops(totals[p]), _share(totals[p], charged)] for p in PHASES]
+    rows += [["**total charged**", f"**{fmt_flops(charged)}**", "100.0%"],
+             [PHASE_NAMES["eval"], fmt_flops(totals["eval"]),
+              f"+{_share(totals['eval'], charged)} on top"]]
+    full = float(ok["full_budget_flops"].iloc[0])
+    by_model = {m: (float(g["total_flops"].fillna(0).sum()), float(g["params"].iloc[0]))
+                for m, g in cells.groupby("model", sort=False)}
+    by_model = dict(sorted(by_model.items(), key=lambda kv: (kv[1][1], kv[0])))  # by size
+    text = [f"# Compute card: {name}",
+            f"{convention.capitalize()} FLOPs ({CONVENTIONS.get(convention, convention)}), "
+            "counted from the tokens each pilot actually processed. Phases: rollout / "
+            "search (prefill + decode of G completions per prompt), learning (policy "
+            "forward + backward per update epoch, old-policy and reference log-probs), "
+            "feedback (reward-model forward; a rule verifier costs 0), eval (held-out "
+            "evaluation, counted but not charged to the budget).",
+            f"Full-run budget {fmt_flops(full)} FLOPs; {len(cells)} cells ({len(ok)} ok, "
+            f"{len(cells) - len(ok)} failed or missing).",
+            "## Sweep totals", _md_table(["phase", "FLOPs", "share of charged"], rows, "lrr")]
+    if len(failed):
+        text.append(f"The total includes {fmt_flops(float(failed['total_flops'].sum()))} "
+                    f"FLOPs spent by {len(failed)} failed cell(s) before they stopped.")
+    text += [f"The sweep's pilots together cost {_share(charged, full)} of one full run.",
+             "## By policy model",
+             _md_table(["model", "params", "pilot FLOPs", "share"],
+                       [[m, _params(p), fmt_flops(f), _share(f, charged)]
+                        for m, (f, p) in by_model.items()], "lrrr")]
+
+    rank_of = {cid: i for i, cid in enumerate(order)}
+    listed = cells.assign(_order=cells["cell_id"].map(rank_of).fillna(len(order)))
+    listed = listed.sort_values(["_order", "cell_id"], kind="stable")
+    cell_rows = []
+    for _, c in listed.iterrows():
+        total = _num(c.get("total_flops"))
+        total = 0.0 if math.isnan(total) else total
+        phases = []
+        for p in (*PHASES, "eval"):
+            v = _num(c.get(f"flops_{p}"))
+            v = 0.0 if math.isnan(v) else v
+            phases.append(f"{fmt_flops(v)} ({_share(v, total)})" if p != "eval"
+                          else fmt_flops(v))
+        cell_rows.append([f"`{c['cell_id']}`", c["status"], c["model"], c["reward"],
+                          _int(c.get("group_size")), _int(c.get("update_epochs")),
+                          _int(c.get("seed")), _int(c.get("steps")), *phases,
+                          fmt_flops(total)])
+    cell_rows.append(["**sweep**", "", "", "", "", "", "", "",
+                      *(f"{fmt_flops(totals[p])} ({_share(totals[p], charged)})"
+                        for p in PHASES), fmt_flops(totals["eval"]), f"**{fmt_flops(charged)}**"])
+    text += ["## Per cell",
+             "Phase FLOPs with their share of the cell's charged total; cells in rank order "
+             "on the primary target, failed and missing last.",
+             _md_table(["cell", "status", "model", "reward", "G", "mu", "seed", "steps",
+                        "rollout", "learning", "feedback", "eval", "total charged"],
+                       cell_rows, "llllrrrrrrrrr"),
+             "## Model size",
+             "Forward FLOPs per token: the decoder linears (2 per weight) plus the output "
+             "head; attention adds 4 L d_attn per attended key, by context length.",
+             _md_table(["model", "role", "params", "exact", "forward FLOPs / token"],
+                       _model_rows(ok), "llrrr"),
+             "What each policy size buys under the same pilot budget (means over its ok "
+             "cells; rollouts = steps x prompts x G, updates = steps x mu):",
+             _sizes_markdown(ok, names)]
+    latex = _latex_card(name, totals, by_model, len(cells), convention)
+    text += ["## LaTeX (booktabs)", "```latex\n" + latex.rstrip("\n") + "\n```"]
+    return "\n\n".join(text) + "\n", latex, totals
+
+
+# ------------------------------------------------------------------ figures
+
+
+def _no_ok_cells(sweep_dir: Path, cells: pd.DataFrame) -> ValueError:
+    status = cells["status"] if len(cells) else pd.Series(dtype=str)
+    missing = int((status == "missing").sum())
+    failed = len(status) - missing - int((status == "ok").sum())
+    return ValueError(f"{sweep_dir}: no ok cells to rank ({failed} failed, {missing} missing); "
+                      "rerun `race sweep` with the same overrides to resume them, or check the "
+                      "errors in pilots.csv")
+
+
+def _summary(name: str, sweep_dir: Path, cells: pd.DataFrame, ok: pd.DataFrame,
+             totals: dict, primary: str, configs: pd.DataFrame, regimes: pd.DataFrame,
+             by_target: dict, selected: list[dict], basis: str, level: float,
+             paths: dict) -> str:
+    charged = totals["total"]
+    n_missing = int((cells["status"] == "missing").sum())
+    split = ", ".join(f"{p} {_share(totals[p], charged)}" for p in PHASES)
+    full = float(ok["full_budget_flops"].iloc[0])
+    lines = [f"RACE report: {name}",
+             f"cells: {len(ok)} ok, {len(cells) - len(ok) - n_missing} failed, {n_missing} "
+             f"missing; pilot FLOPs {fmt_flops(charged)} charged ({split}) + "
+             f"{fmt_flops(totals['eval'])} eval",
+             f"top configs on {primary}: mean [{level:.0%} CI] -> predicted at "
+             f"{fmt_flops(full)} FLOPs"]
+    top = configs.head(5)
+    id_width = max(len(str(c)) for c in top["config_id"])
+    label_width = max(len(_label(c)) for _, c in top.iterrows())
+    for _, c in top.iterrows():
+        predicted = _interval(c.get("prediction"), c.get("prediction_lo"),
+                              c.get("prediction_hi"))
+        lines.append(f"  {c['rank']:>2}. {c['config_id']:<{id_width}}  "
+                     f"{_label(c):<{label_width}}  {_interval(c['mean'], c['lo'], c['hi'])}"
+                     f" -> {predicted} ({c.get('fit_method', '-')})")
+    lines.append(f"regimes on {primary}:")
+    shown = regimes.head(5)
+    names = [f"{r['model']}/{r['reward']}/{r['regime']}" for _, r in shown.iterrows()]
+    width = max(map(len, names), default=0)
+    for name_, (_, r) in zip(names, shown.iterrows()):
+        lines.append(f"  {r['rank']:>2}. {name_:<{width}}  "
+                     f"{_interval(r['mean'], r['lo'], r['hi'])}")
+    lines.append(by_target["message"])
+    lines.append(f"selected for validation (k={len(selected)}, basis {basis}):")
+    for s in selected:  # the reason's last clause says why: distinct regime or a free slot
+        why = ("best of a distinct regime" if "distinct regime" in s["reason"]
+               else "fills a free slot (its regime already chosen)")
+        lines.append(f"  {s['config_id']} ({s['model']}/{s['reward']}, {s['regime']}): "
+                     f"{s['basis_used']} {_interval(s['score'], s['lo'], s['hi'])}; {why}")
+    lines.append(f"wrote {', '.join(p.name for p in paths.values())} in {sweep_dir}")
+    return "\n".join(lines)
+
+
+def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.9,
+                 top_k: int = 3, basis: str = "extrapolated") -> dict:
+    """Rank a sweep's pilots and write its leaderboard, compute card, plots and selection.
+
+    Args:
+        sweep_dir: a sweep folder (``results/<sweep_id>``, holding ``cells/``).
+        n_boot: bootstrap resamples of each config's interval.
+        level: interval coverage, e.g. 0.9.
+        top_k: configs to select for full-budget validation.
+        basis: "extrapolated" (sigmoid prediction at the full budget) or "observed"
+            (pilot mean) for the selection.
+
+    Returns:
+        {"paths": {name: Path of each file written}, "summary": terminal summary (about 20
+        lines), "target": the primary target, "selected": the selection, "totals": sweep
+        FLOPs by phase (rollout, learning, feedback, eval) and "total" (charged)}.
+
+    Raises:
+        ValueError: no ok cell, results that mix tasks or budgets, a corrupt metrics line
+            (naming file:line), or a bad argument.
+    """
+    if basis not in ("extrapolated", "observed"):
+        raise ValueError(f"report.basis={basis!r}: unknown; use 'extrapolated' or 'observed'")
+    if top_k < 1:
+        raise ValueError(f"report.top_k={top_k}: select at least 1 config for validation")
+    sweep_dir = Path(sweep_dir)
+    if not (sweep_dir / "cells").is_dir():
+        raise ValueError(f"{sweep_dir}: no cells/ folder; pass a sweep folder "
+                         "(results/<sweep_id>) written by `race sweep`")
+    cells, evals, examples = results.load_results(sweep_dir)
+    if cells.empty:
+        raise _no_ok_cells(sweep_dir, cells)
+    aggregate.check_consistent(cells)
+    ok, excluded = aggregate.split_status(cells)
+    if ok.empty:
+        raise _no_ok_cells(sweep_dir, cells)
+    # final_<target>_reward columns also start with final_: keep the evaluated targets.
+    evaluated = set(evals["target"]) if "target" in evals else set()
+    names = [t for t in aggregate.targets(ok) if t in evaluated]
+    if not names:
+        raise ValueError(f"{sweep_dir}: the ok cells have no checkpoint evals; check "
+                         "pilot.eval_targets and the cells' metrics.jsonl")
+    primary = "test" if "test" in names else names[0]
+    names = [primary, *(t for t in names if t != primary)]  # the primary target first
+
+    ranked, raw, fits_by, fronts = {}, {}, {}, {}
+    for target in names:
+        configs, regimes = aggregate.rank_regimes(cells, examples, target=target,
+                                                  n_boot=n_boot, level=level)
+        fits = aggregate.fit_cells(evals, cells, target=target)
+        raw[target], fits_by[target] = configs, fits
+        ranked[target] = (configs.merge(_fit_columns(fits), on="config_id", how="left"),
+                          regimes)
+        fronts[target] = aggregate.frontier(evals, cells, target=target)
+    by_target = aggregate.best_by_target(raw)
+    selected = aggregate.select_for_validation(raw[primary], fits_by[primary], k=top_k,
+                                               basis=basis)
+
+    primary_configs = ranked[primary][0]
+    config_order = {cid: i for i, cid in enumerate(primary_configs["config_id"])}
+    order = ok.assign(_o=ok["config_id"].map(config_order)).sort_values(
+        ["_o", "seed", "cell_id"], kind="stable")["cell_id"].tolist()
+    name = sweep_dir.resolve().name
+    paths = {key: sweep_dir / file for key, file in (
+        ("leaderboard_md", "leaderboard.md"), ("leaderboard_csv", "leaderboard.csv"),
+        ("compute_card_md", "compute_card.md"), ("compute_card_tex", "compute_card.tex"),
+        ("frontier_png", "frontier.png"), ("curves_png", "curves.png"),
+        ("phases_png", "phases.png"), ("selection_json", "selection.json"))}
+
+    board = pd.concat([c for c, _ in ranked.values()], ignore_index=True)
+    results.write_csv(paths["leaderboard_csv"], board)
+    results.write_text(paths["leaderboard_md"], _leaderboard_markdown(
+        name, ranked, primary, ok, excluded, by_target, level))
+    card, latex, totals = _compute_card(name, cells, ok, order, names)
+    results.write_text(paths["compute_card_md"], card)
+    results.write_text(paths["compute_card_tex"], latex)
+    from race import plots
+
+    plots.frontier(paths["frontier_png"], fronts, evals, ok, names, primary, name)
+    plots.curves(paths["curves_png"], primary_configs, fits_by[primary], evals, ok, primary,
+                 name)
+    ranks = dict(zip(primary_configs["config_id"], primary_configs["rank"]))
+    plots.phases(paths["phases_png"], cells, order, ranks, name)
+    excluded_rows = [{"cell_id": str(r["cell_id"]), "status": str(r["status"]),
+                      "error": None if pd.isna(r.get("error")) else str(r.get("error"))}
+                     for _, r in excluded.iterrows()]
+    results.write_json(paths["selection_json"], {
+        "target": primary, "basis": basis, "k": top_k, "selected": selected,
+        "by_target": by_target, "excluded": excluded_rows})
+
+    comparison_path = sweep_dir / "validate" / "comparison.json"
+    if comparison_path.is_file():  # a rerun of the report keeps the validation section
+        validation_section(sweep_dir, results.read_json(comparison_path))
+
+    summary = _summary(name, sweep_dir, cells, ok, totals, primary, primary_configs,
+                       ranked[primary][1], by_target, selected, basis, level, paths)
+    return {"paths": paths, "summary": summary, "target": primary, "selected": selected,
+            "totals": totals}
+
+
+def validation_section(sweep_dir: Path | str, comparison: dict) -> str:
+    """Render ``aggregate.compare_predictions`` output into leaderboard.md's last section.
+
+    The section "## Validation: predicted vs realized" replaces any earlier one (a rerun
+    does not duplicate it) and is always the file's last section.
+
+    Args:
+        sweep_dir: the sweep folder holding leaderboard.md (``race report`` writes it).
+        comparison: ``compare_predictions``'s dict, optionally with ``target``,
+            ``budget_flops`` and ``failed`` (as ``race validate`` adds).
+
+    Returns:
+        The section's markdown.
+    """
+    sweep_dir = Path(sweep_dir)
+    board = sweep_dir / "leaderboard.md"
+    if not board.is_file():
+        raise ValueError(f"{board}: not found; run `race report {sweep_dir}` before adding "
+                         "the validation section")
+    labels = {}
+    selection = sweep_dir / "selection.json"
+    if selection.is_file():
+        for s in results.read_json(selection).get("selected", []):
+            labels[s["config_id"]] = f"{s.get('model')}/{s.get('reward')} ({s.get('regime')})"
+
+    target = comparison.get("target")
+    budget = comparison.get("budget_flops")
+    head = "Pilot predictions checked against full-budget runs"
+    if target:
+        head += f" on {target}"
+    if budget:
+        head += f" at {fmt_flops(float(budget))} FLOPs"
+    rows = []
+    for r in comparison.get("rows", []):
+        inside = {True: "yes", False: "no", None: "-"}[r.get("inside")]
+        rows.append([f"`{r['config_id']}`", labels.get(r["config_id"], ""),
+                     _interval(r["predicted"], r.get("lo"), r.get("hi")),
+                     _acc(r["realized"]), inside])
+    parts = [VALIDATION_HEADING, head + ".",
+             _md_table(["config", "allocation", "predicted [lo, hi]", "realized", "inside?"],
+                       rows, "llrrl") if rows else "No selected config has a realized value."]
+
+    def stat(value, digits=3):
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
+    note = comparison.get("note") or ""
+    if comparison.get("kendall_tau") is None:
+        ranks = f"- Kendall tau / Spearman: n/a ({note or 'not computed'})"
+    else:
+        ranks = (f"- Kendall tau {stat(comparison['kendall_tau'], 2)}, Spearman "
+                 f"{stat(comparison['spearman'], 2)} (rank agreement, 1 = same order)")
+    coverage = comparison.get("coverage")
+    flags = [r.get("inside") for r in comparison.get("rows", []) if r.get("inside") is not None]
+    bullets = [
+        f"- Configs validated: {comparison.get('n', len(rows))}", ranks,
+        f"- Top-1 regret: {stat(comparison.get('top1_regret'))} (accuracy lost by trusting "
+        "the pilot's best pick instead of the realized best)",
+        "- Coverage: n/a" if coverage is None else
+        f"- Coverage: {sum(flags)}/{len(flags)} ({coverage:.0%}) of realized values inside "
+        "the predicted interval"]
+    if comparison.get("unmatched"):
+        bullets.append("- Realized but never predicted: "
+                       + ", ".join(f"`{c}`" for c in comparison["unmatched"]))
+    for failure in comparison.get("failed", []):
+        bullets.append(f"- Failed validation run `{failure.get('cell_id')}`: "
+                       f"{_cell_text(failure.get('error'))}")
+    parts.append("\n".join(bullets))
+    section = "\n\n".join(parts) + "\n"
+
+    text = board.read_text()
+    at = text.find("\n" + VALIDATION_HEADING)  # a heading at a line start, not in prose
+    if at >= 0:
+        text = text[:at + 1]
+    results.write_text(board, text.rstrip("\n") + "\n\n" + section)
+    return section

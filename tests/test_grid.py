@@ -1,0 +1,107 @@
+"""Grid expansion and the budget solver: axes from conf and the command line, refusals,
+regime labels, and a plan that never loads torch or weights."""
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from race import flops
+from race.config import EMBEDDED_BUDGET, compose_config, to_specs
+from race.grid import plan_grid, plan_summary, plan_table, regime_label, split_overrides
+
+THRESHOLDS = SimpleNamespace(feedback_heavy=0.15, learning_heavy=0.8, search_heavy=0.4)
+
+
+def test_split_overrides_separates_sweep_axes():
+    fixed, axes = split_overrides(["model=tiny-s,tiny-m", "budget=1e15", "grid.lr=1e-3",
+                                   "grid.group_size=range(2,8,2)"])
+    assert fixed == ["budget=1e15", "grid.lr=1e-3"]
+    assert axes == {"model": ["tiny-s", "tiny-m"], "grid.group_size": ["2", "4", "6"]}
+
+
+def test_default_grid_is_at_least_two_by_two_by_two_by_two():
+    plan = plan_grid([])
+    axes = dict(plan.axes)
+    for key in ("model", "grid.group_size", "grid.update_epochs", "reward"):
+        assert len(axes[key]) >= 2, key
+    assert len(plan.cells) == 16 and len(plan.runnable) == 16
+    assert plan.budget_flops == EMBEDDED_BUDGET
+    assert len({c.spec.cell_id for c in plan.cells}) == 16  # every cell distinct
+    seeds = {c.spec.seed for c in plan.cells}
+    configs = {c.spec.config_id for c in plan.cells}
+    assert len(configs) == 16 // len(seeds)
+
+
+def test_command_line_value_fixes_an_axis_and_a_list_replaces_it():
+    fixed = plan_grid(["model=tiny-m"])
+    assert {c.spec.model for c in fixed.cells} == {"tiny-m"}
+    assert "model" not in dict(fixed.axes) and len(fixed.cells) == 8
+    swept = plan_grid(["grid.group_size=2,4,6", "model=tiny-s", "reward=rule"])
+    assert dict(swept.axes)["grid.group_size"] == ("2", "4", "6")
+    assert sorted(c.spec.group_size for c in swept.cells) == [2, 2, 4, 4, 6, 6]
+
+
+def test_steps_solve_the_pilot_budget_at_nominal_tokens():
+    plan = plan_grid(["model=tiny-m", "reward=rule", "grid.group_size=8",
+                      "grid.update_epochs=1", "budget=1e13"])
+    (cell,) = plan.cells
+    cfg = compose_config(["model=tiny-m", "reward=rule", "budget=1e13"])
+    specs = to_specs(cfg)
+    step = flops.grpo_step_flops(specs.policy, specs.reward, lora=specs.lora,
+                                 **specs.kwargs())
+    pilot_budget = 1e13 * cfg.pilot.fraction
+    assert cell.spec.budget_flops == pytest.approx(pilot_budget)
+    assert cell.steps == int(pilot_budget // step.total)
+    assert cell.planned.total <= pilot_budget < cell.planned.total + step.total
+    assert plan.share_of_full_run == pytest.approx(cfg.pilot.fraction)
+
+
+def test_cells_that_cannot_buy_a_step_are_refused_with_the_reason():
+    # tiny-s buys a step on this budget, tiny-l does not
+    plan = plan_grid(["model=tiny-s,tiny-l", "reward=rule", "grid.group_size=8",
+                      "grid.update_epochs=1", "budget=2.5e11"])
+    refused = [c for c in plan.cells if c.refused]
+    assert [c.spec.model for c in refused] == ["tiny-l"]
+    assert "worst-case step costs" in refused[0].refused and refused[0].steps == 0
+    table = plan_table(plan)
+    assert "refused (1 cell(s)" in table and refused[0].spec.cell_id in table
+
+
+def test_no_cell_can_buy_a_step_is_bad_input():
+    with pytest.raises(ValueError, match="budget=1e\\+09: no cell can buy one GRPO step"):
+        plan_grid(["budget=1e9"])
+
+
+def test_real_models_need_an_explicit_budget():
+    with pytest.raises(ValueError, match="budget=null"):
+        plan_grid(["model=qwen2.5-0.5b"])
+
+
+@pytest.mark.parametrize("shares, label", [
+    ({"rollout": 0.3, "learning": 0.5, "feedback": 0.2}, "feedback-heavy"),
+    ({"rollout": 0.15, "learning": 0.85, "feedback": 0.0}, "learning-heavy"),
+    ({"rollout": 0.45, "learning": 0.55, "feedback": 0.0}, "search-heavy"),
+    ({"rollout": 0.31, "learning": 0.69, "feedback": 0.0}, "balanced"),
+])
+def test_regime_labels_follow_the_thresholds(shares, label):
+    assert regime_label(shares, THRESHOLDS) == label
+
+
+def test_plan_of_real_models_loads_neither_torch_nor_weights():
+    code = ("import sys; from race.cli import main; "
+            "rc = main(['plan', 'budget=1e18', 'model=qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-7b', "
+            "'reward=rule,qwen2.5-math-prm-7b']); "
+            "assert rc == 0, rc; assert 'torch' not in sys.modules, 'torch was imported'")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "qwen2.5-7b" in out.stdout and "qwen2.5-math-prm-7b" in out.stdout
+    assert "24 cell(s), 24 runnable" in out.stdout
+    assert "feedback-heavy" in out.stdout and "learning-heavy" in out.stdout
+
+
+def test_plan_summary_reports_pilot_cost_as_share_of_a_full_run():
+    plan = plan_grid([])
+    assert "100.0% of one full-budget run" in plan_summary(plan)

@@ -1,0 +1,83 @@
+"""The local launcher's scheduling: slots, GPU pinning with CUDA_VISIBLE_DEVICES, and
+lost jobs recorded as failed cells. Jobs here are stand-ins that record their
+environment instead of training (the pilots themselves are tested elsewhere)."""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+cloudpickle = pytest.importorskip("cloudpickle", reason="submitit pickles jobs with it")
+pytest.importorskip("submitit", reason="launchers go through submitit")
+
+from race.config import compose_config, to_run_spec  # noqa: E402
+from race.launch import Task, launch, slots, threads  # noqa: E402
+
+# the stand-in jobs travel by value: this test module is not importable in a job process
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class EnvJob:
+    """Writes the summary a pilot would, plus what the job saw."""
+
+    def __call__(self, spec, cell_dir):
+        start = time.time()
+        time.sleep(1.0)
+        Path(cell_dir).mkdir(parents=True, exist_ok=True)
+        (Path(cell_dir) / "summary.json").write_text(json.dumps({
+            "status": "ok", "error": None, "total_flops": 0.0, "steps": 0,
+            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": start,
+            "end": time.time()}))
+        return {}
+
+
+class CrashJob:
+    """Dies without writing anything, as a killed process would."""
+
+    def __call__(self, spec, cell_dir):
+        os._exit(3)
+
+
+def tasks(tmp_path, n):
+    out = []
+    for seed in range(n):
+        cfg = compose_config(["model=tiny-s", "reward=rule", "budget=1e12",
+                              f"pilot.seed={seed}"])
+        spec = to_run_spec(cfg, 1e12 * cfg.pilot.fraction)
+        out.append(Task(spec, str(tmp_path / "cells" / spec.cell_id)))
+    return out
+
+
+def test_one_pilot_per_gpu_pinned_and_never_more_at_once(tmp_path):
+    cfg = compose_config(["launcher.gpus=[0,1]", "launcher.poll_s=0.1"]).launcher
+    assert slots(cfg) == 2
+    counts = launch(tasks(tmp_path, 4), cfg, tmp_path / "submitit", job=EnvJob())
+    assert counts.done == 4 and counts.failed == 0
+    runs = [json.loads(p.read_text()) for p in (tmp_path / "cells").glob("*/summary.json")]
+    assert sorted(r["cuda"] for r in runs) == ["0", "0", "1", "1"]
+    for gpu in ("0", "1"):  # each GPU runs one pilot at a time
+        spans = sorted((r["start"], r["end"]) for r in runs if r["cuda"] == gpu)
+        assert spans[0][1] <= spans[1][0]
+
+
+def test_slots_default_to_one_per_core_with_threads_split():
+    cfg = compose_config([]).launcher
+    assert cfg.slots == 0 and slots(cfg) == (len(os.sched_getaffinity(0)))
+    assert threads(cfg) == 1
+    two = compose_config(["launcher.slots=1"]).launcher
+    assert threads(two) == len(os.sched_getaffinity(0))
+
+
+def test_a_job_that_dies_without_output_is_recorded_as_failed(tmp_path):
+    cfg = compose_config(["launcher.slots=2", "launcher.poll_s=0.1"]).launcher
+    (task,) = tasks(tmp_path, 1)
+    counts = launch([task], cfg, tmp_path / "submitit", job=CrashJob())
+    assert counts.failed == 1 and counts.done == 0
+    summary = json.loads((Path(task.cell_dir) / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["cell_id"] == task.spec.cell_id
+    assert summary["error"].startswith("job ")
+    assert json.loads((Path(task.cell_dir) / "spec.json").read_text())["cell_id"] \
+        == task.spec.cell_id

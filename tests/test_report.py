@@ -1,0 +1,356 @@
+"""Leaderboard, compute card, plots and selection (race.report) on hand-made sweep folders."""
+
+import json
+
+import pytest
+
+from race import results
+from race.aggregate import compare_predictions, sigmoid
+from race.grid import fmt_flops
+from race.report import VALIDATION_HEADING, validation_section, write_report
+
+PILOT = 1e12  # pilot budget per cell, FLOPs
+FULL = 1.6e13  # full-run budget, FLOPs (pilot fraction 1/16)
+CHECKPOINTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+N_EXAMPLES = 20  # eval problems per target
+STEPS = {"tiny-s": 16, "tiny-m": 8}  # the same budget buys a smaller policy more steps
+SHARES = {  # realized phase shares -> regimes (thresholds: feedback .15, learning .8, search .4)
+    "search": {"rollout": 0.45, "learning": 0.55, "feedback": 0.0},
+    "feedback": {"rollout": 0.35, "learning": 0.45, "feedback": 0.20},
+    "learning": {"rollout": 0.12, "learning": 0.88, "feedback": 0.0},
+}
+
+
+def config(name, model, reward, group_size, update_epochs, shares, test, ood, seeds=(0, 1)):
+    """One allocation config: (R0, A, C_mid/PILOT, B) of its test and ood sigmoids."""
+    return {"config_id": name, "model": model, "reward": reward, "group_size": group_size,
+            "update_epochs": update_epochs, "shares": SHARES[shares], "test": test,
+            "ood": ood, "seeds": seeds}
+
+
+# tiny-m + prm is best on test, tiny-m + rule on ood: the targets disagree.
+CONFIGS = [
+    config("cfg-s-rule", "tiny-s", "rule", 4, 1, "search", (0.10, 0.40, 0.3, 2.0),
+           (0.10, 0.30, 0.3, 2.0)),
+    config("cfg-s-prm", "tiny-s", "prm-tiny-s", 4, 1, "feedback", (0.10, 0.50, 0.4, 2.0),
+           (0.10, 0.35, 0.4, 2.0)),
+    config("cfg-m-rule", "tiny-m", "rule", 4, 1, "search", (0.15, 0.55, 0.5, 1.5),
+           (0.15, 0.70, 0.4, 1.5)),
+    config("cfg-m-prm", "tiny-m", "prm-tiny-s", 4, 1, "feedback", (0.15, 0.75, 0.5, 1.5),
+           (0.15, 0.50, 0.5, 1.5)),
+    config("cfg-s-mu4", "tiny-s", "rule", 2, 4, "learning", (0.10, 0.45, 0.6, 2.5),
+           (0.10, 0.30, 0.6, 2.5), seeds=(0,)),
+]
+FAILED = config("cfg-m-g8", "tiny-m", "rule", 8, 2, "search", (0, 0, 1, 1), (0, 0, 1, 1),
+                seeds=(0,))
+MISSING = config("cfg-m-prm-g8", "tiny-m", "prm-tiny-s", 8, 1, "feedback", (0, 0, 1, 1),
+                 (0, 0, 1, 1), seeds=(0,))
+OOM = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+def accuracy(params, fraction, seed):
+    """The config's sigmoid at a checkpoint, plus seed noise, on the 1/N_EXAMPLES grid."""
+    r0, a, mid, b = params
+    value = r0 if fraction == 0 else sigmoid(fraction * PILOT, r0, a, mid * PILOT, b)
+    value += 0.06 * (seed - 0.5) * (fraction > 0)
+    return round(min(max(value, 0.0), 1.0) * N_EXAMPLES) / N_EXAMPLES
+
+
+def write_cell(sweep, cfg, seed, *, status="ok", task="arith"):
+    """spec.json, metrics.jsonl and summary.json of one cell; returns its summary."""
+    cell_id = f"{cfg['config_id']}-s{seed}"
+    folder = sweep / "cells" / cell_id
+    results.write_json(folder / "spec.json", {
+        "cell_id": cell_id, "config_id": cfg["config_id"], "model": cfg["model"],
+        "seed": seed, "prompts_per_step": 8, "group_size": cfg["group_size"],
+        "max_new_tokens": 40, "update_epochs": cfg["update_epochs"], "minibatch_size": 0,
+        "lr": 5e-4, "lora_rank": 16, "kl_coef": 0.0, "temperature": 1.0, "backend": "hf",
+        "convention": "model", "budget_flops": PILOT, "task": {"name": task},
+        "reward": {"name": cfg["reward"], "kind": "rule" if cfg["reward"] == "rule" else "prm"}})
+    if status == "missing":
+        return None
+    spent = 0.98 * PILOT if status == "ok" else 0.3 * PILOT
+    flops = {p: s * spent for p, s in cfg["shares"].items()} | {"eval": 0.05 * spent}
+    rows, finals = [], {}
+    steps = STEPS[cfg["model"]] if status == "ok" else 2
+    per_eval = {}
+    for step in range(steps + 1):
+        fraction = step / steps
+        if step:
+            rows.append({"kind": "step", "step": step, "charged_flops": spent * step / steps})
+        if status == "ok" and fraction in CHECKPOINTS:
+            for target in ("test", "ood"):
+                acc = accuracy(cfg[target], fraction, seed)
+                hits = round(acc * N_EXAMPLES)
+                correct = [1] * hits + [0] * (N_EXAMPLES - hits)
+                rows.append({"kind": "eval", "target": target, "checkpoint": fraction,
+                             "accuracy": acc, "mean_reward": acc, "correct": correct})
+                per_eval.setdefault(target, []).append(acc)
+                finals[target] = {"accuracy": acc, "mean_reward": acc, "checkpoint": fraction}
+    results.write_jsonl(folder / "metrics.jsonl", rows)
+    summary = {"cell_id": cell_id, "status": status, "error": None if status == "ok" else OOM,
+               "budget_flops": PILOT, "convention": "model", "steps": steps,
+               "total_flops": spent, "flops": flops, "wall_s": {p: 1.0 for p in flops},
+               "final_eval": finals,
+               "initial_eval": {t: {"accuracy": v[0], "mean_reward": v[0]}
+                                for t, v in per_eval.items()}}
+    results.write_json(folder / "summary.json", summary)
+    return summary
+
+
+def make_sweep(root, configs=CONFIGS, *, failed=True, missing=True):
+    """A sweep folder: configs x their seeds ok, plus one failed and one missing cell."""
+    sweep = root / "arith-1.6e13-fake"
+    results.write_json(sweep / "sweep.json", {
+        "budget_flops": FULL, "pilot_fraction": PILOT / FULL, "task": "arith",
+        "config": {"regime": {"feedback_heavy": 0.15, "learning_heavy": 0.8,
+                              "search_heavy": 0.4}}})
+    for cfg in configs:
+        for seed in cfg["seeds"]:
+            write_cell(sweep, cfg, seed)
+    if failed:
+        write_cell(sweep, FAILED, 0, status="failed")
+    if missing:
+        write_cell(sweep, MISSING, 0, status="missing")
+    return sweep
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    sweep = make_sweep(tmp_path_factory.mktemp("report"))
+    return sweep, write_report(sweep, n_boot=200)
+
+
+# ---------------------------------------------------------------- files
+
+
+def test_every_file_is_written_and_non_empty(report):
+    sweep, out = report
+    names = {p.name for p in out["paths"].values()}
+    assert names == {"leaderboard.md", "leaderboard.csv", "compute_card.md", "compute_card.tex",
+                     "frontier.png", "curves.png", "phases.png", "selection.json"}
+    for path in out["paths"].values():
+        assert path.parent == sweep and path.stat().st_size > 0, path
+    assert not [p for p in sweep.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_pngs_are_valid_images(report):
+    import matplotlib.image as mpimg
+
+    _, out = report
+    for key in ("frontier_png", "curves_png", "phases_png"):
+        image = mpimg.imread(out["paths"][key])
+        assert image.shape[0] > 100 and image.shape[1] > 100, key
+    # One 7 x 4 in panel per target at 150 dpi: two targets stack to ~1200 px high.
+    assert mpimg.imread(out["paths"]["frontier_png"]).shape[0] > 1000
+
+
+def test_summary_is_compact_and_names_the_top_config(report):
+    _, out = report
+    lines = out["summary"].splitlines()
+    assert 12 <= len(lines) <= 25
+    assert out["target"] == "test"
+    assert "cfg-m-prm" in lines[3]  # the best config on test heads the top list
+    assert "differs between targets" in out["summary"]
+    assert "1 failed, 1 missing" in out["summary"]
+
+
+# ---------------------------------------------------------------- leaderboard
+
+
+def test_leaderboard_md_lists_ok_configs_failed_cells_and_target_agreement(report):
+    sweep, _ = report
+    text = (sweep / "leaderboard.md").read_text()
+    for cfg in CONFIGS:
+        assert f"`{cfg['config_id']}`" in text
+    assert "## Target: test (primary)" in text and "## Target: ood" in text
+    assert text.index("## Target: test") < text.index("## Target: ood")
+    failed = [line for line in text.splitlines() if "cfg-m-g8-s0" in line]
+    assert failed and "failed" in failed[0] and "CUDA out of memory" in failed[0]
+    missing = [line for line in text.splitlines() if "cfg-m-prm-g8-s0" in line]
+    assert missing and "missing" in missing[0] and "no summary.json" in missing[0]
+    assert "the best allocation differs between targets" in text.lower()
+    assert "test -> cfg-m-prm" in text and "ood -> cfg-m-rule" in text
+    assert "sigmoid (R^2" in text and "[lo, hi]" in text
+
+
+def test_leaderboard_csv_has_every_target_and_fit_columns(report):
+    import pandas as pd
+
+    sweep, _ = report
+    board = pd.read_csv(sweep / "leaderboard.csv")
+    assert set(board["target"]) == {"test", "ood"}
+    assert len(board) == 2 * len(CONFIGS)
+    assert {"rank", "mean", "lo", "hi", "prediction", "prediction_lo", "prediction_hi",
+            "fit_method", "regime"} <= set(board.columns)
+    test = board[board["target"] == "test"].set_index("config_id")
+    assert test.loc["cfg-m-prm", "rank"] == 1
+    assert test.loc["cfg-s-mu4", "regime"] == "learning-heavy"
+    assert test.loc["cfg-s-prm", "regime"] == "feedback-heavy"
+    assert (test["prediction_lo"] <= test["prediction"]).all()
+    assert (test["prediction"] <= test["prediction_hi"]).all()
+
+
+# ---------------------------------------------------------------- compute card
+
+
+def test_compute_card_totals_equal_the_sum_of_the_cells(report):
+    sweep, out = report
+    summaries = [results.read_json(p) for p in (sweep / "cells").glob("*/summary.json")]
+    total = sum(s["total_flops"] for s in summaries)  # the failed cell's spend included
+    assert out["totals"]["total"] == pytest.approx(total)
+    for phase in ("rollout", "learning", "feedback", "eval"):
+        assert out["totals"][phase] == pytest.approx(sum(s["flops"][phase] for s in summaries))
+    assert sum(out["totals"][p] for p in ("rollout", "learning", "feedback")) == \
+        pytest.approx(total)
+    card = (sweep / "compute_card.md").read_text()
+    assert f"| **total charged** | **{fmt_flops(total)}** | 100.0% |" in card
+    for cell_dir in (sweep / "cells").iterdir():
+        assert f"`{cell_dir.name}`" in card
+    assert "152k" in card and "339k" in card  # tiny-s and tiny-m params
+    assert "reward (prm-tiny-s)" in card  # the reward model's size is part of the story
+    assert "tiny-s (152k params) takes 2.0x the steps" in card  # same-FLOP sizes
+
+
+def test_compute_card_latex_block_is_booktabs(report):
+    sweep, out = report
+    latex = (sweep / "compute_card.tex").read_text()
+    for token in ("\\begin{tabular}", "\\toprule", "\\midrule", "\\bottomrule",
+                  "\\end{tabular}", "Total charged", "\\%"):
+        assert token in latex
+    mantissa, exponent = f"{out['totals']['total']:.2e}".split("e")
+    assert f"${mantissa}\\times10^{{{int(exponent)}}}$" in latex
+    card = (sweep / "compute_card.md").read_text()
+    assert "```latex\n" + latex.rstrip("\n") + "\n```" in card
+
+
+# ---------------------------------------------------------------- selection
+
+
+def test_selection_json_holds_k_configs_and_the_excluded_cells(report):
+    sweep, _ = report
+    selection = json.loads((sweep / "selection.json").read_text())
+    assert selection["target"] == "test" and selection["basis"] == "extrapolated"
+    assert selection["k"] == 3 and len(selection["selected"]) == 3
+    assert len({s["config_id"] for s in selection["selected"]}) == 3
+    assert all(s["reason"] for s in selection["selected"])
+    assert selection["by_target"]["agree"] is False
+    excluded = {e["cell_id"]: e for e in selection["excluded"]}
+    assert excluded["cfg-m-g8-s0"] == {"cell_id": "cfg-m-g8-s0", "status": "failed",
+                                       "error": OOM}
+    assert excluded["cfg-m-prm-g8-s0"]["status"] == "missing"
+
+
+def test_selection_holds_fewer_entries_when_fewer_configs(tmp_path):
+    sweep = make_sweep(tmp_path, CONFIGS[:2], failed=False, missing=False)
+    out = write_report(sweep, n_boot=50, top_k=5, basis="observed")
+    selection = results.read_json(sweep / "selection.json")
+    assert selection["k"] == 5 and len(selection["selected"]) == 2
+    assert all(s["basis_used"] == "observed" for s in selection["selected"])
+    assert "None: every cell finished ok." in (sweep / "leaderboard.md").read_text()
+    assert out["selected"] == selection["selected"]
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_only_failed_cells_raise_no_ok_cells(tmp_path):
+    sweep = make_sweep(tmp_path, [], failed=True, missing=True)
+    with pytest.raises(ValueError, match=r"no ok cells to rank \(1 failed, 1 missing\)") as info:
+        write_report(sweep)
+    assert str(sweep) in str(info.value) and "pilots.csv" in str(info.value)
+    assert not (sweep / "leaderboard.md").exists()
+
+
+def test_a_corrupt_metrics_line_raises_naming_file_and_line(tmp_path):
+    sweep = make_sweep(tmp_path, CONFIGS[:1], failed=False, missing=False)
+    path = sweep / "cells" / "cfg-s-rule-s0" / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    lines[3] = lines[3][:20]  # a torn write
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"cfg-s-rule-s0/metrics\.jsonl:4: corrupt JSON"):
+        write_report(sweep)
+
+
+def test_mixed_tasks_raise(tmp_path):
+    sweep = make_sweep(tmp_path, CONFIGS[:1], failed=False, missing=False)
+    write_cell(sweep, CONFIGS[1], 0, task="gsm8k")
+    with pytest.raises(ValueError, match="results mix task=arith and task=gsm8k"):
+        write_report(sweep)
+
+
+def test_bad_arguments_and_a_folder_without_cells_raise(tmp_path):
+    with pytest.raises(ValueError, match="report.basis='best'"):
+        write_report(tmp_path, basis="best")
+    with pytest.raises(ValueError, match="report.top_k=0"):
+        write_report(tmp_path, top_k=0)
+    with pytest.raises(ValueError, match="no cells/ folder"):
+        write_report(tmp_path)
+
+
+# ---------------------------------------------------------------- validation section
+
+
+def _comparison(sweep):
+    selection = results.read_json(sweep / "selection.json")["selected"]
+    realized = {s["config_id"]: s["score"] - 0.02 * i for i, s in enumerate(selection)}
+    return compare_predictions(selection, realized) | {"target": "test",
+                                                       "budget_flops": FULL, "failed": []}
+
+
+def test_validation_section_is_idempotent_and_last(tmp_path):
+    sweep = make_sweep(tmp_path, CONFIGS[:3], failed=False, missing=False)
+    write_report(sweep, n_boot=50)
+    before = (sweep / "leaderboard.md").read_text()
+    comparison = _comparison(sweep)
+    section = validation_section(sweep, comparison)
+    once = (sweep / "leaderboard.md").read_text()
+    assert once.startswith(before.rstrip("\n")) and once.endswith(section)
+    assert validation_section(sweep, comparison) == section
+    twice = (sweep / "leaderboard.md").read_text()
+    assert twice == once and twice.count(VALIDATION_HEADING) == 1
+    assert "Kendall tau 1.00" in section and "Top-1 regret: 0.000" in section
+    assert "Coverage:" in section and "| realized | inside? |" in section
+    for row in comparison["rows"]:
+        assert f"`{row['config_id']}`" in section
+
+
+def test_validation_section_with_two_configs_says_why_no_rank_correlation(tmp_path):
+    sweep = make_sweep(tmp_path, CONFIGS[:2], failed=False, missing=False)
+    write_report(sweep, n_boot=50)
+    selection = results.read_json(sweep / "selection.json")["selected"]
+    comparison = compare_predictions(selection, {s["config_id"]: 0.3 for s in selection})
+    comparison["failed"] = [{"cell_id": "abc", "error": "TimeoutError: node lost"}]
+    section = validation_section(sweep, comparison)
+    assert "n/a (rank correlations need >= 3 validated configs; got 2)" in section
+    assert "Failed validation run `abc`: TimeoutError: node lost" in section
+
+
+def test_a_rerun_report_keeps_the_stored_validation_section(tmp_path):
+    sweep = make_sweep(tmp_path, CONFIGS[:3], failed=False, missing=False)
+    write_report(sweep, n_boot=50)
+    results.write_json(sweep / "validate" / "comparison.json", _comparison(sweep))
+    write_report(sweep, n_boot=50)
+    text = (sweep / "leaderboard.md").read_text()
+    assert text.count(VALIDATION_HEADING) == 1
+    assert text.index(VALIDATION_HEADING) > text.index("## Best allocation by target")
+
+
+def test_validation_section_needs_a_leaderboard(tmp_path):
+    with pytest.raises(ValueError, match="run `race report"):
+        validation_section(tmp_path, {"rows": []})
+
+
+
+def test_many_configs_still_render_with_a_model_and_reward_legend(tmp_path):
+    """Above 16 configs curves.png's legend names models and rewards, not every config."""
+    configs = [config(f"c{i:02d}", ("tiny-s", "tiny-m")[i % 2], ("rule", "prm-tiny-s")[i // 9],
+                      2 + i, 1, ("search", "feedback")[i // 9],
+                      (0.1, 0.3 + 0.02 * i, 0.4, 2.0), (0.1, 0.3, 0.4, 2.0), seeds=(0,))
+               for i in range(17)]
+    sweep = make_sweep(tmp_path, configs, failed=False, missing=False)
+    out = write_report(sweep, n_boot=20)
+    import matplotlib.image as mpimg
+
+    assert mpimg.imread(out["paths"]["curves_png"]).shape[0] > 100
+    assert len(results.read_json(sweep / "selection.json")["selected"]) == 3

@@ -1,0 +1,114 @@
+"""`race sweep` through the local and inline launchers: results contract, reruns that run
+only unfinished cells, and a failed cell that never stops the others."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch", reason="pilots train with torch")
+pytest.importorskip("submitit", reason="launchers go through submitit")
+
+
+# A tiny pilot's knobs (each cell spends ~15 steps on 1.25e9 FLOPs).
+SMALL = ["model=tiny-s", "reward=rule", "grid.prompts_per_step=2", "grid.group_size=2",
+         "grid.max_new_tokens=12", "grid.update_epochs=1", "grid.lora_rank=4",
+         "pilot.eval_examples=4", "pilot.eval_targets=[test]", "budget=2e10"]
+
+
+
+
+def sweep(tmp_path, policy, *extra):
+    args = ["sweep", *SMALL, f"sweep.out_dir={tmp_path}", "sweep.name=s",
+            "launcher.poll_s=0.2", *extra]
+    if not any(a.startswith("model.hf_id=") for a in extra):
+        args.append(f"model.hf_id={policy}")
+    return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path)
+
+
+def test_local_sweep_failure_recorded_and_rerun_runs_only_unfinished(tmp_path, policy):
+    broken = tmp_path / "broken-policy"  # a folder that holds no model: that cell fails
+    broken.mkdir()
+    axis = f"model.hf_id={policy},{broken}"
+    out = sweep(tmp_path, policy, axis, "launcher.slots=2")
+    assert out.returncode == 1, out.stderr  # a cell failed: non-zero, after writing all
+    folder = tmp_path / "s"
+    frame = pd.read_csv(folder / "pilots.csv")
+    assert len(frame) == 2
+    ok = frame[frame.status == "ok"].iloc[0]
+    failed = frame[frame.status != "ok"].iloc[0]
+    assert ok.steps >= 1 and ok.total_flops <= ok.budget_flops
+    assert failed.status == "failed" and str(broken) in failed.error
+    record = json.loads((folder / "sweep.json").read_text())
+    assert {c["cell_id"] for c in record["cells"]} == set(frame.cell_id)
+    assert record["git_sha"] and "torch" in record["versions"]
+    assert "1 ok, 1 failed" in out.stdout and f"failed {failed.cell_id}" in out.stderr
+    ok_summary = folder / "cells" / ok.cell_id / "summary.json"
+    before = ok_summary.stat().st_mtime_ns
+    again = sweep(tmp_path, policy, axis, "launcher.slots=2")
+    assert again.returncode == 1
+    assert "1 cell(s) already ok" in again.stderr  # only the failed cell ran again
+    assert ok_summary.stat().st_mtime_ns == before
+
+
+def test_inline_launcher_runs_in_process(tmp_path, policy):
+    out = sweep(tmp_path, policy, "launcher=inline")
+    assert out.returncode == 0, out.stderr
+    frame = pd.read_csv(tmp_path / "s" / "pilots.csv")
+    assert list(frame.status) == ["ok"]
+    summary = json.loads(next(Path(tmp_path, "s", "cells").glob("*/summary.json")).read_text())
+    assert summary["final_eval"]["test"]["checkpoint"] == 1.0
+
+
+def test_race_pilot_multirun_through_hydra_submitit_launcher(tmp_path, policy):
+    """Hydra users keep their own multirun: `race pilot -m ... hydra/launcher=submitit_local`."""
+    knobs = [o for o in SMALL if not o.startswith("grid.group_size=")]
+    args = ["pilot", "-m", *knobs, f"model.hf_id={policy}", "grid.group_size=2,4",
+            f"pilot.out_dir={tmp_path / 'out'}", "hydra/launcher=submitit_local"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")  # two pilots share this machine's cores
+    out = subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True,
+                         text=True, timeout=600, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "Submitit 'local' sweep output dir" in out.stdout + out.stderr
+    summaries = [json.loads(p.read_text())
+                 for p in (tmp_path / "out" / "cells").glob("*/summary.json")]
+    assert sorted(s["status"] for s in summaries) == ["ok", "ok"]
+    specs = [json.loads(p.read_text()) for p in (tmp_path / "out" / "cells").glob("*/spec.json")]
+    assert sorted(s["group_size"] for s in specs) == [2, 4]
+    assert (tmp_path / "multirun").is_dir()  # Hydra's own sweep folder
+
+
+def test_sweep_reports_then_validate_compares_predicted_with_realized(tmp_path, policy):
+    knobs = [o for o in SMALL if not o.startswith(("budget=", "grid.group_size="))]
+    out = subprocess.run(
+        [sys.executable, "-m", "race.cli", "sweep", *knobs, "budget=2.5e9",
+         "pilot.fraction=0.5", "grid.group_size=2,4", f"model.hf_id={policy}",
+         "launcher=inline", f"sweep.out_dir={tmp_path}", "sweep.name=s"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    folder = tmp_path / "s"
+    for name in ("leaderboard.md", "leaderboard.csv", "compute_card.md", "frontier.png",
+                 "curves.png", "phases.png", "selection.json"):
+        assert (folder / name).is_file(), name
+    assert "selected for validation" in out.stdout
+    selection = json.loads((folder / "selection.json").read_text())
+    first = selection["selected"][0]
+    out = subprocess.run(
+        [sys.executable, "-m", "race.cli", "validate", str(folder), "validate.top_k=1",
+         "launcher=inline"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    comparison = json.loads((folder / "validate" / "comparison.json").read_text())
+    assert comparison["n"] == 1 and comparison["rows"][0]["config_id"] == first["config_id"]
+    assert comparison["top1_regret"] == 0.0  # one validated config is its own best
+    assert "rank correlations need >= 3" in comparison["note"]
+    full = [json.loads(p.read_text())
+            for p in (folder / "validate" / "cells").glob("*/summary.json")]
+    assert len(full) == 1 and full[0]["budget_flops"] == 2.5e9  # the full budget
+    assert full[0]["total_flops"] <= 2.5e9 and full[0]["status"] == "ok"
+    assert "Validation: predicted vs realized" in (folder / "leaderboard.md").read_text()
+    assert "Validation: predicted vs realized" in out.stdout
