@@ -7,9 +7,10 @@ every cell at >= 2 seeds:
 2. exhaustively: each cell at the full ``budget`` (what the pilots are meant to predict).
 
 Then it compares the pilots' ranking of the 16 allocations with the full-budget ranking:
-Spearman and Kendall correlations for the pilots' observed scores and for their
-extrapolated (sigmoid fit) scores, top-1 and top-3 regret (the best full-budget score
-minus the best full-budget score among the pilot's top 1 / top 3), the full-budget seed
+Spearman and Kendall correlations for the pilots' observed scores, their extrapolated
+(sigmoid fit) scores, and the guarded scores RACE's selection uses (the extrapolation
+only where its interval is at most 0.3 wide); top-1 and top-3 regret (the best full-budget
+score minus the best full-budget score among the pilot's top 1 / top 3), the full-budget seed
 noise (the standard deviation of a config's score across seeds, averaged over configs,
 divided by sqrt(seeds): the standard error of a config's mean), and the compute the pilot
 grid spent as a share of the exhaustive full grid.
@@ -36,6 +37,7 @@ import pandas as pd
 from scipy import stats
 
 KNOBS = ["model", "reward", "group_size", "update_epochs"]
+MAX_WIDTH = 0.3  # aggregate.select_for_validation's default max_width
 
 
 def sweep(out: Path, name: str, budget: float, fraction: float, seeds: int, slots: int,
@@ -61,7 +63,8 @@ def scores(folder: Path, target: str) -> tuple[pd.DataFrame, float]:
         print(f"{folder.name}: {len(failed)} failed cell(s) excluded: "
               f"{list(failed.cell_id)}", flush=True)
     fits = aggregate.fit_cells(evals, ok, target=target)
-    ok = ok.merge(fits[["cell_id", "prediction", "method"]], on="cell_id")
+    ok = ok.merge(fits[["cell_id", "prediction", "method", "lo", "hi"]], on="cell_id")
+    ok["width"] = ok["hi"] - ok["lo"]
     grouped = ok.groupby(KNOBS)
     frame = pd.DataFrame({
         "observed": grouped[f"final_{target}"].mean(),
@@ -69,7 +72,12 @@ def scores(folder: Path, target: str) -> tuple[pd.DataFrame, float]:
         "seed_sd": grouped[f"final_{target}"].std(ddof=1),
         "seeds": grouped["seed"].nunique(),
         "sigmoid_fits": grouped["method"].apply(lambda m: int((m == "sigmoid").sum())),
+        "width": grouped["width"].mean(),
     }).reset_index()
+    # what RACE's selection scores with: the extrapolation only where every seed's fit is a
+    # sigmoid whose interval is at most MAX_WIDTH wide, else the observed pilot mean
+    trusted = (frame["sigmoid_fits"] == frame["seeds"]) & (frame["width"] <= MAX_WIDTH)
+    frame["guarded"] = frame["extrapolated"].where(trusted, frame["observed"])
     return frame, float(cells["total_flops"].fillna(0).sum())
 
 
@@ -83,7 +91,7 @@ def compare(pilot: pd.DataFrame, full: pd.DataFrame) -> tuple[pd.DataFrame, dict
     both = pilot.merge(full, on=KNOBS, suffixes=("_pilot", "_full"))
     realized = both["observed_full"]
     out = {}
-    for basis in ("observed", "extrapolated"):
+    for basis in ("observed", "extrapolated", "guarded"):
         predicted = both[f"{basis}_pilot"]
         out[basis] = {
             "spearman": float(stats.spearmanr(predicted, realized).statistic),
@@ -124,11 +132,12 @@ def plot(both: pd.DataFrame, summary: dict, path: Path, target: str) -> None:
                 for m, c in colors.items()]
                + [plt.Line2D([], [], marker=mk, ls="", color="gray", label=r)
                   for r, mk in markers.items()])
-    axes[1].legend(handles=handles, fontsize=8, loc="lower right")
+    fig.legend(handles=handles, fontsize=9, loc="lower center", ncol=len(handles),
+               frameon=False)
     fig.suptitle(f"RACE fidelity: pilots at {summary['fraction']:g} x budget vs every cell "
                  f"at the full budget ({summary['budget']:.2g} FLOPs); pilot cost "
                  f"{summary['pilot_cost_share']:.0%} of the exhaustive grid", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=150)
     plt.close(fig)
 
@@ -154,11 +163,11 @@ def main() -> None:
                 "fraction": args.fraction}
     both.sort_values("observed_full", ascending=False).to_csv(args.out / "fidelity.csv",
                                                              index=False)
-    columns = KNOBS + ["observed_pilot", "extrapolated_pilot", "sigmoid_fits_pilot",
-                       "observed_full", "seed_sd_full"]
+    columns = KNOBS + ["observed_pilot", "extrapolated_pilot", "guarded_pilot",
+                       "sigmoid_fits_pilot", "observed_full", "seed_sd_full"]
     print(both.sort_values("observed_full", ascending=False)[columns]
           .to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    for basis in ("observed", "extrapolated"):
+    for basis in ("observed", "extrapolated", "guarded"):
         s = summary[basis]
         print(f"{basis:>12}: spearman {s['spearman']:.3f}  kendall {s['kendall']:.3f}  "
               f"top1_regret {s['top1_regret']:.3f}  top3_regret {s['top3_regret']:.3f}")
