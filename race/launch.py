@@ -1,8 +1,9 @@
 """Launchers: every pilot goes through submitit, to SLURM, to local processes, or inline.
 
-- ``local``: ``launcher.slots`` pilots at once as processes on this machine, each with
-  ``cores // slots`` torch threads; with ``launcher.gpus=[0,1,...]`` one pilot per GPU,
-  pinned with ``CUDA_VISIBLE_DEVICES`` (submitit's ``visible_gpus``).
+- ``local``: ``launcher.slots`` worker processes on this machine, each running pilots one
+  after another with ``cores // slots`` torch threads (imports paid once per slot); with
+  ``launcher.gpus=[0,1,...]`` one worker per GPU, pinned with ``CUDA_VISIBLE_DEVICES``
+  (submitit's ``visible_gpus``).
 - ``slurm``: one job array; partition, GPUs, CPUs, memory, time limit, array
   parallelism and setup lines from the config. A pilot that reaches its time limit (or
   is preempted) is checkpointed by submitit's signal handler and requeued; the pilot
@@ -179,7 +180,8 @@ def _job_error(job, task: Task) -> str:
     except Exception as error:  # killed or crashed: no result at all
         first = str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
         return f"job {job.job_id} ended without a result ({first}); log: {log}"
-    return f"job {job.job_id} ended without writing {task.cell_dir}/summary.json; log: {log}"
+    where = f"{task.cell_dir}/summary.json" if task else "a summary for every cell"
+    return f"job {job.job_id} ended without writing {where}; log: {log}"
 
 
 def _in_squeue() -> set[str] | None:
@@ -219,7 +221,7 @@ def launch(tasks: list[Task], cfg, folder: Path,
     def finished(task: Task, sub) -> None:
         summary_path = Path(task.cell_dir) / "summary.json"
         if not summary_path.is_file():
-            record_lost(task, _job_error(sub, task))
+            record_lost(task, _job_error(sub, task))  # (local workers record their own)
         ok = results.read_json(summary_path).get("status") == "ok"
         counts.done += ok
         counts.failed += not ok
@@ -268,29 +270,89 @@ def _terminate_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _poll_local(ex, job, tasks, cfg, counts, finished, on_change) -> None:
-    queue, running = list(tasks), {}
-    free = list(cfg.gpus) if cfg.gpus else list(range(slots(cfg)))
+class SlotWorker:
+    """One local slot: runs pilots one after another in one process.
+
+    The interpreter start and the torch/transformers/PEFT imports (~5 s on this CPU) are
+    paid once per slot, not once per pilot. Workers share the task list and claim cells
+    with exclusive-create files, so a slot that finishes early takes the next cell. After a
+    requeue (timeout) a worker first resumes the cells it had claimed.
+    """
+
+    def __init__(self, job, claims: str, slot: int):
+        self.job, self.claims, self.slot = job, claims, slot
+
+    def claim(self, task: Task) -> bool:
+        path = Path(self.claims) / task.spec.cell_id
+        try:
+            with open(path, "x") as f:
+                f.write(str(self.slot))
+            return True
+        except FileExistsError:  # ours from before a requeue, and not finished: resume it
+            mine = path.read_text().strip() == str(self.slot)
+            return mine and not _finished_since(task, path.stat().st_mtime)
+
+    def __call__(self, tasks: list[Task]) -> None:
+        for task in tasks:
+            if not self.claim(task):
+                continue
+            try:
+                self.job(task.spec, task.cell_dir)
+            except Exception as error:  # recorded; the slot goes on with the next cell
+                record_lost(task, f"{type(error).__name__}: {error}")
+
+    def checkpoint(self, tasks: list[Task]):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, tasks)
+
+
+def _finished_since(task: Task, since: float) -> bool:
+    """Whether the cell has a summary.json written at or after ``since`` (epoch seconds)."""
+    path = Path(task.cell_dir) / "summary.json"
     try:
-        while queue or running:
-            while queue and free:
-                slot, task = free.pop(0), queue.pop(0)
-                if cfg.gpus:
-                    ex.update_parameters(visible_gpus=[slot], gpus_per_node=1)
-                running[ex.submit(job, task.spec, task.cell_dir)] = (task, slot)
-            counts.running = len(running)
+        return path.stat().st_mtime >= since
+    except FileNotFoundError:
+        return False
+
+
+def _poll_local(ex, job, tasks, cfg, counts, finished, on_change) -> None:
+    import uuid
+
+    claims = Path(ex.folder) / f"claims-{uuid.uuid4().hex[:8]}"
+    claims.mkdir(parents=True)
+    started = time.time() - 1.0  # file times are coarse on some filesystems
+    # a worker runs many pilots: give it the time limit of all of them
+    ex.update_parameters(timeout_min=cfg.timeout_min * len(tasks))
+    workers = []
+    for slot in (list(cfg.gpus) if cfg.gpus else range(slots(cfg)))[:len(tasks)]:
+        if cfg.gpus:
+            ex.update_parameters(visible_gpus=[slot], gpus_per_node=1)
+        workers.append(ex.submit(SlotWorker(job, str(claims), slot), tasks))
+    pending = list(tasks)
+    try:
+        while pending:
+            for task in [t for t in pending if _finished_since(t, started)]:
+                pending.remove(task)
+                finished(task, None)
+            alive = [w for w in workers if not w.done()]
+            if not alive:  # every worker ended: what is left never finished
+                errors = [_job_error(w, None) for w in workers]
+                for task in list(pending):
+                    pending.remove(task)
+                    record_lost(task, next((e for e in errors if "without a result" in e
+                                            or "failed:" in e), errors[0]))
+                    finished(task, None)
+                break
+            counts.running = sum(1 for t in pending if (claims / t.spec.cell_id).exists())
             if on_change:
                 on_change(counts)
             time.sleep(cfg.poll_s)
-            for sub in [s for s in running if s.done()]:
-                task, slot = running.pop(sub)
-                free.append(slot)
-                counts.running = len(running)
-                finished(task, sub)
     except BaseException:  # Ctrl-C, kill or a crash: local pilots are our children
-        for sub in running:
-            _kill_tree(int(sub.job_id))  # a local job's id is its controller's pid
+        for worker in workers:
+            _kill_tree(int(worker.job_id))  # a local job's id is its controller's pid
         raise
+    counts.running = 0
 
 
 def _kill_tree(pid: int) -> None:

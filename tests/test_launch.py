@@ -29,13 +29,13 @@ class EnvJob:
         Path(cell_dir).mkdir(parents=True, exist_ok=True)
         (Path(cell_dir) / "summary.json").write_text(json.dumps({
             "status": "ok", "error": None, "total_flops": 0.0, "steps": 0,
-            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": start,
+            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": start, "pid": os.getpid(),
             "end": time.time()}))
         return {}
 
 
 class CrashJob:
-    """Dies without writing anything, as a killed process would."""
+    """Dies without writing anything, as a killed process would (its slot dies too)."""
 
     def __call__(self, spec, cell_dir):
         os._exit(3)
@@ -57,10 +57,20 @@ def test_one_pilot_per_gpu_pinned_and_never_more_at_once(tmp_path):
     counts = launch(tasks(tmp_path, 4), cfg, tmp_path / "submitit", job=EnvJob())
     assert counts.done == 4 and counts.failed == 0
     runs = [json.loads(p.read_text()) for p in (tmp_path / "cells").glob("*/summary.json")]
-    assert sorted(r["cuda"] for r in runs) == ["0", "0", "1", "1"]
+    assert {r["cuda"] for r in runs} == {"0", "1"}  # both GPUs used, each pilot pinned
     for gpu in ("0", "1"):  # each GPU runs one pilot at a time
         spans = sorted((r["start"], r["end"]) for r in runs if r["cuda"] == gpu)
-        assert spans[0][1] <= spans[1][0]
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_a_slot_runs_its_pilots_in_one_process_one_after_another(tmp_path):
+    cfg = compose_config(["launcher.slots=1", "launcher.poll_s=0.1"]).launcher
+    counts = launch(tasks(tmp_path, 3), cfg, tmp_path / "submitit", job=EnvJob())
+    assert counts.done == 3
+    runs = [json.loads(p.read_text()) for p in (tmp_path / "cells").glob("*/summary.json")]
+    assert len({r["pid"] for r in runs}) == 1  # imports paid once per slot
+    spans = sorted((r["start"], r["end"]) for r in runs)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
 
 
 def test_slots_default_to_one_per_core_with_threads_split():
