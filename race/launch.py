@@ -332,8 +332,11 @@ def _poll_local(ex, job, tasks, cfg, counts, finished, on_change) -> None:
     pending = list(tasks)
     try:
         while pending:
-            for task in [t for t in pending if _finished_since(t, started)]:
+            done = [t for t in pending if _finished_since(t, started)]
+            for task in done:
                 pending.remove(task)
+            counts.running = sum(1 for t in pending if (claims / t.spec.cell_id).exists())
+            for task in done:
                 finished(task, None)
             alive = [w for w in workers if not w.done()]
             if not alive:  # every worker ended: what is left never finished
