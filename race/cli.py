@@ -226,7 +226,7 @@ def cmd_sweep(overrides: list[str]) -> int:
     """``race sweep``: plan, launch every cell without an ok summary, wait, summarise."""
     from pathlib import Path
 
-    from race.grid import fmt_flops, plan_grid, plan_summary
+    from race.grid import cell_label, fmt_flops, plan_grid, plan_summary
     from race.launch import check_slurm
     from race.sweep import run_sweep, sweep_name
 
@@ -238,7 +238,7 @@ def cmd_sweep(overrides: list[str]) -> int:
     sweep_dir = Path(base.sweep.out_dir) / (base.sweep.name or sweep_name(plan))
     print(f"race sweep: {plan_summary(plan)}", file=sys.stderr)
     for cell in refused:
-        print(f"race sweep: refused {cell.spec.cell_id} "
+        print(f"race sweep: refused {cell_label(cell)} "
               f"({' '.join(f'{k}={v}' for k, v in cell.knobs)}): {cell.refused}",
               file=sys.stderr)
     print(f"race sweep: {len(plan.runnable)} pilot(s) via launcher={base.launcher.name} -> "

@@ -43,7 +43,7 @@ class Cell:
 
     knobs: tuple[tuple[str, str], ...]
     overrides: tuple[str, ...]
-    spec: RunSpec
+    spec: RunSpec | None  # None: the cell cannot exist (a PRM of another tokenizer)
     steps: int
     planned: PhaseFlops
     regime: str
@@ -175,13 +175,26 @@ def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
                              f"only; give the full-run budget for model={real[0]} in FLOPs, "
                              f"e.g. budget=1e18")
     cells = []
+    from_conf = {k for k in axes if k in base.grid.axes} - set(split_overrides(overrides)[1])
     for values in itertools.product(*axes.values()):
         knobs = tuple(zip(axes, values))
         cell_overrides = tuple(fixed) + tuple(f"{k}={v}" for k, v in knobs)
         cfg = compose_config(list(cell_overrides))
-        cells.append(solve_cell(cfg, budget, knobs, cell_overrides, runnable=runnable))
+        try:
+            cells.append(solve_cell(cfg, budget, knobs, cell_overrides, runnable=runnable))
+        except ValueError as error:
+            # The conf grid's reward axis may hold a PRM of another tokenizer family than
+            # a policy the user chose: that cell cannot exist; refuse it, keep the rest.
+            if "reward" not in from_conf or "tokenizer" not in str(error):
+                raise
+            cells.append(Cell(knobs, cell_overrides, None, 0, PhaseFlops(), "",
+                              str(error).split(": ", 1)[1].split(";")[0]))
     if not any(not c.refused for c in cells):
-        cheapest = min(cells, key=lambda c: worst_step_flops(c.spec, 1))
+        if all(c.spec is None for c in cells):
+            raise ValueError(f"reward: {cells[0].refused}; pick rewards for this policy, "
+                             f"e.g. reward=rule")
+        cheapest = min((c for c in cells if c.spec is not None),
+                       key=lambda c: worst_step_flops(c.spec, 1))
         raise ValueError(f"budget={budget:.3g}: no cell can buy one GRPO step with its pilot "
                          f"budget (pilot.fraction={base.pilot.fraction}; cheapest cell: "
                          f"{cheapest.refused}); raise budget or pilot.fraction")
@@ -222,7 +235,7 @@ def plan_table(plan: Plan) -> str:
     short = {k: k.split(".")[-1].replace("group_size", "G").replace("update_epochs", "mu")
              for k in keys}
     shown = [_knobs(c) for c in plan.cells]
-    widths = {k: max(len(short[k]), *(len(str(kn[k])) for kn in shown)) for k in keys}
+    widths = {k: max(len(short[k]), *(len(str(kn.get(k, ""))) for kn in shown)) for k in keys}
     header = (f"{'cell':<13}" + "".join(f"{short[k]:<{widths[k] + 2}}" for k in keys)
               + f"{'steps':>6}{'rollout':>19}{'learning':>19}{'feedback':>19}  regime")
     lines = [header]
@@ -237,14 +250,21 @@ def plan_table(plan: Plan) -> str:
     refused = [c for c in plan.cells if c.refused]
     if refused:
         lines.append("")
-        lines.append(f"refused ({len(refused)} cell(s) cannot buy one GRPO step):")
+        lines.append(f"refused ({len(refused)} cell(s), not run):")
         for cell in refused:
             knobs = " ".join(f"{k}={v}" for k, v in cell.knobs)
-            lines.append(f"  {cell.spec.cell_id}  {knobs}: {cell.refused}")
+            lines.append(f"  {cell_label(cell)}  {knobs}: {cell.refused}")
     return "\n".join(lines)
 
 
+def cell_label(cell: Cell) -> str:
+    """The cell id, or a dash for a cell that cannot exist."""
+    return cell.spec.cell_id if cell.spec else "-" * 12
+
+
 def _knobs(cell: Cell) -> dict[str, str]:
+    if cell.spec is None:
+        return dict(cell.knobs)
     return {"model": cell.spec.model, "reward": dict(cell.spec.reward)["name"]} | dict(cell.knobs)
 
 

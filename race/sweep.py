@@ -61,7 +61,8 @@ def sweep_record(plan: Plan, cfg, overrides: list[str], **extra) -> dict:
     """What ``sweep.json`` holds: enough to reproduce and to aggregate the sweep."""
     from dataclasses import asdict
 
-    cells = [{"cell_id": c.spec.cell_id, "config_id": c.spec.config_id,
+    cells = [{"cell_id": c.spec.cell_id if c.spec else None,
+              "config_id": c.spec.config_id if c.spec else None,
               "knobs": dict(c.knobs), "overrides": list(c.overrides),
               "planned_steps": c.steps, "planned_flops": c.planned.to_dict(),
               "regime": c.regime, "refused": c.refused} for c in plan.cells]

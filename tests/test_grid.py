@@ -66,7 +66,7 @@ def test_cells_that_cannot_buy_a_step_are_refused_with_the_reason():
     assert [c.spec.model for c in refused] == ["tiny-l"]
     assert "worst-case step costs" in refused[0].refused and refused[0].steps == 0
     table = plan_table(plan)
-    assert "refused (1 cell(s)" in table and refused[0].spec.cell_id in table
+    assert "refused (1 cell(s), not run)" in table and refused[0].spec.cell_id in table
 
 
 def test_no_cell_can_buy_a_step_is_bad_input():
@@ -105,3 +105,16 @@ def test_plan_of_real_models_loads_neither_torch_nor_weights():
 def test_plan_summary_reports_pilot_cost_as_share_of_a_full_run():
     plan = plan_grid([])
     assert "100.0% of one full-budget run" in plan_summary(plan)
+
+
+def test_conf_grid_rewards_that_do_not_fit_a_chosen_policy_are_refused_not_fatal():
+    # the default grid's reward axis holds prm-tiny-s (character tokenizer): with Qwen
+    # policies those cells cannot exist, the rule-reward cells still plan
+    plan = plan_grid(["budget=1e18", "model=qwen2.5-0.5b,qwen2.5-1.5b"], runnable=False)
+    refused = [c for c in plan.cells if c.refused]
+    assert len(plan.cells) == 16 and len(refused) == 8 and len(plan.runnable) == 8
+    assert all(dict(c.knobs)["reward"] == "prm-tiny-s" and c.spec is None for c in refused)
+    assert "tokenizer" in refused[0].refused
+    assert {dict(c.spec.reward)["name"] for c in plan.runnable} == {"rule"}
+    with pytest.raises(ValueError, match="tokenizer"):  # asked for explicitly: bad input
+        plan_grid(["budget=1e18", "model=qwen2.5-0.5b", "reward=prm-tiny-s"])
