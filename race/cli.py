@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         if name in ("report", "validate"):
             cmd.add_argument("sweep_dir", metavar="SWEEP_DIR",
-                             help="a sweep folder, e.g. results/arith-4.5e12-1a2b3c4d")
+                             help="a sweep folder, e.g. results/arith-3.5e12-1a2b3c4d")
         if name == "pilot":
             cmd.add_argument("-m", "--multirun", action="store_true",
                              help="Hydra multirun: comma lists sweep, hydra/launcher=... "
