@@ -92,41 +92,12 @@ def warm_start(specs, workers: int) -> list[str]:
     start = time.perf_counter()
     print(f"race sweep: warm start of {', '.join(policies + prms)} (cached after the first "
           f"sweep)...", file=sys.stderr, flush=True)
-    _build_in_parallel(policies, prms, workers)
+    from race.policies import build_family
+
+    build_family(policies, prms=prms, workers=workers)
     print(f"race sweep: warm start ready in {time.perf_counter() - start:.0f} s",
           file=sys.stderr)
     return policies + prms
-
-
-def _build_in_parallel(policies: list[str], prms: list[str], workers: int) -> None:
-    """Build policies and PRMs, one single-threaded process per core.
-
-    Largest policy first; each PRM starts as soon as the policy its body starts from is
-    built (never before: two processes would build the same policy).
-    """
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    from race.catalog import load_model_shape
-    from race.policies import build_tiny_policy
-    from race.rewards.tiny_prm import INIT_FROM, build_tiny_prm
-
-    order = sorted(policies, key=lambda n: load_model_shape(n).total_params, reverse=True)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max(1, min(workers, len(order) + len(prms))),
-                             mp_context=context) as pool:
-        running = {pool.submit(build_tiny_policy, n): n for n in order}
-        built: set[str] = set()
-        waiting = list(prms)
-        while running or waiting:
-            for name in list(waiting):  # its init policy is built, or not ours to build
-                if INIT_FROM.get(name, "") in built or INIT_FROM.get(name) not in order:
-                    waiting.remove(name)
-                    running[pool.submit(build_tiny_prm, name)] = name
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                future.result()  # a failed build raises here
-                built.add(running.pop(future))
 
 
 def is_ok(cell_dir: Path) -> bool:
