@@ -1,36 +1,46 @@
 """Every shipped conf/ combination composes and converts to specs."""
 
 import itertools
+import re
 
 import pytest
 
 from race import catalog, flops
-from race.config import compose_config, to_specs
+from race.config import compose_config, to_run_spec, to_specs
 
 PAIRS = [(m, r, t) for m, r, t in itertools.product(catalog.names("model"),
                                                       catalog.names("reward"),
                                                       catalog.names("task"))]
 
 
-def _compatible(model: str, reward: str) -> bool:
-    policy = catalog.load_model_shape(model)
+def _reward_tokenizer(reward: str) -> str | None:
+    """The tokenizer family a reward model reads (None for a rule verifier)."""
     entry = catalog.load_entry("reward", reward)
     if entry.get("kind") == "rule":
-        return policy.head == "lm"
-    return policy.head == "lm" and (catalog.load_model_shape(entry["model"]).tokenizer
-                                    == policy.tokenizer)
+        return None
+    return catalog.load_model_shape(entry["model"]).tokenizer
 
 
 @pytest.mark.parametrize("model, reward, task", PAIRS)
 def test_every_combination_composes(model, reward, task):
     cfg = compose_config([f"model={model}", f"reward={reward}", f"task={task}"])
-    if not _compatible(model, reward):
-        with pytest.raises(ValueError):
-            specs = to_specs(cfg)
-            flops.grpo_step_flops(specs.policy, specs.reward, lora=specs.lora,
-                                  **specs.kwargs())
+    policy = catalog.load_model_shape(model)
+    if policy.head != "lm":
+        # a reward model passed as the policy is refused by to_specs, naming the model
+        with pytest.raises(ValueError, match=re.escape(f"model={model}: has a {policy.head} "
+                                                       f"head, so it is a reward model")):
+            to_specs(cfg)
         return
     specs = to_specs(cfg)
+    theirs = _reward_tokenizer(reward)
+    if theirs is not None and theirs != policy.tokenizer:
+        # a PRM of another tokenizer family converts, but its step cannot be accounted
+        with pytest.raises(ValueError, match=re.escape(
+                f"reward={reward}: its tokenizer {theirs!r}")) as info:
+            flops.grpo_step_flops(specs.policy, specs.reward, lora=specs.lora,
+                                  **specs.kwargs())
+        assert f"model={model}'s {policy.tokenizer!r}" in str(info.value)
+        return
     assert specs.policy.name == model
     assert specs.reward.name == reward
     step = flops.grpo_step_flops(specs.policy, specs.reward, lora=specs.lora, **specs.kwargs())
@@ -50,3 +60,16 @@ def test_validate_reports_every_problem_at_once():
 def test_unknown_group_option_suggests():
     with pytest.raises(KeyError, match="did you mean model=tiny-m"):
         compose_config(["model=tiny-mm"])
+
+
+def test_run_spec_refuses_what_only_accounting_accepts():
+    # lora_rank=0 (full fine-tuning) converts to specs for race flops, but a pilot needs LoRA
+    full = compose_config(["grid.lora_rank=0"])
+    assert to_specs(full).lora is None
+    with pytest.raises(ValueError, match=re.escape("grid.lora_rank=0: pilots train LoRA")):
+        to_run_spec(full, 1e12, runnable=False)
+    # gsm8k is plannable (runnable=False) but not runnable here
+    gsm8k = compose_config(["task=gsm8k"])
+    assert to_run_spec(gsm8k, 1e12, runnable=False).task == (("name", "gsm8k"),)
+    with pytest.raises(ValueError, match=re.escape("task=gsm8k: pilots run the embedded task")):
+        to_run_spec(gsm8k, 1e12)

@@ -419,10 +419,7 @@ def test_term_non_positive_lengths_rejected(bad):
 
 @pytest.mark.parametrize("bad", [[0], [3, -1], []])
 def test_prefill_and_generate_bad_prompt_names_prompt_tokens(bad):
-    # KNOWN DISCREPANCY (left failing on purpose): prefill_flops/generate_flops validate
-    # their prompt_tokens argument through forward_flops, so the message names
-    # "seq_tokens", a key the caller never passed. STYLE.md ("Errors") asks that the
-    # message name the key; decode_flops already says "prompt_tokens".
+    # the error names the caller's key, prompt_tokens, not forward_flops' seq_tokens
     with pytest.raises(ValueError, match="prompt_tokens"):
         flops.prefill_flops(G, bad)
     with pytest.raises(ValueError, match="prompt_tokens"):

@@ -4,16 +4,27 @@ These use short recipes (a few steps) so they run in seconds; the real recipes a
 accuracies are measured by bench/warmstart.py and bench/prm_quality.py.
 """
 
+import math
+from types import SimpleNamespace
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch trains the tiny models")
 
 from race import flops  # noqa: E402
 from race.catalog import load_model_shape  # noqa: E402
-from race.policies import WarmStartRecipe, build_info, build_tiny_policy  # noqa: E402
-from race.rewards.tiny_prm import PRMRecipe, TinyPRM, build_tiny_prm  # noqa: E402
+from race.policies import (  # noqa: E402
+    WarmStartRecipe,
+    build_info,
+    build_tiny_policy,
+    encode_example,
+    greedy_accuracy,
+    teacher_forced_accuracy,
+)
+from race.rewards.tiny_prm import PRMRecipe, TinyPRM, build_tiny_prm, roc_auc  # noqa: E402
 from race.specs import RewardShape  # noqa: E402
 from race.tasks.arith import ArithTask  # noqa: E402
+from race.tokenizer import build_char_tokenizer  # noqa: E402
 
 SHORT = dict(max_steps=4, eval_every=2, greedy_every=2, val_examples=8, target_accuracy=1.01,
              batch_size=8,
@@ -26,9 +37,17 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_build_is_cached_loadable_and_accounted(cache):
+def _mean_steps(model, tokenizer, task, examples, **kwargs):
+    """A stand-in for greedy_accuracy whose value tells the splits apart (ood: longer)."""
+    return sum(len(ex.steps) for ex in examples) / len(examples) / 10
+
+
+def test_build_is_cached_loadable_and_accounted(cache, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    import race.policies
+
+    monkeypatch.setattr(race.policies, "greedy_accuracy", _mean_steps)
     recipe = WarmStartRecipe(model="tiny-s", **SHORT)
     folder = build_tiny_policy("tiny-s", recipe=recipe)
     assert folder.parent == cache / "policies"
@@ -36,8 +55,12 @@ def test_build_is_cached_loadable_and_accounted(cache):
     assert build_tiny_policy("tiny-s", recipe=recipe) == folder  # cached: not rebuilt
     assert (folder / "build_info.json").stat().st_mtime == mtime
     info = build_info(folder)
-    assert set(info["accuracy"]) == {"test", "ood"}
-    assert all(0.0 <= a <= 1.0 for a in info["accuracy"].values())
+    # each split's accuracy is measured on its own fixed held-out sample (seed 10_000)
+    expected = {split: _mean_steps(None, None, None,
+                                   ArithTask(**recipe.task).sample(split, 8, seed=10_000))
+                for split in ("test", "ood")}
+    assert expected["test"] < expected["ood"]  # the stand-in can tell a swap
+    assert info["accuracy"] == pytest.approx(expected)
     assert info["pretrain_flops"]["executed"] >= info["pretrain_flops"]["model"] > 0
     model = AutoModelForCausalLM.from_pretrained(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -89,21 +112,30 @@ def test_tiny_prm_scores_steps_and_charges_flops(cache):
     recipe = PRMRecipe(model="prm-tiny-s", init_from="tiny-m", train_steps=3, batch_size=8,
                        eval_examples=16, warmup_steps=1)
     folder = build_tiny_prm("prm-tiny-s", recipe=recipe, policy_recipe=policy)
-    assert 0.0 <= build_info(folder)["heldout_step_auc"] <= 1.0
     task = ArithTask()
+    # the recorded AUC is the saved model's, on the held-out traces (half corrupted)
+    from race.policies import single_thread
+    from race.rewards.tiny_prm import _load, labelled_traces, step_scores
+
+    held_out = labelled_traces(task, "test", 16, 10_000, 0.5)
+    tokenizer, lm, head = _load(folder)
+    with single_thread():
+        scores, _ = step_scores(lm, head, tokenizer, [ex.prompt for ex, _, _ in held_out],
+                                [trace for _, trace, _ in held_out])
+    auc = roc_auc([x for row in scores for x in row],
+                  [label for _, _, labels in held_out for label in labels])
+    assert build_info(folder)["heldout_step_auc"] == pytest.approx(auc, abs=1e-9)
     examples = task.sample("test", 5)
     completions = [ex.trace for ex in examples[:3]] + ["1+1=3\n#### 3", ""]
     for aggregate in ("min", "prod", "last"):
         prm = TinyPRM("prm-tiny-s", "prm-tiny-s", aggregate=aggregate, folder=folder,
                       batch_size=2)
         rewards = prm([ex.prompt for ex in examples], completions)
-        assert all(0.0 <= r <= 1.0 for r in rewards)
         steps = prm.last_step_scores
         assert [len(s) for s in steps] == [len(ex.steps) for ex in examples[:3]] + [2, 1]
-        if aggregate == "min":
-            assert rewards == pytest.approx([min(s) for s in steps])
-        if aggregate == "last":
-            assert rewards == pytest.approx([s[-1] for s in steps])
+        expected = {"min": [min(s) for s in steps], "prod": [math.prod(s) for s in steps],
+                    "last": [s[-1] for s in steps]}[aggregate]
+        assert rewards == pytest.approx(expected)
         spent = prm.pop_flops()
         assert prm.pop_flops().model == 0  # popped
     from race.rewards.tiny_prm import encode_for_scoring
@@ -121,3 +153,93 @@ def test_tiny_prm_scores_steps_and_charges_flops(cache):
 def test_prm_needs_matching_policy_shape(cache):
     with pytest.raises(ValueError, match="init policy"):
         build_tiny_prm("prm-tiny-s", recipe=PRMRecipe(model="prm-tiny-s", init_from="tiny-s"))
+
+
+# ---------------------------------------------------------------- metrics on stand-in models
+
+
+class ScriptedGenerator:
+    """Stands in for a causal LM: ``generate`` appends the reply scripted for each prompt."""
+
+    def __init__(self, tokenizer, replies: dict[str, str]):
+        self.tokenizer, self.replies, self.calls = tokenizer, replies, []
+
+    def eval(self):
+        return self
+
+    def generate(self, input_ids, attention_mask, **kwargs):
+        self.calls.append(kwargs)
+        eos = self.tokenizer.eos_token_id
+        rows = []
+        for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
+            prompt = self.tokenizer.decode([t for t, m in zip(ids, mask) if m])
+            reply = self.tokenizer(self.replies[prompt], add_special_tokens=False)["input_ids"]
+            rows.append(ids + reply + [eos])
+        longest = max(map(len, rows))
+        return torch.tensor([row + [eos] * (longest - len(row)) for row in rows])
+
+
+def test_greedy_accuracy_counts_completions_with_the_right_final_answer():
+    task = ArithTask()
+    examples = task.sample("test", 5)
+    replies = [examples[0].trace,  # right
+               examples[1].trace.rsplit("#### ", 1)[0] + f"#### {int(examples[1].answer) + 1}",
+               "",  # no answer line
+               examples[3].trace,  # right
+               f"#### {examples[4].answer}"]  # right answer, no steps: still counted
+    tokenizer = build_char_tokenizer(64)
+    model = ScriptedGenerator(tokenizer, {ex.prompt: r for ex, r in zip(examples, replies)})
+    # batches of 2, 2 and 1: the last short batch must count, the mean is over examples
+    assert greedy_accuracy(model, tokenizer, task, examples, batch_size=2) == pytest.approx(0.6)
+    assert len(model.calls) == 3
+    assert all(call["do_sample"] is False for call in model.calls)  # greedy
+
+
+class ShiftOracle:
+    """Stands in for a causal LM whose logits at position t pick input token t + 1, except
+    at the (row, position) pairs in ``wrong``, where they pick another token."""
+
+    def __init__(self, vocab_size: int, wrong: set[tuple[int, int]]):
+        self.vocab_size, self.wrong = vocab_size, wrong
+
+    def eval(self):
+        return self
+
+    def __call__(self, input_ids, attention_mask):
+        following = torch.roll(input_ids, -1, dims=1)
+        for row, position in self.wrong:
+            following[row, position] = (following[row, position] + 1) % self.vocab_size
+        return SimpleNamespace(logits=torch.nn.functional.one_hot(following, self.vocab_size)
+                               .float())
+
+
+def test_teacher_forced_accuracy_checks_every_completion_token_and_only_those():
+    tokenizer = build_char_tokenizer(64)
+    examples = sorted(ArithTask().sample("test", 4), key=lambda ex: len(ex.trace))
+    encoded = [encode_example(tokenizer, ex) for ex in examples]
+    longest = max(len(tokens) for tokens, _ in encoded)
+    (short, short_prompt), (_, second_prompt), (third, _), _ = encoded
+    assert len(short) < longest  # row 0 is padded
+    # logits at t predict token t + 1: a miss at t = prompt_len - 2 is inside the prompt
+    # (not scored), at prompt_len - 1 it is the first completion token, at len - 2 the EOS
+    wrong = {(0, short_prompt - 2), (0, longest - 2),  # prompt and padding: still exact
+             (2, len(third) - 2),  # misses the EOS
+             (1, second_prompt - 1)}  # misses the first completion token
+    model = ShiftOracle(len(tokenizer), wrong)
+    assert teacher_forced_accuracy(model, tokenizer, examples) == pytest.approx(0.5)
+    assert teacher_forced_accuracy(ShiftOracle(len(tokenizer), set()), tokenizer,
+                                   examples) == 1.0
+
+
+def test_roc_auc_on_hand_computed_cases():
+    # positive-negative pairs ranked right: 0.35 > 0.1, 0.8 > 0.1, 0.8 > 0.4 (3 of 4)
+    assert roc_auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == pytest.approx(0.75)
+    # a tie between a positive and a negative counts half: (0.5 + 1 + 1 + 1) / 4
+    assert roc_auc([0.5, 0.5, 0.2, 0.9], [1, 0, 0, 1]) == pytest.approx(0.875)
+    # 2 positives x 3 negatives: 0.7 and 0.75 each beat 0.2 and 0.1 but not 0.8 (4 of 6)
+    assert roc_auc([0.2, 0.7, 0.8, 0.1, 0.75], [0, 1, 0, 0, 1]) == pytest.approx(4 / 6)
+    assert roc_auc([0.1, 0.2, 0.8, 0.9], [0, 0, 1, 1]) == 1.0
+    assert roc_auc([0.9, 0.8, 0.2, 0.1], [0, 0, 1, 1]) == 0.0
+    assert roc_auc([0.3] * 4, [0, 1, 0, 1]) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="needs both positive and negative"):
+        roc_auc([0.2, 0.4], [1, 1])

@@ -121,6 +121,34 @@ def report(tmp_path_factory):
     return sweep, write_report(sweep, n_boot=200)
 
 
+def _ok_finals(sweep):
+    """config_id -> target -> the final accuracy of each ok seed, read from the cell files."""
+    finals = {}
+    for folder in sorted((sweep / "cells").iterdir()):
+        if not (folder / "summary.json").is_file():
+            continue  # missing: never finished
+        summary = results.read_json(folder / "summary.json")
+        if summary["status"] != "ok":
+            continue
+        config_id = results.read_json(folder / "spec.json")["config_id"]
+        for target, final in summary["final_eval"].items():
+            finals.setdefault(config_id, {}).setdefault(target, []).append(final["accuracy"])
+    return finals
+
+
+def _md_tables(text, section, heading):
+    """Body rows (lists of cell strings) of the table under ``heading`` in ``section``."""
+    part = text[text.index(section):]
+    part = part[part.index(heading) + len(heading):]
+    rows = []
+    for line in part.splitlines()[1:]:
+        if line.startswith("|"):
+            rows.append([c.strip() for c in line.strip("|").split("|")])
+        elif rows:  # the first line after the table
+            break
+    return rows[2:]  # drop the header and the rule
+
+
 # ---------------------------------------------------------------- files
 
 
@@ -191,6 +219,112 @@ def test_leaderboard_csv_has_every_target_and_fit_columns(report):
     assert (test["prediction"] <= test["prediction_hi"]).all()
 
 
+# The fixture's regimes, named by hand from SHARES and the thresholds in make_sweep.
+REGIME = {"search": "search-heavy", "feedback": "feedback-heavy", "learning": "learning-heavy"}
+
+
+def _expected_ranks(means):
+    """1 + the number of configs with a strictly higher mean (ties share the best rank)."""
+    return {c: 1 + sum(other > m + 1e-12 for other in means.values()) for c, m in means.items()}
+
+
+def test_leaderboard_csv_means_and_ranks_come_from_the_cells(report):
+    import pandas as pd
+
+    sweep, _ = report
+    finals = _ok_finals(sweep)
+    assert set(finals) == {cfg["config_id"] for cfg in CONFIGS}  # failed/missing left out
+    board = pd.read_csv(sweep / "leaderboard.csv")
+    for target in ("test", "ood"):
+        rows = board[board["target"] == target].reset_index(drop=True)
+        means = {c: sum(v[target]) / len(v[target]) for c, v in finals.items()}
+        assert sorted(rows["config_id"]) == sorted(means)
+        for _, row in rows.iterrows():
+            seeds = finals[row["config_id"]][target]
+            assert row["mean"] == pytest.approx(means[row["config_id"]], abs=1e-12), row
+            assert row["n_seeds"] == len(seeds)
+            assert row["lo"] <= row["mean"] <= row["hi"]
+            if len(seeds) >= 2:  # a bootstrap mean over seeds stays within the seeds
+                assert min(seeds) - 1e-12 <= row["lo"] and row["hi"] <= max(seeds) + 1e-12
+                assert row["interval_source"] == "seeds"
+            else:
+                assert row["interval_source"] == "prompts"
+        expected = _expected_ranks(means)
+        assert dict(zip(rows["config_id"], rows["rank"])) == expected
+        # rows are listed best first: ranks ascend, means never rise
+        assert list(rows["rank"]) == sorted(rows["rank"])
+        assert rows["mean"].is_monotonic_decreasing
+    by_config = {cfg["config_id"]: cfg for cfg in CONFIGS}
+    for _, row in board.iterrows():
+        cfg = by_config[row["config_id"]]
+        assert row["regime"] == REGIME[next(k for k, v in SHARES.items() if v is cfg["shares"])]
+        assert (row["model"], row["reward"]) == (cfg["model"], cfg["reward"])
+        assert (row["group_size"], row["update_epochs"]) == (cfg["group_size"],
+                                                             cfg["update_epochs"])
+    # the hand-made sigmoids put these on top, so the two targets' winners differ
+    assert board[(board["target"] == "test") & (board["rank"] == 1)]["config_id"].item() \
+        == "cfg-m-prm"
+    assert board[(board["target"] == "ood") & (board["rank"] == 1)]["config_id"].item() \
+        == "cfg-m-rule"
+
+
+def test_leaderboard_md_config_tables_show_the_cells_means_in_rank_order(report):
+    sweep, _ = report
+    text = (sweep / "leaderboard.md").read_text()
+    finals = _ok_finals(sweep)
+    for target in ("test", "ood"):
+        means = {c: sum(v[target]) / len(v[target]) for c, v in finals.items()}
+        ranks = _expected_ranks(means)
+        rows = _md_tables(text, f"## Target: {target}", "### Allocation configs")
+        assert len(rows) == len(means)
+        shown = [row[1].strip("`") for row in rows]
+        assert shown == sorted(means, key=lambda c: (ranks[c], c))
+        for row, config_id in zip(rows, shown):
+            assert int(row[0]) == ranks[config_id]
+            assert row[7] == str(len(finals[config_id][target]))  # seeds
+            assert row[8].split(" [")[0] == f"{means[config_id]:.3f}"
+
+
+def test_regime_rows_hold_each_regimes_best_config_and_its_cells_mean(tmp_path):
+    # two more tiny-s/rule search-heavy configs: g8 beats cfg-s-rule on test and trails it
+    # on ood, g2 the reverse, so the regime row must pick the best of three per target
+    g8 = config("cfg-s-rule-g8", "tiny-s", "rule", 8, 1, "search", (0.10, 0.60, 0.3, 2.0),
+                (0.10, 0.20, 0.3, 2.0))
+    g2 = config("cfg-s-rule-g2", "tiny-s", "rule", 2, 1, "search", (0.10, 0.20, 0.3, 2.0),
+                (0.10, 0.40, 0.3, 2.0))
+    configs = [*CONFIGS[:3], g8, g2]
+    sweep = make_sweep(tmp_path, configs, failed=False, missing=False)
+    write_report(sweep, n_boot=20)
+    text = (sweep / "leaderboard.md").read_text()
+    finals = _ok_finals(sweep)
+    regime_of = {cfg["config_id"]: (cfg["model"], cfg["reward"],
+                                    REGIME[next(k for k, v in SHARES.items()
+                                                if v is cfg["shares"])]) for cfg in configs}
+    for target in ("test", "ood"):
+        means = {c: sum(v[target]) / len(v[target]) for c, v in finals.items()}
+        groups = {}
+        for config_id, key in regime_of.items():
+            groups.setdefault(key, []).append(config_id)
+        best = {key: max(ids, key=lambda c: means[c]) for key, ids in groups.items()}
+        rows = _md_tables(text, f"## Target: {target}", "### Regimes")
+        assert len(rows) == len(groups) == 3
+        ranks = _expected_ranks({key: means[c] for key, c in best.items()})
+        for row in rows:
+            key = (row[1], row[2], row[3])
+            assert int(row[0]) == ranks[key]
+            assert row[4] == str(len(groups[key]))
+            assert row[5] == f"`{best[key]}`"
+            assert row[6].split(" [")[0] == f"{means[best[key]]:.3f}"
+        assert [int(row[0]) for row in rows] == sorted(int(row[0]) for row in rows)
+    # the search-heavy tiny-s/rule regime's best differs by target: g8 on test, g2 on ood
+    test_rows = _md_tables(text, "## Target: test", "### Regimes")
+    ood_rows = _md_tables(text, "## Target: ood", "### Regimes")
+    assert ["`cfg-s-rule-g8`"] == [r[5] for r in test_rows if r[1:4] == ["tiny-s", "rule",
+                                                                        "search-heavy"]]
+    assert ["`cfg-s-rule-g2`"] == [r[5] for r in ood_rows if r[1:4] == ["tiny-s", "rule",
+                                                                       "search-heavy"]]
+
+
 # ---------------------------------------------------------------- compute card
 
 
@@ -210,6 +344,46 @@ def test_compute_card_totals_equal_the_sum_of_the_cells(report):
     assert "152k" in card and "339k" in card  # tiny-s and tiny-m params
     assert "reward (prm-tiny-s)" in card  # the reward model's size is part of the story
     assert "tiny-s (152k params) takes 2.0x the steps" in card  # same-FLOP sizes
+
+
+def test_compute_card_tables_show_the_cells_phase_sums(report):
+    sweep, _ = report
+    card = (sweep / "compute_card.md").read_text()
+    summaries = {}
+    for folder in (sweep / "cells").iterdir():
+        if (folder / "summary.json").is_file():
+            summaries[folder.name] = (results.read_json(folder / "spec.json"),
+                                      results.read_json(folder / "summary.json"))
+    phase = {p: sum(s["flops"][p] for _, s in summaries.values())
+             for p in ("rollout", "learning", "feedback", "eval")}
+    total = sum(s["total_flops"] for _, s in summaries.values())
+    for label, key in (("rollout / search", "rollout"), ("learning", "learning"),
+                       ("feedback", "feedback")):
+        assert f"| {label} | {fmt_flops(phase[key])} | {phase[key] / total:.1%} |" in card
+    assert (f"| eval (not charged) | {fmt_flops(phase['eval'])} | "
+            f"+{phase['eval'] / total:.1%} on top |") in card
+    failed = [s["total_flops"] for _, s in summaries.values() if s["status"] != "ok"]
+    assert f"includes {fmt_flops(sum(failed))} FLOPs spent by {len(failed)} failed" in card
+    # by policy model: every cell that spent FLOPs counts, the failed one included
+    for model in STEPS:
+        spent = sum(s["total_flops"] for spec, s in summaries.values() if spec["model"] == model)
+        line = next(x for x in card.splitlines() if x.startswith(f"| {model} | "))
+        assert f"| {fmt_flops(spent)} | {spent / total:.1%} |" in line
+    # per cell: its own phases and total; the sweep row: the sums
+    rows = _md_tables(card, "## Per cell", "## Per cell")
+    by_cell = {row[0].strip("`"): row for row in rows}
+    for cell_id, (_, s) in summaries.items():
+        row = by_cell[cell_id]
+        assert row[8].startswith(fmt_flops(s["flops"]["rollout"]) + " (")
+        assert row[9].startswith(fmt_flops(s["flops"]["learning"]) + " (")
+        assert row[11] == fmt_flops(s["flops"]["eval"]) and row[12] == fmt_flops(s["total_flops"])
+    sweep_row = by_cell["**sweep**"]
+    assert sweep_row[8] == f"{fmt_flops(phase['rollout'])} ({phase['rollout'] / total:.1%})"
+    assert sweep_row[12] == f"**{fmt_flops(total)}**"
+    latex = (sweep / "compute_card.tex").read_text()
+    mantissa, exponent = f"{phase['learning']:.2e}".split("e")
+    share = f"{phase['learning'] / total:.1%}".replace("%", "\\%")
+    assert f"Learning & ${mantissa}\\times10^{{{int(exponent)}}}$ & {share} \\\\" in latex
 
 
 def test_compute_card_latex_block_is_booktabs(report):
