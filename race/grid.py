@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from race import catalog, flops
+from race.budget import worst_step_flops
+from race.errors import RewardTokenizerMismatch, UsageError
 from race.specs import PhaseFlops, RunSpec
 
 # Axes print in this order (then any other key, then seeds last).
@@ -104,14 +106,24 @@ def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, list[str
     for text, override in zip(overrides, parsed):
         key = override.key_or_group
         if key in seen:
-            raise ValueError(f"{key}: given twice ({seen[key]} and {text}); give each key "
+            raise UsageError(f"{key}: given twice ({seen[key]} and {text}); give each key "
                              f"once (a comma list sweeps it)")
         seen[key] = text
         if override.is_sweep_override():
-            axes[override.key_or_group] = list(override.sweep_string_iterator())
+            axes[override.key_or_group] = _once(key, list(override.sweep_string_iterator()))
         else:
             fixed.append(text)
     return fixed, axes
+
+
+def _once(key: str, values: list[str]) -> list[str]:
+    """An axis's values, refused when one is listed twice (it would plan one cell twice)."""
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise UsageError(f"{key}={','.join(values)}: {', '.join(twice)} listed more than "
+                         f"once; list each value of an axis once, e.g. "
+                         f"{key}={','.join(dict.fromkeys(values))}")
+    return values
 
 
 def _axis_key(key: str) -> tuple[int, str]:
@@ -130,17 +142,18 @@ def grid_axes(overrides: list[str]):
 
     fixed, cli_axes = split_overrides(overrides)
     if "budget" in cli_axes:
-        raise ValueError(f"budget={','.join(cli_axes['budget'])}: one budget per sweep "
+        raise UsageError(f"budget={','.join(cli_axes['budget'])}: one budget per sweep "
                          f"(pilots of different budgets are not ranked together); run one "
                          f"sweep per budget")
     base = compose_config(fixed)
     given = {_key_of(o) for o in fixed}
-    axes = {key: [str(v) for v in values] for key, values in base.grid.axes.items()
+    axes = {key: _once(f"grid.axes.{key}", [str(v) for v in values])
+            for key, values in base.grid.axes.items()
             if key not in given and key not in cli_axes}
     axes |= cli_axes
     for key, values in axes.items():
         if not values:
-            raise ValueError(f"grid.axes.{key}=[]: an axis needs at least one value")
+            raise UsageError(f"grid.axes.{key}=[]: an axis needs at least one value")
     ordered = dict(sorted(axes.items(), key=lambda kv: _axis_key(kv[0])))
     return base, fixed, ordered
 
@@ -159,10 +172,9 @@ def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
 
     ``runnable=False`` (``race plan``) plans cells this machine could not run (a vLLM
     backend that is not installed, a task the pilots do not support yet).
-    Raises ValueError/KeyError for bad input (the CLI's exit code 2).
+    Raises UsageError for bad input (the CLI's exit code 2).
     """
     from race.config import compose_config
-    from race.pilot import worst_step_flops
 
     base, fixed, axes = grid_axes(overrides)
     budget = resolve_budget(base)
@@ -171,7 +183,7 @@ def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
         real = [m for m in models if catalog.load_entry("model", m).get("tokenizer")
                 != "race-char"]
         if real:
-            raise ValueError(f"budget=null: the embedded default budget fits the tiny family "
+            raise UsageError(f"budget=null: the embedded default budget fits the tiny family "
                              f"only; give the full-run budget for model={real[0]} in FLOPs, "
                              f"e.g. budget=1e18")
     cells = []
@@ -182,33 +194,47 @@ def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
         cfg = compose_config(list(cell_overrides))
         try:
             cells.append(solve_cell(cfg, budget, knobs, cell_overrides, runnable=runnable))
-        except ValueError as error:
+        except RewardTokenizerMismatch as error:
             # The conf grid's reward axis may hold a PRM of another tokenizer family than
             # a policy the user chose: that cell cannot exist; refuse it, keep the rest.
-            if "reward" not in from_conf or "tokenizer" not in str(error):
+            if "reward" not in from_conf:
                 raise
-            cells.append(Cell(knobs, cell_overrides, None, 0, PhaseFlops(), "",
-                              str(error).split(": ", 1)[1].split(";")[0]))
+            cells.append(Cell(knobs, cell_overrides, None, 0, PhaseFlops(), "", error.reason))
+    _check_distinct(cells)
     if not any(not c.refused for c in cells):
         if all(c.spec is None for c in cells):
-            raise ValueError(f"reward: {cells[0].refused}; pick rewards for this policy, "
+            raise UsageError(f"reward: {cells[0].refused}; pick rewards for this policy, "
                              f"e.g. reward=rule")
         cheapest = min((c for c in cells if c.spec is not None),
                        key=lambda c: worst_step_flops(c.spec, 1))
-        raise ValueError(f"budget={budget:.3g}: no cell can buy one GRPO step with its pilot "
+        raise UsageError(f"budget={budget:.3g}: no cell can buy one GRPO step with its pilot "
                          f"budget (pilot.fraction={base.pilot.fraction}; cheapest cell: "
                          f"{cheapest.refused}); raise budget or pilot.fraction")
     return Plan(budget, base.pilot.fraction, tuple((k, tuple(v)) for k, v in axes.items()),
                 tuple(cells), base.task.name, base)
 
 
+def _check_distinct(cells: list[Cell]) -> None:
+    """Two cells with one id would share a folder: refuse, naming both knob sets."""
+    seen: dict[str, Cell] = {}
+    for cell in cells:
+        if cell.spec is None:
+            continue
+        other = seen.setdefault(cell.spec.cell_id, cell)
+        if other is not cell:
+            differ = [k for (k, a), (_, b) in zip(other.knobs, cell.knobs) if a != b]
+            mine, theirs = (" ".join(f"{k}={v}" for k, v in c.knobs if k in differ)
+                            for c in (cell, other))
+            raise UsageError(f"{mine}: the same cell as {theirs} (id {cell.spec.cell_id}: "
+                             f"the pilot runs them identically); list only one of them")
+
+
 def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True) -> Cell:
     """Freeze one composed cell and solve its steps at ``pilot.fraction x budget``."""
     from race.config import to_run_spec, to_specs
-    from race.pilot import worst_step_flops
 
-    specs = to_specs(cfg)
     spec = to_run_spec(cfg, budget * cfg.pilot.fraction, runnable=runnable)
+    specs = to_specs(cfg)
     step = flops.grpo_step_flops(specs.policy, specs.reward, convention=cfg.convention,
                                  lora=specs.lora, **specs.kwargs())
     steps = int(spec.budget_flops // step.total)

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from race import results
+from race.errors import UsageError
+from race.pilot import unfinished_summary
 from race.specs import RunSpec
 
 
@@ -42,11 +44,84 @@ class Task:
     cell_dir: str
 
 
+class StopSignals:
+    """A scheduler's signals turned into a request the pilot reads at its next step boundary.
+
+    While active, submitit's preemption signal (``SIGUSR2`` unless
+    ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise: SLURM sends it ``signal_delay_s`` before the
+    time limit) and ``SIGTERM`` (SLURM's preemption) only note that they arrived; called,
+    the object answers whether one did. After the pilot has saved its state,
+    :meth:`forward` hands the signal to the handler that was there before: under submitit,
+    its checkpoint-and-requeue handler (which calls :meth:`PilotJob.checkpoint` and
+    requeues the job); elsewhere, the signal's default action.
+    """
+
+    def __init__(self):
+        import signal
+
+        name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")
+        self.preempt = getattr(signal, f"SIG{name}", signal.SIGUSR2)
+        self.signals = (self.preempt, signal.SIGTERM)
+        self.previous: dict = {}
+        self.received: int | None = None
+
+    def __enter__(self) -> StopSignals:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.signals:
+                self.previous[sig] = signal.signal(sig, self._note)
+        return self
+
+    def _note(self, signum, frame) -> None:
+        self.received = self.received or signum
+
+    def __call__(self) -> bool:
+        return self.received is not None
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous = {}
+
+    def forward(self) -> None:
+        """Deliver the noted signal as if it arrived now (after the pilot's save)."""
+        signum = self.received
+        self.__exit__()
+        _deliver(signum, self.preempt)
+
+
+# Signals a pilot noted but finished before it could act on (a warning during its final
+# evaluation): the slot worker delivers them before it starts its next pilot.
+_UNANSWERED: list[tuple[int, int]] = []
+
+
+def _deliver(signum: int, preempt: int) -> None:
+    """Hand ``signum`` to the handlers in place now: submitit's requeue handler (bound to
+    its preemption signal ``preempt``) for either signal, else the signal's own."""
+    import signal
+
+    requeue = signal.getsignal(preempt)
+    if callable(requeue):  # submitit: a preemption or a time-limit warning, requeue
+        requeue(signum, None)  # exits the process when it requeues
+        return
+    handler = signal.getsignal(signum)
+    if callable(handler):
+        handler(signum, None)
+    elif handler == signal.SIG_DFL:
+        os.kill(os.getpid(), signum)
+
+
 class PilotJob:
     """The picklable callable every launcher runs: one pilot, resumed if checkpointed.
 
-    It has a ``checkpoint`` method, so submitit requeues it on a time limit or a
-    preemption signal instead of giving up (``submitit.helpers.Checkpointable`` protocol).
+    A time-limit warning or a preemption signal makes the pilot save its state at its
+    next step boundary and stop; then submitit's handler calls ``checkpoint`` (the
+    ``submitit.helpers.Checkpointable`` protocol) and requeues the job, which resumes from
+    that step: nothing done before the signal is redone.
     """
 
     def __init__(self, threads: int, checkpoint_every: int):
@@ -58,14 +133,22 @@ class PilotJob:
             os.environ[var] = str(self.threads)
         import torch
 
-        from race.pilot import run_pilot
+        from race.pilot import StopRequested, run_pilot
 
         torch.set_num_threads(self.threads)
-        summary = run_pilot(spec, Path(cell_dir), checkpoint_every=self.checkpoint_every)
+        with StopSignals() as stop:
+            try:
+                summary = run_pilot(spec, Path(cell_dir), stop=stop,
+                                    checkpoint_every=self.checkpoint_every)
+            except StopRequested:
+                stop.forward()  # under submitit: checkpoint() and requeue; exits
+                raise
+        if stop.received is not None:  # came too late for this pilot; not for the slot
+            _UNANSWERED.append((stop.received, stop.preempt))
         return {k: summary[k] for k in ("status", "error", "steps", "total_flops")}
 
     def checkpoint(self, spec: RunSpec, cell_dir: str):
-        """Requeue the same call: the pilot's on-disk checkpoint carries its progress."""
+        """Requeue the same call: the pilot's saved state carries its progress."""
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, spec, cell_dir)
@@ -124,11 +207,11 @@ def check_slurm(cfg) -> None:
         out = subprocess.run(["sinfo", "-h", "-o", "%P|%c|%m|%G"], capture_output=True,
                              text=True, timeout=30)
     except FileNotFoundError:
-        raise ValueError("launcher=slurm: `sinfo` is not on PATH; run on a SLURM login node, "
+        raise UsageError("launcher=slurm: `sinfo` is not on PATH; run on a SLURM login node, "
                          "bring up the localhost cluster (bash launchers/slurm-localhost.sh "
                          "up), or use launcher=local") from None
     if out.returncode != 0:
-        raise ValueError(f"launcher=slurm: sinfo failed ({out.stderr.strip()}); check "
+        raise UsageError(f"launcher=slurm: sinfo failed ({out.stderr.strip()}); check "
                          f"SLURM_CONF and that slurmctld is up")
     partitions = {}
     for line in out.stdout.split():
@@ -141,7 +224,7 @@ def check_slurm(cfg) -> None:
         partitions[name] = (cpu_count, int(mem.rstrip("+")), gpu_count, default)
     name = cfg.partition or next((n for n, p in partitions.items() if p[3]), "")
     if name not in partitions:
-        raise ValueError(f"launcher.partition={cfg.partition!r}: no such SLURM partition; "
+        raise UsageError(f"launcher.partition={cfg.partition!r}: no such SLURM partition; "
                          f"valid: {', '.join(sorted(partitions))}")
     cpus, mem_mb, gpus, _ = partitions[name]
     for key, asked, has, unit in (("cpus_per_task", cfg.cpus_per_task, cpus, "CPUs"),
@@ -149,25 +232,34 @@ def check_slurm(cfg) -> None:
                                   ("gpus_per_node", cfg.gpus_per_node, gpus, "GPUs")):
         if asked > has:
             shown = cfg.mem_gb if key == "mem_gb" else asked
-            raise ValueError(f"launcher.{key}={shown}: larger than a node of partition "
+            raise UsageError(f"launcher.{key}={shown}: larger than a node of partition "
                              f"{name!r} ({has} {unit}); request at most that")
 
 
 def record_lost(task: Task, error: str) -> None:
-    """Write a failed ``summary.json`` for a pilot that ended without writing one."""
+    """Write a failed ``summary.json`` for a pilot that ended without writing one.
+
+    Its FLOPs are what the pilot spent until it died, read from its newest saved state and
+    the cumulative FLOPs of the last row of its ``metrics.jsonl``
+    (:func:`race.pilot.unfinished_summary`), so the sweep's totals keep them.
+    """
     summary_path = Path(task.cell_dir) / "summary.json"
     if summary_path.is_file() and results.read_json(summary_path).get("status") == "ok":
         return
-    spec = task.spec
-    zero = {p: 0.0 for p in ("rollout", "learning", "feedback", "eval")}
-    results.write_json(Path(task.cell_dir) / "spec.json", spec.to_dict())
-    results.write_json(summary_path, {
-        "status": "failed", "error": error, "cell_id": spec.cell_id,
-        "budget_flops": spec.budget_flops, "convention": spec.convention, "total_flops": 0.0,
-        "flops": zero, "wall_s": {}, "steps": 0, "final_eval": {}, "initial_eval": {}})
+    results.write_json(Path(task.cell_dir) / "spec.json", task.spec.to_dict())
+    results.write_json(summary_path, unfinished_summary(task.spec, task.cell_dir, error))
 
 
-def _job_error(job, task: Task) -> str:
+@dataclass(frozen=True, slots=True)
+class JobEnd:
+    """Why a job ended without a summary: ``message`` for the record; ``crashed``: it
+    raised or died (True) rather than returning normally without writing one."""
+
+    message: str
+    crashed: bool
+
+
+def _job_error(job, task: Task | None) -> JobEnd:
     """Why a job ended without a summary: the exception, else the tail of its log."""
     import submitit
 
@@ -176,21 +268,74 @@ def _job_error(job, task: Task) -> str:
         job.result()
     except submitit.core.utils.FailedJobError as error:  # raised in the job: its last line
         lines = [line for line in str(error).splitlines() if line.strip()]
-        return f"job {job.job_id} failed: {lines[-1][:300] if lines else error!r}; log: {log}"
+        return JobEnd(f"job {job.job_id} failed: {lines[-1][:300] if lines else error!r}; "
+                      f"log: {log}", crashed=True)
     except Exception as error:  # killed or crashed: no result at all
         first = str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
-        return f"job {job.job_id} ended without a result ({first}); log: {log}"
+        return JobEnd(f"job {job.job_id} ended without a result ({first}); log: {log}",
+                      crashed=True)
     where = f"{task.cell_dir}/summary.json" if task else "a summary for every cell"
-    return f"job {job.job_id} ended without writing {where}; log: {log}"
+    return JobEnd(f"job {job.job_id} ended without writing {where}; log: {log}",
+                  crashed=False)
 
 
-def _in_squeue() -> set[str] | None:
+def parse_squeue(text: str) -> dict[str, str]:
+    """``squeue -h -r -o "%i %t"`` output as ``{job id: state code}`` (R, PD, CG, ...)."""
+    return {parts[0]: parts[1] for parts in (line.split() for line in text.splitlines())
+            if len(parts) >= 2}
+
+
+def _squeue() -> dict[str, str] | None:
+    """This cluster's queue (:func:`parse_squeue`), or None when squeue does not answer."""
     try:
-        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], capture_output=True,
+        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i %t"], capture_output=True,
                              text=True, timeout=30)
     except (FileNotFoundError, subprocess.TimeoutExpired):
         return None
-    return set(out.stdout.split()) if out.returncode == 0 else None
+    return parse_squeue(out.stdout) if out.returncode == 0 else None
+
+
+@contextmanager
+def quiet_library_output(log_path: Path):
+    """Send what libraries print during a launch to ``log_path`` instead of the terminal.
+
+    submitit's logger (its INFO lines and "Bypassing sacct error" warnings), Python
+    warnings, and the stderr of the commands submitit runs (``sacct``'s "Slurm accounting
+    storage is disabled") go to the log; RACE's own lines, written to ``sys.stderr``,
+    still reach the terminal.
+    """
+    import logging
+    import warnings
+
+    import submitit  # noqa: F401  (configures its logger on import: do it before the swap)
+
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "a")  # closed in the finally below
+    handler = logging.StreamHandler(log)
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s (%(asctime)s) %(message)s"))
+    submitit_log = logging.getLogger("submitit")
+    saved_handlers, saved_propagate = submitit_log.handlers[:], submitit_log.propagate
+    submitit_log.handlers, submitit_log.propagate = [handler], False
+    sys.stderr.flush()
+    terminal_fd = os.dup(2)
+    saved_stderr = sys.stderr
+    os.dup2(log.fileno(), 2)  # child processes' stderr (sacct) -> the log
+    sys.stderr = os.fdopen(os.dup(terminal_fd), "w", buffering=1)  # ours -> the terminal
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = lambda message, category, filename, lineno, file=None, \
+                line=None: log.write(warnings.formatwarning(message, category, filename,
+                                                            lineno, line))
+            yield
+    finally:
+        sys.stderr.flush()
+        sys.stderr.close()
+        sys.stderr = saved_stderr
+        os.dup2(terminal_fd, 2)
+        os.close(terminal_fd)
+        submitit_log.handlers, submitit_log.propagate = saved_handlers, saved_propagate
+        log.close()
 
 
 @dataclass
@@ -221,7 +366,7 @@ def launch(tasks: list[Task], cfg, folder: Path,
     def finished(task: Task, sub) -> None:
         summary_path = Path(task.cell_dir) / "summary.json"
         if not summary_path.is_file():
-            record_lost(task, _job_error(sub, task))  # (local workers record their own)
+            record_lost(task, _job_error(sub, task).message)  # (local workers record theirs)
         ok = results.read_json(summary_path).get("status") == "ok"
         counts.done += ok
         counts.failed += not ok
@@ -294,6 +439,8 @@ class SlotWorker:
 
     def __call__(self, tasks: list[Task]) -> None:
         for task in tasks:
+            while _UNANSWERED:  # a warning the last pilot noted as it finished: requeue now
+                _deliver(*_UNANSWERED.pop())
             if not self.claim(task):
                 continue
             try:
@@ -340,11 +487,11 @@ def _poll_local(ex, job, tasks, cfg, counts, finished, on_change) -> None:
                 finished(task, None)
             alive = [w for w in workers if not w.done()]
             if not alive:  # every worker ended: what is left never finished
-                errors = [_job_error(w, None) for w in workers]
+                ends = [_job_error(w, None) for w in workers]
+                why = next((e for e in ends if e.crashed), ends[0]).message
                 for task in list(pending):
                     pending.remove(task)
-                    record_lost(task, next((e for e in errors if "without a result" in e
-                                            or "failed:" in e), errors[0]))
+                    record_lost(task, why)
                     finished(task, None)
                 break
             counts.running = sum(1 for t in pending if (claims / t.spec.cell_id).exists())
@@ -381,17 +528,21 @@ def _poll_slurm(ex, job, tasks, cfg, counts, finished, on_change) -> None:
     missing_since: dict = {}
     print(f"race sweep: submitted job array {subs[0].job_id.split('_')[0]} "
           f"({len(subs)} pilots) to SLURM", file=sys.stderr)
+
+    def running(queue: dict[str, str] | None) -> int:  # started, not yet finished
+        if queue is None:
+            return len(pending)
+        return sum(1 for sub in pending if queue.get(sub.job_id) in ("R", "CG"))
+
     while pending:
-        counts.running = len(pending)
-        if on_change:
-            on_change(counts)
-        time.sleep(cfg.poll_s)
-        queued = _in_squeue()
+        queue = _squeue()
         for sub in list(pending):
             if sub.done():
-                finished(pending.pop(sub), sub)
+                task = pending.pop(sub)
+                counts.running = running(queue)
+                finished(task, sub)
                 continue
-            if queued is None or sub.job_id in queued:
+            if queue is None or sub.job_id in queue:
                 missing_since.pop(sub, None)
                 continue
             # Gone from the queue without a result: killed, out of requeues, node lost.
@@ -401,5 +552,10 @@ def _poll_slurm(ex, job, tasks, cfg, counts, finished, on_change) -> None:
                 record_lost(task, f"job {sub.job_id} left the SLURM queue without a result "
                                   f"(cancelled, timed out after {cfg.max_requeues} requeues, "
                                   f"or its node failed); log: {sub.paths.stderr}")
-                counts.running = len(pending)
+                counts.running = running(queue)
                 finished(task, sub)
+        counts.running = running(queue)
+        if on_change:
+            on_change(counts)
+        if pending:
+            time.sleep(cfg.poll_s)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from race import flops
+from race.errors import UsageError
 from race.specs import LoraShape, ModelShape
 
 
@@ -128,7 +129,7 @@ class LoraLearner:
     def _minibatches(self, rows: list[int], shuffle: bool) -> list[list[int]]:
         size = self.config.minibatch_size or len(rows)
         if len(rows) % size:
-            raise ValueError(f"grid.minibatch_size={size}: must divide the rollout batch "
+            raise UsageError(f"grid.minibatch_size={size}: must divide the rollout batch "
                              f"of {len(rows)} completions")
         order = rows[:]
         if shuffle:
@@ -171,10 +172,13 @@ class LoraLearner:
                                             clip_eps=cfg.clip_eps,
                                             clip_eps_high=cfg.clip_eps_high,
                                             kl_coef=cfg.kl_coef, aggregation=cfg.aggregation)
-                    if not torch.isfinite(loss):
-                        raise TrainingDiverged(f"step {step}: loss is {float(loss)}")
-                    loss.backward()
-                self._charge(lengths, "train", counter)
+                    diverged = not torch.isfinite(loss)
+                    if not diverged:
+                        loss.backward()
+                # a diverged minibatch ran its forward pass only: charge that much
+                self._charge(lengths, "policy" if diverged else "train", counter)
+                if diverged:
+                    raise TrainingDiverged(f"step {step}: loss is {float(loss.detach())}")
                 norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
                 if not torch.isfinite(norm):
                     raise TrainingDiverged(f"step {step}: gradient norm is {float(norm)}")
@@ -219,7 +223,7 @@ class LoraLearner:
         trainable = {name for name, p in params.items() if p.requires_grad}
         if set(state["adapter"]) != trainable:
             missing, extra = trainable - set(state["adapter"]), set(state["adapter"]) - trainable
-            raise ValueError(f"learner state does not fit this LoRA model (missing "
+            raise UsageError(f"learner state does not fit this LoRA model (missing "
                              f"{sorted(missing)[:3]}, unexpected {sorted(extra)[:3]}); it was "
                              f"saved for another lora_rank/lora_targets: delete it to start "
                              f"afresh")

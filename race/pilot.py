@@ -28,31 +28,44 @@ finishes ok, and kept when it fails.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from race import flops, results
+from race.budget import check_budget, last_step_cap, trace_token_limit, worst_step_flops
 from race.catalog import load_model_shape
-from race.specs import LoraShape, ModelShape, RewardShape, RunSpec
+from race.errors import RewardFormatTooLong, UsageError
+from race.specs import RunSpec
 
 PHASES = ("rollout", "learning", "feedback", "eval")
-STATE_FORMAT = 1  # bump when the layout of state/ changes: older states are then refused
+# the ledger's conventions: the two formulas, and FlopCounterMode when accounting.measure
+LEDGER_CONVENTIONS = (*flops.CONVENTIONS, "measured")
+STATE_FORMAT = 2  # bump when the layout of state/ changes: older states are then refused
+
+
+def _zeros() -> dict[str, dict[str, float]]:
+    return {c: dict.fromkeys(PHASES, 0.0) for c in LEDGER_CONVENTIONS}
 
 
 @dataclass
 class Ledger:
-    """Cumulative FLOPs by phase (per convention) and wall seconds by phase."""
+    """Cumulative FLOPs by phase (per convention), wall seconds by phase, redone FLOPs.
 
-    flops: dict[str, dict[str, float]] = field(default_factory=lambda: {
-        c: dict.fromkeys(PHASES, 0.0) for c in (*flops.CONVENTIONS, "measured")})
+    ``flops`` is what this pilot's progress cost: a resumed pilot's equals an
+    uninterrupted one's. ``redone`` is compute that was spent and then spent again: work an
+    interrupted run did after its last saved state, which its resumption repeats.
+    """
+
+    flops: dict[str, dict[str, float]] = field(default_factory=_zeros)
     wall_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         (*PHASES, "load", "other"), 0.0))
+    redone: dict[str, dict[str, float]] = field(default_factory=_zeros)
 
     def charged(self, convention: str) -> float:
         f = self.flops[convention]
@@ -63,60 +76,27 @@ class Ledger:
         self.flops["executed"][phase] += executed
         self.flops["measured"][phase] += measured
 
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        """A copy of ``flops`` (what a metrics row records)."""
+        return {c: dict(v) for c, v in self.flops.items()}
 
-def last_step_cap(spec: RunSpec, prompt_tokens: int, remaining_flops: float) -> int:
-    """The largest generation cap whose worst-case step fits ``remaining_flops`` (0: none).
-
-    The final step of a pilot shortens its completions rather than leaving the budget
-    unspent, which keeps underspend to a fraction of one short step.
-    """
-    low, high = 0, spec.max_new_tokens
-    while low < high:
-        mid = (low + high + 1) // 2
-        if worst_step_flops(spec, prompt_tokens, mid) <= remaining_flops:
-            low = mid
-        else:
-            high = mid - 1
-    return low
+    def add_redone(self, before: dict[str, dict[str, float]]) -> None:
+        """Record as redone what an earlier run spent beyond this ledger (``before``: its
+        cumulative FLOPs when it stopped)."""
+        for convention, phases in before.items():
+            for phase, value in phases.items():
+                extra = value - self.flops.get(convention, {}).get(phase, 0.0)
+                if extra > 0:
+                    self.redone[convention][phase] += extra
 
 
-class BudgetTooSmall(ValueError):
-    """The budget cannot buy one GRPO step of this cell."""
+class StopRequested(Exception):  # noqa: N818 (a request, not an error)
+    """The pilot saved its state at a step boundary and stopped because it was asked to
+    (a scheduler's time-limit warning or a preemption signal); rerun it to continue."""
 
-
-@lru_cache(maxsize=64)
-def _shapes(spec: RunSpec) -> tuple[ModelShape, RewardShape]:
-    reward = dict(spec.reward)
-    model = load_model_shape(reward["model"]) if reward.get("model") else None
-    # the tiny PRM scores the completion's lines plus one closing newline: one extra token
-    tags = 1 if reward["kind"] == "prm" else 0
-    return load_model_shape(spec.model), RewardShape(reward["name"], reward["kind"], model,
-                                                     steps_per_trace=tags)
-
-
-def worst_step_flops(spec: RunSpec, prompt_tokens: int, max_new_tokens: int = 0) -> float:
-    """A step's cost with every completion at the cap (an upper bound), in FLOPs."""
-    policy, reward_shape = _shapes(spec)
-    cap = max_new_tokens or spec.max_new_tokens
-    step = flops.grpo_step_flops(
-        policy, reward_shape, prompts_per_step=spec.prompts_per_step,
-        group_size=spec.group_size, prompt_tokens=prompt_tokens,
-        completion_tokens=cap, max_new_tokens=cap,
-        update_epochs=spec.update_epochs, minibatch_size=spec.minibatch_size or None,
-        kl_coef=spec.kl_coef, lora=LoraShape(spec.lora_rank, spec.lora_targets),
-        convention=spec.convention)
-    return step.total
-
-
-def check_budget(spec: RunSpec, prompt_tokens: int) -> None:
-    """Refuse, before any model loads, a budget that cannot buy one step."""
-    cheapest = worst_step_flops(spec, prompt_tokens)
-    if spec.budget_flops < cheapest:
-        raise BudgetTooSmall(
-            f"budget={spec.budget_flops:.3g}: this cell's pilot cannot buy one GRPO step "
-            f"(the cheapest costs up to {cheapest:.3g} FLOPs, {spec.convention} "
-            f"convention); raise budget or pilot.fraction, or shrink grid.group_size / "
-            f"grid.prompts_per_step / grid.max_new_tokens")
+    def __init__(self, steps: int):
+        super().__init__(f"stopped on request after step {steps}; its state is saved")
+        self.steps = steps
 
 
 @dataclass
@@ -154,7 +134,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     except (OSError, ValueError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        raise OSError(f"model.hf_id={folder}: could not load the policy ({first}); point "
+        raise UsageError(f"model.hf_id={folder}: could not load the policy ({first}); point "
                       f"model.hf_id at a Hugging Face model folder or id") from error
     config = LearnerConfig(lora_rank=spec.lora_rank, lora_alpha=spec.lora_alpha,
                            lora_targets=spec.lora_targets, lr=spec.lr,
@@ -173,52 +153,88 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
 
         backend = VLLMBackend(folder, shape, learner.lora, seed=spec.seed)
     else:
-        raise ValueError(f"pilot.backend={spec.backend!r}: use hf or vllm")
+        raise UsageError(f"pilot.backend={spec.backend!r}: use hf or vllm")
     task = build_task(dict(spec.task))
     return Components(task, build_reward(dict(spec.reward), task), learner, backend,
                       tokenizer)
 
 
+def _measuring(spec: RunSpec):
+    """A FlopCounterMode when ``spec.measure`` (read ``get_total_flops()``), else None."""
+    if not spec.measure:
+        return None
+    from race.measure import flop_counter
+
+    return flop_counter()
+
+
+def score(spec: RunSpec, parts: Components, ledger: Ledger, phase: str, out,
+          prompts: list[str], answers: list[str]) -> list[float]:
+    """Reward every completion of ``out``; charge what the reward model ran to ``phase``.
+
+    Each trace may be scored on at most :func:`race.budget.trace_token_limit` tokens (the
+    rewards refuse longer inputs before their model runs), which keeps the worst-case step
+    a bound. What was scored is charged even when the reward fails midway.
+    """
+    limits = [trace_token_limit(spec, len(p), len(c))
+              for p, c in zip(out.prompt_ids, out.completion_ids)]
+    counter = _measuring(spec)
+    try:
+        with counter or contextlib.nullcontext():
+            return parts.reward(prompts, list(out.texts), answer=answers,
+                                token_limits=limits)
+    finally:
+        spent = parts.reward.pop_flops()
+        ledger.add(phase, spent.model, spent.executed,
+                   counter.get_total_flops() if counter is not None else 0.0)
+
+
 def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float) -> list[dict]:
-    """Greedy accuracy and mean reward on every held-out target (eval FLOPs, uncharged)."""
+    """Greedy accuracy and mean reward on every held-out target (eval FLOPs, uncharged).
+
+    Each row carries the ledger's cumulative FLOPs after it (``flops``), as step rows do.
+    """
     rows = []
     start = time.perf_counter()
-    for target in spec.eval_targets:
-        examples = parts.task.sample(target, spec.eval_examples, seed=10_000)
-        prompts = [ex.prompt for ex in examples]
-        out = parts.backend.generate(prompts, n=1, max_new_tokens=spec.max_new_tokens,
-                                     greedy=True)
-        answers = [ex.answer for ex in examples]
-        rewards = parts.reward(prompts, list(out.texts), answer=answers)
-        spent = parts.reward.pop_flops()
-        ledger.add("eval", out.flops_model + spent.model, out.flops_executed + spent.executed,
-                   (out.flops_measured or 0.0))
-        correct = [parts.task.verify(t, a) for t, a in zip(out.texts, answers)]
-        rows.append({"kind": "eval", "checkpoint": fraction, "target": target,
-                     "accuracy": sum(correct) / len(correct),
-                     "mean_reward": sum(rewards) / len(rewards),
-                     "correct": [int(c) for c in correct]})
-    ledger.wall_s["eval"] += time.perf_counter() - start
+    try:
+        for target in spec.eval_targets:
+            examples = parts.task.sample(target, spec.eval_examples, seed=10_000)
+            prompts = [ex.prompt for ex in examples]
+            out = parts.backend.generate(prompts, n=1, max_new_tokens=spec.max_new_tokens,
+                                         greedy=True)
+            ledger.add("eval", out.flops_model, out.flops_executed, out.flops_measured or 0.0)
+            answers = [ex.answer for ex in examples]
+            rewards = score(spec, parts, ledger, "eval", out, prompts, answers)
+            correct = [parts.task.verify(t, a) for t, a in zip(out.texts, answers)]
+            rows.append({"kind": "eval", "checkpoint": fraction, "target": target,
+                         "accuracy": sum(correct) / len(correct),
+                         "mean_reward": sum(rewards) / len(rewards),
+                         "correct": [int(c) for c in correct], "flops": ledger.snapshot()})
+    finally:
+        ledger.wall_s["eval"] += time.perf_counter() - start
     return rows
 
 
 def _summary(spec: RunSpec, ledger: Ledger, steps: int, evals: list[dict], status: str,
-             error: str | None, resumed_from_step: int | None) -> dict:
+             error: str | None, resumed_from_step: int | None, **extra) -> dict:
+    """What ``summary.json`` holds; the only builder of it (lost jobs included)."""
     final = {}
     for row in evals:  # the last checkpoint of each target
         final[row["target"]] = {"accuracy": row["accuracy"], "mean_reward": row["mean_reward"],
                                 "checkpoint": row["checkpoint"]}
     initial = {r["target"]: {"accuracy": r["accuracy"], "mean_reward": r["mean_reward"]}
                for r in evals if r["checkpoint"] == 0.0}
-    model = ledger.flops[spec.convention]
+    charged = ledger.flops[spec.convention]
+    redone = ledger.redone[spec.convention]
     return {"status": status, "error": error, "cell_id": spec.cell_id,
             "budget_flops": spec.budget_flops, "convention": spec.convention,
             "total_flops": ledger.charged(spec.convention),
-            "flops": dict(model), "flops_model": ledger.flops["model"],
+            "flops": dict(charged), "flops_model": ledger.flops["model"],
             "flops_executed": ledger.flops["executed"],
             "flops_measured": ledger.flops["measured"] if spec.measure else None,
+            "redone": dict(redone), "redone_flops": sum(redone.values()),
             "wall_s": ledger.wall_s, "steps": steps, "final_eval": final,
-            "initial_eval": initial, "resumed_from_step": resumed_from_step}
+            "initial_eval": initial, "resumed_from_step": resumed_from_step} | extra
 
 
 @dataclass
@@ -273,34 +289,97 @@ def save_state(state_dir: Path, spec: RunSpec, state: PilotState) -> Path:
     return folder
 
 
-def load_state(state_dir: Path, spec: RunSpec) -> PilotState | None:
-    """The newest state in ``state_dir``, or None when there is none or it is another spec's.
+def _state_meta(state_dir: Path, spec: RunSpec) -> tuple[Path, dict] | None:
+    """The newest saved state of ``spec`` under ``state_dir``: its folder and state.json.
 
-    Raises:
-        ValueError: the newest state of this spec cannot be read; the message names the
-            folder to delete to start the cell afresh.
+    None when there is none, or when it is another spec's. Reads no tensors (no torch).
     """
-    import torch
-
     saved = sorted(p for p in Path(state_dir).glob("step-*") if p.is_dir())
     if not saved:
         return None
     folder = saved[-1]
     try:
         meta = results.read_json(folder / "state.json")
-        if meta.get("cell_id") != spec.cell_id:
-            return None  # another spec's state: never resumed into this one
-        if meta.get("format") != STATE_FORMAT:
-            raise ValueError(f"format {meta.get('format')}, expected {STATE_FORMAT}")
+    except (OSError, ValueError) as error:
+        raise UsageError(f"{folder}: unreadable pilot state ({type(error).__name__}: "
+                         f"{error}); delete {state_dir} to rerun the cell from the start"
+                         ) from error
+    if meta.get("cell_id") != spec.cell_id:
+        return None  # another spec's state: never resumed into this one
+    if meta.get("format") != STATE_FORMAT:
+        raise UsageError(f"{folder}: pilot state format {meta.get('format')}, this version "
+                         f"reads {STATE_FORMAT}; delete {state_dir} to rerun the cell from "
+                         f"the start")
+    return folder, meta
+
+
+def load_state(state_dir: Path, spec: RunSpec) -> PilotState | None:
+    """The newest state in ``state_dir``, or None when there is none or it is another spec's.
+
+    Raises:
+        UsageError: the newest state of this spec cannot be read; the message names the
+            folder to delete to start the cell afresh.
+    """
+    found = _state_meta(state_dir, spec)
+    if found is None:
+        return None
+    import torch
+
+    folder, meta = found
+    try:
         # on the CPU: load_state_dict moves every tensor to its parameter's device
         learner = torch.load(folder / "learner.pt", map_location="cpu", weights_only=True)
         torch_rng = torch.load(folder / "rng.pt", map_location="cpu", weights_only=True)
-    except Exception as error:
-        raise ValueError(f"{folder}: unreadable pilot state ({type(error).__name__}: "
+    except Exception as error:  # any unreadable file: the fix is the same
+        raise UsageError(f"{folder}: unreadable pilot state ({type(error).__name__}: "
                          f"{error}); delete {state_dir} to rerun the cell from the start"
                          ) from error
     return PilotState(meta["steps"], Ledger(**meta["ledger"]), meta["rows"], meta["evals"],
                       meta["timing"], meta["pending"], learner, torch_rng)
+
+
+def spent_so_far(spec: RunSpec, cell_dir: Path) -> tuple[Ledger, int, list[dict]]:
+    """What an unfinished pilot (killed, lost, crashed) spent: its ledger, steps, evals.
+
+    The newest saved state gives the ledger (redone FLOPs and seconds included); the last
+    row of ``metrics.jsonl`` with cumulative FLOPs, written after every step and every
+    evaluation, gives what was spent after that state. Reads no tensors (no torch).
+    """
+    cell_dir = Path(cell_dir)
+    found = _state_meta(cell_dir / "state", spec)
+    ledger = Ledger(**found[1]["ledger"]) if found else Ledger()
+    steps, evals = (found[1]["steps"], found[1]["evals"]) if found else (0, [])
+    rows = _rows(cell_dir / "metrics.jsonl")
+    last = next((r for r in reversed(rows) if "flops" in r), None)
+    if last is not None and last.get("step", 0) >= steps:
+        ledger.flops = {c: dict.fromkeys(PHASES, 0.0) | last["flops"].get(c, {})
+                        for c in LEDGER_CONVENTIONS}
+        steps = max(steps, *(r["step"] for r in rows if r.get("kind") == "step"), 0)
+        evals = [r for r in rows if r.get("kind") == "eval"]
+    return ledger, steps, evals
+
+
+def _rows(path: Path) -> list[dict]:
+    """The rows of a pilot's metrics.jsonl ([] when absent; a torn last line is skipped)."""
+    try:
+        return results.read_jsonl(path)
+    except FileNotFoundError:
+        return []
+    except ValueError:  # a job killed mid-write: keep the whole lines
+        import json
+
+        rows = []
+        for line in Path(path).read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                rows.append(json.loads(line))
+        return rows
+
+
+def unfinished_summary(spec: RunSpec, cell_dir: Path, error: str) -> dict:
+    """The failed summary of a pilot that ended without writing one (killed, lost)."""
+    ledger, steps, evals = spent_so_far(spec, cell_dir)
+    return _summary(spec, ledger, steps, evals, "failed", error, None,
+                    recovered_from="state/ and metrics.jsonl")
 
 
 def _restore(parts: Components, state: PilotState, adapter_dir: Path) -> None:
@@ -324,12 +403,12 @@ def _settle_other(ledger: Ledger, prior_s: dict[str, float], session_s: float) -
     """
     claimed = sum(ledger.wall_s[k] - prior_s[k] for k in ledger.wall_s if k != "other")
     return Ledger(ledger.flops, ledger.wall_s | {"other": prior_s["other"] + session_s
-                                                 - claimed})
+                                                 - claimed}, ledger.redone)
 
 
 def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = None,
               progress: Callable[[dict], None] | None = None,
-              checkpoint_every: int = 5) -> dict:
+              checkpoint_every: int = 5, stop: Callable[[], bool] | None = None) -> dict:
     """Run one cell to its budget; write spec.json, metrics.jsonl, summary.json.
 
     Args:
@@ -340,10 +419,15 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
         checkpoint_every: save a resumable state under ``cell_dir/state/`` every this many
             GRPO steps (0: never). A state of this spec found there is resumed, whatever
             this value.
+        stop: asked after every step; when it answers True the pilot saves its state at
+            that step boundary and raises :class:`StopRequested` without a summary (a
+            scheduler's warning before a time limit or a preemption; a rerun continues).
 
     Returns the summary (``resumed_from_step``: the step a saved state was resumed from,
-    or None). Failures are recorded (``status: failed``) and re-raised only for bad input
-    detected before anything ran (a budget that cannot buy one step, an unreadable state).
+    or None; ``redone``: FLOPs by phase that earlier, interrupted runs spent after their
+    last saved state, spent again here). Failures are recorded (``status: failed``, with
+    every FLOP the failed step ran) and re-raised only for bad input detected before
+    anything ran (a budget that cannot buy one step, an unreadable state).
     """
     import torch
 
@@ -351,27 +435,44 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     from race.learner import Batch
 
     if checkpoint_every < 0:
-        raise ValueError(f"checkpoint_every={checkpoint_every}: must be >= 0 (0: never save "
-                         f"a resumable state)")
+        raise UsageError(f"launcher.checkpoint_every={checkpoint_every}: must be >= 0 (0: "
+                         f"never save a resumable state)")
     cell_dir, state_dir = Path(cell_dir), Path(cell_dir) / "state"
     check_budget(spec, prompt_tokens=1)  # before any model loads or any file is written
-    results.write_json(cell_dir / "spec.json", spec.to_dict())
     wall_start = time.perf_counter()
     state = load_state(state_dir, spec)
     resumed_from = state.steps if state else None
+    # what an earlier run of this cell spent (killed, lost or failed: not finished ok)
+    earlier = None if _finished_ok(cell_dir) else spent_so_far(spec, cell_dir)[0]
+    results.write_json(cell_dir / "spec.json", spec.to_dict())
     if state is None:  # a rerun without a state of this spec starts the cell afresh
         shutil.rmtree(state_dir, ignore_errors=True)
         state = PilotState(0, Ledger(), [], [], [], sorted(spec.checkpoints))
     ledger, rows, evals, timing = state.ledger, state.rows, state.evals, state.timing
+    if earlier is not None:  # it is redone from the state on (from scratch without one)
+        ledger.redone = {c: dict.fromkeys(PHASES, 0.0) | earlier.redone.get(c, {})
+                         for c in LEDGER_CONVENTIONS}
+        ledger.add_redone(earlier.flops)
     steps, pending, written = state.steps, state.pending, len(rows)
     prior_s = dict(ledger.wall_s)  # a resumed pilot's seconds carry over
     # drop whatever a crashed or preempted run wrote after its last save
     results.write_jsonl(cell_dir / "metrics.jsonl", rows)
     results.write_jsonl(cell_dir / "timing.jsonl", timing)
+    (cell_dir / "summary.json").unlink(missing_ok=True)  # running: no verdict yet
+
+    def save(parts: Components) -> None:
+        session_s = time.perf_counter() - wall_start
+        save_state(state_dir, spec, PilotState(
+            steps, _settle_other(ledger, prior_s, session_s), rows, evals, timing,
+            pending, parts.learner.state_dict(), _torch_rng()))
+
     try:
         parts = components or build_components(spec)
+        check_reward_format(spec, parts.reward)
         if resumed_from is not None:
             _restore(parts, state, cell_dir / "adapter")
+            if sum(ledger.redone["model"].values()):
+                save(parts)  # the redone FLOPs survive a second interruption
         ledger.wall_s["load"] += time.perf_counter() - wall_start
         if resumed_from is None:
             evals += evaluate(spec, parts, ledger, 0.0)
@@ -398,30 +499,33 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
                        out.flops_measured or 0.0)
             t1 = time.perf_counter()
             answers = [examples[i].answer for i in out.prompt_index]
-            rewards = parts.reward([prompts[i] for i in out.prompt_index], list(out.texts),
-                                   answer=answers)
-            spent = parts.reward.pop_flops()
-            ledger.add("feedback", spent.model, spent.executed)
-            t2 = time.perf_counter()
+            try:
+                rewards = score(spec, parts, ledger, "feedback",
+                                out, [prompts[i] for i in out.prompt_index], answers)
+            finally:
+                t2 = time.perf_counter()
+                ledger.wall_s["rollout"] += t1 - t0
+                ledger.wall_s["feedback"] += t2 - t1
             advantages = group_advantages(torch.tensor(rewards), spec.group_size)
             before = dict(parts.learner.flops)
-            stats = parts.learner.update(Batch(out.prompt_ids, out.completion_ids,
-                                               tuple(advantages.tolist())), step=steps)
-            ledger.add("learning", *(parts.learner.flops[k] - before[k]
-                                     for k in ("model", "executed", "measured")))
+            try:
+                stats = parts.learner.update(Batch(out.prompt_ids, out.completion_ids,
+                                                   tuple(advantages.tolist())), step=steps)
+            finally:  # a diverged update still ran its old/reference passes and minibatches
+                ledger.add("learning", *(parts.learner.flops[k] - before[k]
+                                         for k in ("model", "executed", "measured")))
+                ledger.wall_s["learning"] += time.perf_counter() - t2
+            t3 = time.perf_counter()
             if parts.backend.name != "hf":  # hf samples from the live model already
                 parts.backend.load_adapter(parts.learner.save_adapter(cell_dir / "adapter"))
-            t3 = time.perf_counter()
-            ledger.wall_s["rollout"] += t1 - t0
-            ledger.wall_s["feedback"] += t2 - t1
-            ledger.wall_s["learning"] += t3 - t2
+            ledger.wall_s["learning"] += time.perf_counter() - t3
             steps += 1
             correct = [parts.task.verify(t, a) for t, a in zip(out.texts, answers)]
             row = {"kind": "step", "step": steps, "train_reward": sum(rewards) / len(rewards),
                    "train_accuracy": sum(correct) / len(correct),
                    "completion_tokens": out.completion_tokens,
                    "charged_flops": ledger.charged(spec.convention),
-                   "flops": {c: dict(v) for c, v in ledger.flops.items()},
+                   "flops": ledger.snapshot(),
                    } | {k: round(v, 6) for k, v in stats.items()}
             rows.append(row)
             timing.append({"step": steps, "wall_s": dict(ledger.wall_s)})
@@ -433,21 +537,30 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
                 results.append_jsonl(cell_dir / "metrics.jsonl", new)
             written = len(rows)
             results.append_jsonl(cell_dir / "timing.jsonl", timing[-1])
-            if checkpoint_every and steps % checkpoint_every == 0:
-                session_s = time.perf_counter() - wall_start
-                save_state(state_dir, spec, PilotState(
-                    steps, _settle_other(ledger, prior_s, session_s), rows, evals, timing,
-                    pending, parts.learner.state_dict(), _torch_rng()))
+            asked_to_stop = stop is not None and stop()
+            if asked_to_stop or (checkpoint_every and steps % checkpoint_every == 0):
+                save(parts)
+            if asked_to_stop:
+                raise StopRequested(steps)
             if progress:
                 progress(row)
         if pending:  # the end of the budget is the last checkpoint
             evals += evaluate(spec, parts, ledger, 1.0)
             rows += evals[-len(spec.eval_targets):]
         status, error = "ok", None
+    except StopRequested:
+        raise  # state saved at this step boundary; no summary: the cell is not finished
     except Exception as exc:  # a failed pilot is recorded, never lost
         status = "failed"
         error = f"{type(exc).__name__}: {exc}"
         (cell_dir / "error.txt").write_text(traceback.format_exc())
+        last = next((r["flops"] for r in reversed(rows) if "flops" in r), Ledger().flops)
+        if ledger.snapshot() != last:
+            # what the failed step ran before it stopped, so that the file's last
+            # cumulative FLOPs are the summary's
+            rows.append({"kind": "failed", "step": steps + 1, "error": error,
+                         "charged_flops": ledger.charged(spec.convention),
+                         "flops": ledger.snapshot()})
     ledger = _settle_other(ledger, prior_s, time.perf_counter() - wall_start)
     results.write_jsonl(cell_dir / "metrics.jsonl", rows)  # the whole file, atomically
     summary = _summary(spec, ledger, steps, evals, status, error, resumed_from)
@@ -455,3 +568,22 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     if status == "ok":  # a failed pilot keeps its state, so that a rerun resumes it
         shutil.rmtree(state_dir, ignore_errors=True)  # AdamW moments: twice the adapter
     return summary
+
+
+def _finished_ok(cell_dir: Path) -> bool:
+    try:
+        return results.read_json(Path(cell_dir) / "summary.json").get("status") == "ok"
+    except (OSError, ValueError):
+        return False
+
+
+def check_reward_format(spec: RunSpec, reward: Any) -> None:
+    """Refuse a reward model whose real input format adds more tokens per trace than the
+    budget's worst case assumes (:class:`~race.errors.RewardFormatTooLong`)."""
+    measure = getattr(reward, "overhead_tokens", None)
+    if measure is None:
+        return
+    configured = int(dict(spec.reward).get("overhead_tokens") or 0)
+    measured = measure()
+    if measured > configured:
+        raise RewardFormatTooLong(dict(spec.reward)["name"], configured, measured)

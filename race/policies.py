@@ -28,6 +28,7 @@ from pathlib import Path
 
 from race import flops
 from race.catalog import load_entry, load_model_shape
+from race.errors import UsageError
 from race.specs import ModelShape
 from race.tasks.arith import ArithTask
 from race.tasks.base import Example
@@ -224,7 +225,7 @@ def build_tiny_policy(name: str, *, seed: int = 0, rebuild: bool = False,
     """
     shape = load_model_shape(name)
     if shape.tokenizer != "race-char":
-        raise ValueError(f"model={name}: only the tiny family (tokenizer race-char) is built "
+        raise UsageError(f"model={name}: only the tiny family (tokenizer race-char) is built "
                          f"by RACE; {name} loads from {shape.hf_id or 'its hf_id'}")
     target = load_entry("model", name).get("warm_start_target") or WarmStartRecipe.target_accuracy
     recipe = recipe or WarmStartRecipe(model=name, target_accuracy=target, seed=seed)

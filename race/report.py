@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from race import aggregate, results
+from race.errors import UsageError
 from race.grid import fmt_flops
 
 PHASES = ("rollout", "learning", "feedback")  # charged to the budget; eval is not
@@ -139,7 +140,18 @@ def _phase_totals(cells: pd.DataFrame) -> dict[str, float]:
         out[phase] = float(cells[column].fillna(0).sum()) if column in cells else 0.0
     out["total"] = (float(cells["total_flops"].fillna(0).sum()) if "total_flops" in cells
                     else sum(out[p] for p in PHASES))
+    out["redone"] = (float(cells["redone_flops"].fillna(0).sum()) if "redone_flops" in cells
+                     else 0.0)
+    out["used"] = out["total"] + out["redone"] + out["eval"]
     return out
+
+
+def cost_shares(totals: dict[str, float], full_flops: float) -> dict[str, float]:
+    """The sweep's pilot compute as shares of one full-budget run: charged FLOPs only,
+    with the (uncharged) evaluation, and everything really used (redone work too)."""
+    return {"charged": totals["total"] / full_flops,
+            "with_eval": (totals["total"] + totals["eval"]) / full_flops,
+            "used": totals["used"] / full_flops}
 
 
 def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) -> str:
@@ -324,6 +336,21 @@ def _compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[
     if len(failed):
         text.append(f"The total includes {fmt_flops(float(failed['total_flops'].sum()))} "
                     f"FLOPs spent by {len(failed)} failed cell(s) before they stopped.")
+    shares = cost_shares(totals, full)
+    text += ["## Compute really used",
+             "Charged FLOPs count against the pilots' budgets. Redone FLOPs were spent by "
+             "interrupted runs after their last saved state and spent again on resuming; "
+             "eval FLOPs are held-out evaluation, the same absolute cost in a pilot as in a "
+             "full run.",
+             _md_table(["", "FLOPs", "share of one full run"],
+                       [["charged", fmt_flops(charged), _share(charged, full)],
+                        ["redone", fmt_flops(totals["redone"]), _share(totals["redone"], full)],
+                        ["eval", fmt_flops(totals["eval"]), _share(totals["eval"], full)],
+                        ["**used**", f"**{fmt_flops(totals['used'])}**",
+                         _share(totals["used"], full)]], "lrr"),
+             f"pilot_cost_share: {shares['charged']:.4f} of one full run charged, "
+             f"{shares['with_eval']:.4f} with eval, {shares['used']:.4f} of all compute "
+             f"used (redone included)."]
     text += [f"The sweep's pilots together cost {_share(charged, full)} of one full run.",
              "## By policy model",
              _md_table(["model", "params", "pilot FLOPs", "share"],
@@ -372,11 +399,11 @@ def _compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[
 # ------------------------------------------------------------------ figures
 
 
-def _no_ok_cells(sweep_dir: Path, cells: pd.DataFrame) -> ValueError:
+def _no_ok_cells(sweep_dir: Path, cells: pd.DataFrame) -> UsageError:
     status = cells["status"] if len(cells) else pd.Series(dtype=str)
     missing = int((status == "missing").sum())
     failed = len(status) - missing - int((status == "ok").sum())
-    return ValueError(f"{sweep_dir}: no ok cells to rank ({failed} failed, {missing} missing); "
+    return UsageError(f"{sweep_dir}: no ok cells to rank ({failed} failed, {missing} missing); "
                       "rerun `race sweep` with the same overrides to resume them, or check the "
                       "errors in pilots.csv")
 
@@ -392,7 +419,10 @@ def _summary(name: str, sweep_dir: Path, cells: pd.DataFrame, ok: pd.DataFrame,
     lines = [f"RACE report: {name}",
              f"cells: {len(ok)} ok, {len(cells) - len(ok) - n_missing} failed, {n_missing} "
              f"missing; pilot FLOPs {fmt_flops(charged)} charged ({split}) + "
-             f"{fmt_flops(totals['eval'])} eval",
+             f"{fmt_flops(totals['eval'])} eval + {fmt_flops(totals['redone'])} redone = "
+             f"{fmt_flops(totals['used'])} used; pilot_cost_share "
+             f"{cost_shares(totals, full)['charged']:.3f} of one full run "
+             f"({cost_shares(totals, full)['with_eval']:.3f} with eval)",
              f"top configs on {primary}: mean [{level:.0%} CI] -> predicted at "
              f"{fmt_flops(full)} FLOPs"]
     top = configs.head(5)
@@ -413,8 +443,8 @@ def _summary(name: str, sweep_dir: Path, cells: pd.DataFrame, ok: pd.DataFrame,
                      f"{_interval(r['mean'], r['lo'], r['hi'])}")
     lines.append(by_target["message"])
     lines.append(f"selected for validation (k={len(selected)}, basis {basis}):")
-    for s in selected:  # the reason's last clause says why: distinct regime or a free slot
-        why = ("best of a distinct regime" if "distinct regime" in s["reason"]
+    for s in selected:
+        why = ("best of a distinct regime" if s.get("why") == "distinct regime"
                else "fills a free slot (its regime already chosen)")
         lines.append(f"  {s['config_id']} ({s['model']}/{s['reward']}, {s['regime']}): "
                      f"{s['basis_used']} {_interval(s['score'], s['lo'], s['hi'])}; {why}")
@@ -444,12 +474,12 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
             (naming file:line), or a bad argument.
     """
     if basis not in ("extrapolated", "observed"):
-        raise ValueError(f"report.basis={basis!r}: unknown; use 'extrapolated' or 'observed'")
+        raise UsageError(f"report.basis={basis!r}: unknown; use 'extrapolated' or 'observed'")
     if top_k < 1:
-        raise ValueError(f"report.top_k={top_k}: select at least 1 config for validation")
+        raise UsageError(f"report.top_k={top_k}: select at least 1 config for validation")
     sweep_dir = Path(sweep_dir)
     if not (sweep_dir / "cells").is_dir():
-        raise ValueError(f"{sweep_dir}: no cells/ folder; pass a sweep folder "
+        raise UsageError(f"{sweep_dir}: no cells/ folder; pass a sweep folder "
                          "(results/<sweep_id>) written by `race sweep`")
     cells, evals, examples = results.load_results(sweep_dir)
     if cells.empty:
@@ -462,7 +492,7 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     evaluated = set(evals["target"]) if "target" in evals else set()
     names = [t for t in aggregate.targets(ok) if t in evaluated]
     if not names:
-        raise ValueError(f"{sweep_dir}: the ok cells have no checkpoint evals; check "
+        raise UsageError(f"{sweep_dir}: the ok cells have no checkpoint evals; check "
                          "pilot.eval_targets and the cells' metrics.jsonl")
     primary = "test" if "test" in names else names[0]
     names = [primary, *(t for t in names if t != primary)]  # the primary target first
@@ -539,7 +569,7 @@ def validation_section(sweep_dir: Path | str, comparison: dict) -> str:
     sweep_dir = Path(sweep_dir)
     board = sweep_dir / "leaderboard.md"
     if not board.is_file():
-        raise ValueError(f"{board}: not found; run `race report {sweep_dir}` before adding "
+        raise UsageError(f"{board}: not found; run `race report {sweep_dir}` before adding "
                          "the validation section")
     labels = {}
     selection = sweep_dir / "selection.json"

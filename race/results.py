@@ -10,6 +10,7 @@ Layout (DESIGN.md, results contract)::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,6 +18,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from race.errors import UsageError
 
 
 def _atomic(path: Path, write: Callable[[Any], None], mode: str = "w") -> None:
@@ -99,7 +102,7 @@ def read_jsonl(path: Path) -> list[dict]:
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number}: corrupt JSON line ({error.msg}); delete the "
+            raise UsageError(f"{path}:{number}: corrupt JSON line ({error.msg}); delete the "
                              f"cell folder to rerun it") from None
     return rows
 
@@ -169,7 +172,8 @@ def pilot_row(cell_dir: Path) -> dict:
     summary = read_json(path)
     row |= {"status": summary["status"], "error": summary.get("error"),
             "steps": summary.get("steps", 0), "total_flops": summary.get("total_flops", 0.0),
-            "resumed_from_step": summary.get("resumed_from_step")}
+            "resumed_from_step": summary.get("resumed_from_step"),
+            "redone_flops": summary.get("redone_flops", 0.0)}
     for phase, value in summary.get("flops", {}).items():
         row[f"flops_{phase}"] = value
     for phase, value in summary.get("wall_s", {}).items():
@@ -240,3 +244,96 @@ def load_results(sweep_dir: Path, *, thresholds=None):
             examples += [{"cell_id": row["cell_id"], "target": target, "example": i,
                           "correct": c} for i, c in enumerate(correct)]
     return pd.DataFrame(rows), pd.DataFrame(evals), pd.DataFrame(examples)
+
+
+# ------------------------------------------------------------------ cell claims
+
+CLAIMS = "claims"  # <sweep>/claims/<cell_id>: which race process is running the cell
+
+
+def this_process() -> dict:
+    """Who claims a cell: this process's pid, host and start time, and its command line."""
+    import socket
+    import sys
+    import time
+
+    return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
+            "argv": " ".join(sys.argv)[:300]}
+
+
+def owner_alive(owner: dict) -> bool:
+    """Whether a claim's owner still runs (a process on another host is assumed to)."""
+    import socket
+
+    if owner.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(owner["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, KeyError, ValueError, TypeError):
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def claims_lock(sweep_dir: Path):
+    """An exclusive lock over a sweep's claims (``fcntl.flock`` on a lock file)."""
+    import fcntl
+
+    folder = Path(sweep_dir) / CLAIMS
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield folder
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def claim_cells(sweep_dir: Path, cell_ids: list[str], me: dict
+                ) -> tuple[list[str], dict[str, dict]]:
+    """Claim ``cell_ids`` for the process ``me`` (:func:`this_process`).
+
+    Returns the cells now claimed by ``me`` and, for the others, the live process that
+    holds each. A claim whose owner is gone (killed, crashed) is taken over. Claims are
+    taken under one lock, so two processes never both get a cell.
+    """
+    mine, held = [], {}
+    with claims_lock(sweep_dir) as folder:
+        for cell_id in cell_ids:
+            path = folder / cell_id
+            try:
+                owner = read_json(path)
+            except (OSError, ValueError):
+                owner = None
+            if owner and not _same(owner, me) and owner_alive(owner):
+                held[cell_id] = owner
+                continue
+            write_json(path, me)
+            mine.append(cell_id)
+    return mine, held
+
+
+def claim_owner(sweep_dir: Path, cell_id: str) -> dict | None:
+    """Who holds ``cell_id`` of a sweep (None: nobody)."""
+    try:
+        return read_json(Path(sweep_dir) / CLAIMS / cell_id)
+    except (OSError, ValueError):
+        return None
+
+
+def _same(owner: dict, me: dict) -> bool:
+    return (owner.get("pid"), owner.get("host")) == (me["pid"], me["host"])
+
+
+def release_claims(sweep_dir: Path, cell_ids: list[str], me: dict) -> None:
+    """Drop the claims ``me`` holds among ``cell_ids``."""
+    with claims_lock(sweep_dir) as folder:
+        for cell_id in cell_ids:
+            path = folder / cell_id
+            try:
+                if _same(read_json(path), me):
+                    path.unlink()
+            except (OSError, ValueError):
+                continue

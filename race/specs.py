@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from race.errors import UsageError
+
 # Heads a transformer body can carry. The head decides how many FLOPs each position whose
 # output is computed costs (see flops.head_flops_per_position).
 HEADS = ("lm", "prm_value", "token_classification", "sequence_score", "lm_verifier")
@@ -65,18 +67,18 @@ class ModelShape:
                     "num_kv_heads", "vocab_size"):
             value = getattr(self, key)
             if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"model.{key}={value!r}: must be a positive integer "
+                raise UsageError(f"model.{key}={value!r}: must be a positive integer "
                                  f"(model {self.name!r}); fix conf/model/{self.name}.yaml")
         if self.head_dim == 0:
             if self.hidden_size % self.num_heads:
-                raise ValueError(f"model.num_heads={self.num_heads}: does not divide "
+                raise UsageError(f"model.num_heads={self.num_heads}: does not divide "
                                  f"hidden_size={self.hidden_size}; set model.head_dim explicitly")
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"model.num_kv_heads={self.num_kv_heads}: must divide "
+            raise UsageError(f"model.num_kv_heads={self.num_kv_heads}: must divide "
                              f"num_heads={self.num_heads} for grouped-query attention")
         if self.head not in HEADS:
-            raise ValueError(f"model.head={self.head!r}: unknown head; use one of {HEADS}")
+            raise UsageError(f"model.head={self.head!r}: unknown head; use one of {HEADS}")
 
     @property
     def d_attn(self) -> int:
@@ -174,15 +176,15 @@ class LoraShape:
     def validate(self, shape: ModelShape) -> None:
         """Raise ValueError when the adapters do not fit ``shape``."""
         if self.rank <= 0:
-            raise ValueError(f"grid.lora_rank={self.rank}: must be >= 1; "
+            raise UsageError(f"grid.lora_rank={self.rank}: must be >= 1; "
                              f"use e.g. grid.lora_rank=16")
         unknown = [t for t in self.targets if t not in LAYER_MODULES]
         if unknown or not self.targets:
-            raise ValueError(f"grid.lora_targets={list(self.targets)}: unknown module(s) "
+            raise UsageError(f"grid.lora_targets={list(self.targets)}: unknown module(s) "
                              f"{unknown}; choose from {list(LAYER_MODULES)}")
         for module, d_in, d_out in shape.linear_dims():
             if module in self.targets and self.rank > min(d_in, d_out):
-                raise ValueError(f"grid.lora_rank={self.rank}: larger than {module}'s width "
+                raise UsageError(f"grid.lora_rank={self.rank}: larger than {module}'s width "
                                  f"min({d_in}, {d_out}) in model {shape.name!r}; use a rank "
                                  f"<= {min(d_in, d_out)}")
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from race import results
+from race.errors import UsageError
 from race.grid import Plan, fmt_flops
 
 
@@ -112,9 +113,9 @@ class SweepProgress:
     """One status line on stderr: cells done/running/failed and FLOPs spent."""
 
     def __init__(self, sweep_dir: Path, cell_ids: list[str], budget_flops: float,
-                 done_before: int):
+                 done_before: int, elsewhere: int = 0):
         self.dir, self.cell_ids, self.budget = sweep_dir, cell_ids, budget_flops
-        self.done_before = done_before
+        self.done_before, self.elsewhere = done_before, elsewhere
         self.start = time.perf_counter()
         self.tty = sys.stderr.isatty()
         self.last, self.shown = None, 0.0
@@ -140,7 +141,7 @@ class SweepProgress:
         return total
 
     def __call__(self, counts) -> None:
-        finished = (counts.done, counts.failed)
+        finished = (counts.done, counts.failed, counts.running)
         now = time.perf_counter()
         if self.tty and now - self.shown < 1.0 and finished == self.last:
             return  # at most one redraw a second: reading results costs CPU pilots need
@@ -148,7 +149,8 @@ class SweepProgress:
             return  # a log file gets one line per finished pilot
         self.shown, self.last = now, finished
         elapsed = now - self.start
-        line = (f"[sweep] {counts.done + self.done_before}/{counts.total + self.done_before} "
+        total = counts.total + self.done_before + self.elsewhere
+        line = (f"[sweep] {counts.done + self.done_before}/{total} "
                 f"done, {counts.running} running, {counts.failed} failed; FLOPs spent "
                 f"{fmt_flops(self.spent_flops())} of {fmt_flops(self.budget)}; "
                 f"{elapsed // 60:.0f}m{elapsed % 60:02.0f}s")
@@ -163,37 +165,96 @@ class SweepProgress:
 def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
     """Launch every runnable cell of ``plan`` without an ok summary; write pilots.csv.
 
-    Returns ``{"ok": n, "failed": n, "skipped": n, "wall_s": s}``. Bad launcher input has
-    been refused before this is called; a failed pilot never stops the others.
+    Cells are claimed first (``<sweep>/claims/``): a cell another live ``race sweep`` of
+    the same folder is running is not launched again but waited for, so two identical
+    commands never run one cell twice nor write one cell folder together.
+
+    Returns ``{"ok", "failed", "skipped", "ran", "wall_s", "by_other"}``; ``by_other``
+    maps the cells another process ran to that process (pid, host, command). Bad
+    launcher input has been refused before this is called; a failed pilot never stops
+    the others.
     """
-    from race.launch import Task, cores, launch
+    from race.launch import Task, cores, launch, quiet_library_output
 
     started = time.time()
     cells_dir = sweep_dir / "cells"
     todo = [c for c in plan.runnable if not is_ok(cells_dir / c.spec.cell_id)]
     skipped = len(plan.runnable) - len(todo)
-    record = sweep_record(plan, cfg, overrides, started=started, finished=None,
-                          launcher=cfg.launcher.name)
-    results.write_json(sweep_dir / "sweep.json", record)
-    if skipped:
-        print(f"race sweep: {skipped} cell(s) already ok in {sweep_dir}; running the other "
-              f"{len(todo)}", file=sys.stderr)
-    warm_start([c.spec for c in todo], workers=cores())
-    tasks = [Task(c.spec, str(cells_dir / c.spec.cell_id)) for c in todo]
-    progress = SweepProgress(sweep_dir, [c.spec.cell_id for c in plan.runnable],
-                             plan.pilot_flops, skipped)
-    launch_start = time.perf_counter()
-    counts = launch(tasks, cfg.launcher, sweep_dir / "submitit", on_change=progress)
-    progress.close()
-    wall_s = time.perf_counter() - launch_start
+    me = results.this_process()
+    mine, held = results.claim_cells(sweep_dir, [c.spec.cell_id for c in todo], me)
+    try:
+        record = sweep_record(plan, cfg, overrides, started=started, finished=None,
+                              launcher=cfg.launcher.name)
+        _write_record(sweep_dir, record)
+        if skipped:
+            print(f"race sweep: {skipped} cell(s) already ok in {sweep_dir}; running the "
+                  f"other {len(todo)}", file=sys.stderr)
+        if held:
+            print(f"race sweep: {len(held)} cell(s) are being run by {held_text(held)}; "
+                  f"waiting for them instead of running them twice", file=sys.stderr)
+        ours = [c for c in todo if c.spec.cell_id in mine]
+        warm_start([c.spec for c in ours], workers=cores())
+        tasks = [Task(c.spec, str(cells_dir / c.spec.cell_id)) for c in ours]
+        progress = SweepProgress(sweep_dir, [c.spec.cell_id for c in plan.runnable],
+                                 plan.pilot_flops, skipped, elsewhere=len(held))
+        launch_start = time.perf_counter()
+        with quiet_library_output(sweep_dir / "sweep.log"):
+            counts = launch(tasks, cfg.launcher, sweep_dir / "submitit", on_change=progress)
+            _wait_for_others(sweep_dir, held, cfg.launcher.poll_s, counts, progress)
+        progress.close()
+        wall_s = time.perf_counter() - launch_start
+    finally:
+        results.release_claims(sweep_dir, mine, me)
     frame = results.pilots_frame(sweep_dir)
     results.write_csv(sweep_dir / "pilots.csv", frame)
     record |= {"finished": time.time(), "launch_wall_s": wall_s,
                "ok": int((frame["status"] == "ok").sum()) if len(frame) else 0,
                "failed": int((frame["status"] != "ok").sum()) if len(frame) else 0}
-    results.write_json(sweep_dir / "sweep.json", record)
+    this_run = {"pid": me["pid"], "host": me["host"], "started": started,
+                "finished": record["finished"], "launched": sorted(mine), "by_other": held}
+    _write_record(sweep_dir, record, this_run)
     return {"ok": record["ok"], "failed": record["failed"], "skipped": skipped,
-            "ran": counts.done + counts.failed, "wall_s": wall_s}
+            "ran": counts.done + counts.failed, "wall_s": wall_s, "by_other": held}
+
+
+def _write_record(sweep_dir: Path, record: dict, run: dict | None = None) -> None:
+    """Write sweep.json, keeping the ``runs`` every process of this folder recorded (and
+    appending ``run``, this process's: what it launched, what another ran)."""
+    with results.claims_lock(sweep_dir):
+        try:
+            runs = results.read_json(sweep_dir / "sweep.json").get("runs", [])
+        except (OSError, ValueError):
+            runs = []
+        results.write_json(sweep_dir / "sweep.json",
+                           record | {"runs": runs + ([run] if run else [])})
+
+
+def held_text(held: dict[str, dict]) -> str:
+    """Who holds ``held``: ``another race sweep (pid 12 on h: race sweep ...)``."""
+    owners = {(o["pid"], o["host"]): o for o in held.values()}
+    who = "; ".join(f"pid {o['pid']} on {o['host']}: {o.get('argv', '')}"
+                    for o in owners.values())
+    return f"another race sweep ({who})"
+
+
+def _wait_for_others(sweep_dir: Path, held: dict[str, dict], poll_s: float, counts,
+                     progress) -> None:
+    """Wait until every process holding one of ``held`` has released it (its sweep ended)
+    or is gone (killed: the cell stays unfinished and a rerun resumes it). The cells count
+    as running in ``counts`` (shown by ``progress``) until then."""
+    waiting = dict(held)
+    while waiting:
+        for cell_id, owner in list(waiting.items()):
+            if results.claim_owner(sweep_dir, cell_id) != owner or not results.owner_alive(
+                    owner):
+                waiting.pop(cell_id)
+                ok = is_ok(sweep_dir / "cells" / cell_id)
+                counts.done += ok
+                counts.failed += not ok
+        counts.running = len(waiting)
+        progress(counts)
+        if waiting:
+            time.sleep(poll_s)
 
 
 def full_budget_spec(spec_dict: dict, full_budget_flops: float):
@@ -226,7 +287,7 @@ def run_validation(sweep_dir: Path, cfg, top_k: int | None = None) -> dict:
     record = results.read_json(sweep_dir / "sweep.json")
     chosen = selection["selected"][:top_k] if top_k else selection["selected"]
     if not chosen:
-        raise ValueError(f"{sweep_dir}/selection.json: selects no cells; run `race report "
+        raise UsageError(f"{sweep_dir}/selection.json: selects no cells; run `race report "
                          f"{sweep_dir}` after a sweep with ok cells")
     full = record["budget_flops"]
     out_dir = sweep_dir / "validate"

@@ -13,6 +13,8 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from race.errors import UsageError
+
 EOS = "<|endoftext|>"
 STEP_TAG = "<extra_0>"
 SPECIAL_TOKENS = (EOS, STEP_TAG)
@@ -40,11 +42,11 @@ def char_vocab(vocab_size: int) -> dict[str, int]:
     chars_needed = vocab_size - len(SPECIAL_TOKENS)
     chars = (TASK_CHARS + PAD_CHARS)[:chars_needed]
     if len(chars) < chars_needed:
-        raise ValueError(f"model.vocab_size={vocab_size}: the character tokenizer has only "
+        raise UsageError(f"model.vocab_size={vocab_size}: the character tokenizer has only "
                          f"{len(TASK_CHARS + PAD_CHARS) + len(SPECIAL_TOKENS)} tokens; use "
                          f"a vocab_size between {len(TASK_CHARS) + len(SPECIAL_TOKENS)} and that")
     if len(chars) < len(TASK_CHARS):
-        raise ValueError(f"model.vocab_size={vocab_size}: too small for the task's "
+        raise UsageError(f"model.vocab_size={vocab_size}: too small for the task's "
                          f"{len(TASK_CHARS)} characters plus {len(SPECIAL_TOKENS)} specials")
     table = _byte_to_unicode()
     vocab = {table[ord(c)]: i for i, c in enumerate(chars)}

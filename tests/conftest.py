@@ -1,4 +1,5 @@
-"""Shared fixtures: the SLURM cluster the `slurm`-marked tests run against."""
+"""Shared fixtures: the SLURM cluster the `slurm`-marked tests run against, a short
+warm-started tiny policy and tiny PRM, and a reward stand-in that makes every step learn."""
 
 import shutil
 import subprocess
@@ -39,3 +40,49 @@ def policy(tmp_path_factory):
             os.environ.pop("RACE_CACHE_DIR")
         else:
             os.environ["RACE_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_prm(tmp_path_factory):
+    """A prm-tiny-s from a 2-step PRM recipe on a 4-step tiny-m warm start, in its own cache."""
+    import os
+
+    from race.policies import WarmStartRecipe
+    from race.rewards.tiny_prm import PRMRecipe, build_tiny_prm
+
+    old = os.environ.get("RACE_CACHE_DIR")
+    os.environ["RACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("prm-cache"))
+    try:
+        recipe = WarmStartRecipe(model="tiny-m", max_steps=4, eval_every=2, greedy_every=2,
+                                 val_examples=8, target_accuracy=1.01, eval_examples=8)
+        prm_recipe = PRMRecipe(model="prm-tiny-s", init_from="tiny-m", train_steps=2,
+                               batch_size=8, eval_examples=16, warmup_steps=1)
+        return build_tiny_prm("prm-tiny-s", recipe=prm_recipe, policy_recipe=recipe)
+    finally:
+        if old is None:
+            os.environ.pop("RACE_CACHE_DIR")
+        else:
+            os.environ["RACE_CACHE_DIR"] = old
+
+
+class Shaped:
+    """A reward stand-in (``from conftest import Shaped``): the rule reward plus a bonus
+    that varies with the completion's text.
+
+    The short warm start scores 0 on every training prompt, so the rule reward alone gives
+    zero advantages and the learner never moves; a resume would then pass with or without
+    its weights, optimizer and shuffle RNG restored. The bonus makes every step move them.
+    """
+
+    name, kind, value_range = "rule", "rule", (0.0, 2.0)
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self, prompts, completions, **fields):
+        base = self.inner(prompts, completions, **fields)
+        return [b + len(set(c)) / 20 for b, c in zip(base, completions)]
+
+    def pop_flops(self):
+        return self.inner.pop_flops()
+

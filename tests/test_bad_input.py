@@ -29,6 +29,22 @@ CASES = [
     pytest.param(["sweep", "budget=1e17,1e18"], "one budget per sweep", id="budget-axis"),
     pytest.param(["sweep", "reward=rule", "reward=prm-tiny-s"], "reward: given twice",
                  id="key-twice"),
+    pytest.param(["sweep", "budget=1e400"], "budget=inf: not finite (a value beyond 1.8e308, "
+                 "such as 1e400, overflows to inf); give a finite number, e.g. budget=1e15",
+                 id="budget-overflow"),
+    pytest.param(["sweep", "budget=inf"], "budget=inf: not finite", id="budget-inf"),
+    pytest.param(["sweep", "budget=nan"], "budget=nan: not a number; give a finite number",
+                 id="budget-nan"),
+    pytest.param(["sweep", "grid.lr=nan"], "grid.lr=nan: not a number", id="lr-nan"),
+    pytest.param(["sweep", "model=tiny-s,tiny-s"], "model=tiny-s,tiny-s: tiny-s listed more "
+                 "than once; list each value of an axis once, e.g. model=tiny-s",
+                 id="axis-repeated-value"),
+    pytest.param(["sweep", "grid.lr=1e-3,0.001"], "0.001 listed more than once",
+                 id="axis-same-number"),
+    pytest.param(["sweep", "grid.completion_tokens=30,40"], "grid.completion_tokens=40: the "
+                 "same cell as", id="axis-same-cell"),
+    pytest.param(["sweep", "reward.kind=orm"], "reward.kind='orm': no orm reward is built",
+                 id="reward-kind-not-built"),
     pytest.param(["plan", "grid.update_epochs=0"], "grid.update_epochs=0", id="plan-epochs"),
     pytest.param(["report", "/nonexistent/sweep"], "SWEEP_DIR=/nonexistent/sweep",
                  id="report-not-a-sweep"),

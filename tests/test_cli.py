@@ -72,3 +72,35 @@ def test_bad_input_one_line_exit_2(override, needle):
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith("race flops: ")
     assert needle in lines[0]
+
+
+@pytest.mark.parametrize("bug", [ValueError("unpack mismatch"), KeyError("rollout"),
+                                 ZeroDivisionError("division by zero")])
+def test_an_internal_bug_shows_its_traceback_not_a_usage_error(bug, monkeypatch, capsys):
+    """Only UsageError (and Hydra's override errors) mean bad input; a ValueError or
+    KeyError raised by RACE's own code is a bug and must not pass for one."""
+    import race.grid
+
+    def broken(*args, **kwargs):
+        raise bug
+
+    monkeypatch.setattr(race.grid, "plan_table", broken)
+    assert cli.main(["plan"]) == cli.INTERNAL_ERROR != cli.USAGE_ERROR
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "in broken" in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("race plan: internal error (") and "please report it" in last
+
+
+def test_usage_errors_carry_fields_callers_branch_on():
+    from race.budget import check_budget
+    from race.errors import BudgetTooSmall, UsageError
+    from race.specs import RunSpec
+
+    spec = RunSpec("tiny-s", (("kind", "rule"), ("name", "rule")), (("name", "arith"),), 1.0)
+    with pytest.raises(BudgetTooSmall) as info:
+        check_budget(spec, prompt_tokens=1)
+    error = info.value
+    assert isinstance(error, UsageError) and error.budget_flops == 1.0
+    assert error.cheapest_flops > 1.0 and error.convention == "model"
+    assert error.cell_id == spec.cell_id

@@ -91,3 +91,78 @@ def test_a_job_that_dies_without_output_is_recorded_as_failed(tmp_path):
     assert summary["error"].startswith("job ")
     assert json.loads((Path(task.cell_dir) / "spec.json").read_text())["cell_id"] \
         == task.spec.cell_id
+
+
+STAND_IN = '''
+import os, sys, time
+from pathlib import Path
+
+import cloudpickle
+
+from race.config import compose_config, to_run_spec
+from race.launch import Task, launch
+
+
+class SleepJob:
+    """Records its pid, then runs far longer than the test waits."""
+
+    def __call__(self, spec, cell_dir):
+        Path(cell_dir).mkdir(parents=True, exist_ok=True)
+        (Path(cell_dir) / "pid").write_text(str(os.getpid()))
+        time.sleep(600)
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+folder = Path(sys.argv[1])
+tasks = []
+for seed in range(2):
+    cfg = compose_config(["model=tiny-s", "reward=rule", "budget=1e12", f"pilot.seed={seed}"])
+    spec = to_run_spec(cfg, 1e12 * cfg.pilot.fraction)
+    tasks.append(Task(spec, str(folder / "cells" / spec.cell_id)))
+cfg = compose_config(["launcher.slots=2", "launcher.poll_s=0.1"]).launcher
+launch(tasks, cfg, folder / "submitit", job=SleepJob())
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; only its parent's bookkeeping is left
+
+
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_stops_every_local_pilot(tmp_path, signum):
+    """Ctrl-C (SIGINT) or ``kill`` (SIGTERM) of the sweep process leaves no pilot running:
+    the local launcher kills its workers' process trees on the way out."""
+    import signal
+    import subprocess
+
+    script = tmp_path / "sweep_stand_in.py"
+    script.write_text(STAND_IN)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    pids = []
+    while len(pids) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        pids = [int(p.read_text()) for p in (tmp_path / "cells").glob("*/pid")
+                if p.read_text()]
+        time.sleep(0.2)
+    assert len(pids) == 2, proc.communicate(timeout=30)
+    assert all(_alive(pid) for pid in pids)
+    proc.send_signal(getattr(signal, signum))
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    stop = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids) and time.monotonic() < stop:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in pids), [p for p in pids if _alive(p)]
+
+
+def test_parse_squeue_reads_job_ids_and_states():
+    from race.launch import parse_squeue
+
+    stored = "17_0 R\n17_1 PD\n18 CG\n\nmalformed\n"  # `squeue -h -r -o "%i %t"`
+    assert parse_squeue(stored) == {"17_0": "R", "17_1": "PD", "18": "CG"}
+    assert parse_squeue("") == {}

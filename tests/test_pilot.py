@@ -8,7 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="pilots train with torch")
 
-from race.pilot import BudgetTooSmall, build_components, run_pilot, worst_step_flops  # noqa: E402
+from race.budget import worst_step_flops  # noqa: E402
+from race.errors import BudgetTooSmall  # noqa: E402
+from race.pilot import build_components, run_pilot  # noqa: E402
 from race.policies import WarmStartRecipe, build_tiny_policy  # noqa: E402
 from race.specs import RunSpec  # noqa: E402
 
@@ -176,18 +178,13 @@ def test_pilot_with_vllm_backend(tmp_path):
     assert (tmp_path / "cell" / "adapter" / "adapter_config.json").is_file()
 
 
-def test_prm_pilot_keeps_to_its_budget(tmp_path, policy, monkeypatch):
+def test_prm_pilot_keeps_to_its_budget(tmp_path, policy, tiny_prm):
     """The worst-case step bound holds with a process reward model scoring every step."""
-    from race.rewards.tiny_prm import PRMRecipe, TinyPRM, build_tiny_prm
+    from race.rewards.tiny_prm import TinyPRM
 
-    monkeypatch.setenv("RACE_CACHE_DIR", str(tmp_path / "cache"))
-    recipe = WarmStartRecipe(model="tiny-m", max_steps=4, eval_every=2, greedy_every=2,
-                             val_examples=8, target_accuracy=1.01, eval_examples=8)
-    prm_recipe = PRMRecipe(model="prm-tiny-s", init_from="tiny-m", train_steps=2,
-                           batch_size=8, eval_examples=16, warmup_steps=1)
-    folder = build_tiny_prm("prm-tiny-s", recipe=prm_recipe, policy_recipe=recipe)
+    folder = tiny_prm
     reward = (("aggregate", "min"), ("kind", "prm"), ("model", "prm-tiny-s"),
-              ("name", "prm-tiny-s"))
+              ("name", "prm-tiny-s"), ("overhead_tokens", 1))
     spec = dataclasses.replace(small_spec(4, checkpoints=(1.0,), eval_targets=("test",)),
                                reward=reward)
     spec = dataclasses.replace(spec, budget_flops=worst_step_flops(spec, 10) * 4)

@@ -8,8 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="pilots train with torch")
 
+from conftest import Shaped  # noqa: E402  (tests/conftest.py)
+
 from race import results  # noqa: E402
-from race.pilot import build_components, load_state, run_pilot, worst_step_flops  # noqa: E402
+from race.budget import worst_step_flops  # noqa: E402
+from race.pilot import build_components, load_state, run_pilot  # noqa: E402
 from race.specs import RunSpec  # noqa: E402
 
 RULE = (("kind", "rule"), ("name", "rule"))
@@ -26,27 +29,6 @@ def small_spec(worst_steps: float, **kw) -> RunSpec:
                  lora_alpha=8, eval_examples=4) | kw
     spec = RunSpec("tiny-s", RULE, TASK, 0.0, **knobs)
     return dataclasses.replace(spec, budget_flops=worst_step_flops(spec, 10) * worst_steps)
-
-
-class Shaped:
-    """The rule reward plus a bonus that varies with the completion's text.
-
-    The short warm start scores 0 on every training prompt, so the rule reward alone gives
-    zero advantages and the learner never moves; a resume would then pass with or without
-    its weights, optimizer and shuffle RNG restored. The bonus makes every step move them.
-    """
-
-    name, kind, value_range = "rule", "rule", (0.0, 2.0)
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __call__(self, prompts, completions, **fields):
-        base = self.inner(prompts, completions, **fields)
-        return [b + len(set(c)) / 20 for b, c in zip(base, completions)]
-
-    def pop_flops(self):
-        return self.inner.pop_flops()
 
 
 def run(spec, path, policy, **kw):

@@ -112,3 +112,41 @@ def test_sweep_reports_then_validate_compares_predicted_with_realized(tmp_path, 
     assert full[0]["total_flops"] <= 2.5e9 and full[0]["status"] == "ok"
     assert "Validation: predicted vs realized" in (folder / "leaderboard.md").read_text()
     assert "Validation: predicted vs realized" in out.stdout
+
+
+def test_two_identical_sweeps_started_together_run_each_cell_once(tmp_path, policy):
+    """Cells are claimed across processes: the second `race sweep` of one folder waits
+    for what the first runs instead of running it again, and says so."""
+    import time
+
+    small = [a for a in SMALL if not a.startswith(("grid.group_size=", "budget="))]
+    args = [sys.executable, "-m", "race.cli", "sweep", *small, f"model.hf_id={policy}",
+            "grid.group_size=2,4", f"sweep.out_dir={tmp_path}", "sweep.name=s",
+            "launcher.poll_s=0.2", "launcher.slots=2", "budget=1e10"]
+    procs = []
+    for _ in range(2):
+        procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, cwd=tmp_path))
+        time.sleep(1.0)
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    record = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    runs = record["runs"]
+    assert len(runs) == 2 and {r["pid"] for r in runs} == {p.pid for p in procs}
+    cells = {c["cell_id"] for c in record["cells"]}
+    launched = [set(r["launched"]) for r in runs]
+    assert launched[0] | launched[1] == cells and not launched[0] & launched[1]
+    waiter = next(r for r in runs if r["by_other"])  # one process ran both, one waited
+    runner = next(r for r in runs if r is not waiter)
+    assert set(waiter["by_other"]) == cells == set(runner["launched"])
+    assert {o["pid"] for o in waiter["by_other"].values()} == {runner["pid"]}
+    err = outs[[p.pid for p in procs].index(waiter["pid"])][1]
+    assert "were run by another race sweep" in err and f"pid {runner['pid']}" in err
+    for cell in cells:  # one pilot per cell: one run's rows, no second writer
+        summary = json.loads((tmp_path / "s" / "cells" / cell / "summary.json").read_text())
+        assert summary["status"] == "ok" and summary["resumed_from_step"] is None
+        rows = [json.loads(line) for line in
+                (tmp_path / "s" / "cells" / cell / "metrics.jsonl").read_text().splitlines()]
+        steps = [r["step"] for r in rows if r["kind"] == "step"]
+        assert steps == list(range(1, summary["steps"] + 1))
+    assert not list((tmp_path / "s" / "claims").glob("[!.]*"))  # claims released

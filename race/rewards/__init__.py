@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from race.catalog import load_model_shape
+from race.errors import UnknownName
 from race.rewards.base import Reward, RewardFlops, check_rewards
 
 __all__ = ["REWARD_KINDS", "Reward", "RewardFlops", "build_reward", "check_rewards"]
@@ -24,14 +25,15 @@ def _rule(entry: Mapping[str, Any], task: Any) -> Reward:
 def _prm(entry: Mapping[str, Any], task: Any) -> Reward:
     shape = load_model_shape(entry["model"])
     aggregate = entry.get("aggregate", "min")
-    if shape.tokenizer == "race-char":  # built and trained by RACE
+    if shape.head == "lm_verifier" and not shape.hf_id:  # the tiny PRM, built by RACE
         from race.rewards.tiny_prm import TinyPRM
 
         return TinyPRM(entry["name"], entry["model"], aggregate=aggregate)
     from race.rewards.qwen_prm import QwenPRM
 
     return QwenPRM(shape.hf_id, shape, aggregate=aggregate, name=entry["name"],
-                   step_tag=shape.step_tag or "<extra_0>")
+                   step_tag=shape.step_tag or "<extra_0>",
+                   max_steps=int(entry.get("max_steps") or 0))
 
 
 REWARD_KINDS: dict[str, Callable[[Mapping[str, Any], Any], Reward]] = {
@@ -42,6 +44,7 @@ def build_reward(entry: Mapping[str, Any], task: Any) -> Reward:
     """The reward system of a ``conf/reward/*.yaml`` entry, for ``task``."""
     kind = entry.get("kind")
     if kind not in REWARD_KINDS:
-        raise KeyError(f"reward.kind={kind}: unknown reward kind; valid kinds: "
-                       f"{', '.join(REWARD_KINDS)}")
+        raise UnknownName(f"reward.kind={kind}: no reward of this kind is built; valid "
+                          f"kinds: {', '.join(REWARD_KINDS)}", group="reward.kind",
+                          name=str(kind))
     return REWARD_KINDS[kind](entry, task)

@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from race.errors import RewardInputTooLong, UsageError
 from race.flops import reward_flops
 from race.rewards.base import FlopLedger, RewardFlops, check_rewards
 from race.specs import ModelShape, RewardShape
@@ -30,18 +31,23 @@ DEFAULT_STEP_TAG = "<extra_0>"
 AGGREGATES = ("min", "prod", "last")
 
 
-def split_steps(completion: str) -> list[str]:
+def split_steps(completion: str, max_steps: int = 0) -> list[str]:
     """Steps of a completion: split at blank lines (``"\\n\\n"``), stripped, empties dropped.
 
-    A completion without a blank line is one step; an empty one has no steps.
+    A completion without a blank line is one step; an empty one has no steps. With
+    ``max_steps > 0`` the steps after the first ``max_steps - 1`` join the last one
+    (separated by a blank line), so a trace never carries more than ``max_steps`` tags.
     """
-    return [step.strip() for step in completion.split("\n\n") if step.strip()]
+    steps = [step.strip() for step in completion.split("\n\n") if step.strip()]
+    if max_steps > 0 and len(steps) > max_steps:
+        steps = steps[:max_steps - 1] + ["\n\n".join(steps[max_steps - 1:])]
+    return steps
 
 
 def aggregate_scores(scores: list[float], how: str) -> float:
     """One reward from per-step scores: their minimum, product, or the last one."""
     if how not in AGGREGATES:
-        raise ValueError(f"reward.aggregate={how!r}: unknown aggregation; use one of "
+        raise UsageError(f"reward.aggregate={how!r}: unknown aggregation; use one of "
                          f"{list(AGGREGATES)}")
     if not scores or any(math.isnan(score) for score in scores):
         # no scored step, or a broken one (min() would skip a NaN): check_rewards refuses
@@ -73,7 +79,7 @@ class QwenPRM(FlopLedger):
                  aggregate: str = "min", step_tag: str = DEFAULT_STEP_TAG,
                  device: str = "cpu", batch_size: int = 8, name: str = "",
                  system_prompt: str = SYSTEM_PROMPT, dtype: Any = None,
-                 trust_remote_code: bool = True) -> None:
+                 trust_remote_code: bool = True, max_steps: int = 0) -> None:
         """Load the tokenizer and model (``trust_remote_code=True``) and check the tag.
 
         Args:
@@ -87,6 +93,8 @@ class QwenPRM(FlopLedger):
             name: reward name; defaults to ``shape.name`` or the folder name.
             system_prompt: the system message of the chat layout.
             dtype: torch dtype for ``from_pretrained`` (None: its default).
+            max_steps: the most steps scored per completion (later ones join the last);
+                0: no limit. It bounds the tags a trace adds (see :mod:`race.budget`).
             trust_remote_code: load the tokenizer and model with the checkpoint's own
                 remote code (``AutoModel``); False loads the same weights into this package's copy,
                 :class:`race.rewards.qwen_prm_modeling.Qwen2ForProcessRewardModel`, for
@@ -97,10 +105,10 @@ class QwenPRM(FlopLedger):
                 which ``step_tag`` is not a single token.
         """
         if aggregate not in AGGREGATES:
-            raise ValueError(f"reward.aggregate={aggregate!r}: unknown aggregation; use one "
+            raise UsageError(f"reward.aggregate={aggregate!r}: unknown aggregation; use one "
                              f"of {list(AGGREGATES)}")
         if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"reward.batch_size={batch_size!r}: must be an integer >= 1")
+            raise UsageError(f"reward.batch_size={batch_size!r}: must be an integer >= 1")
         from transformers import AutoModel, AutoTokenizer
 
         self.path = str(path_or_id)
@@ -109,6 +117,7 @@ class QwenPRM(FlopLedger):
         self.device = device
         self.batch_size = batch_size
         self.system_prompt = system_prompt
+        self.max_steps = max_steps
         self.tokenizer = AutoTokenizer.from_pretrained(self.path,
                                                        trust_remote_code=trust_remote_code)
         self.step_tag_id = self._tag_id(self.tokenizer, step_tag, self.path)
@@ -135,7 +144,7 @@ class QwenPRM(FlopLedger):
         ids = tokenizer.encode(step_tag, add_special_tokens=False)
         tag_id = tokenizer.convert_tokens_to_ids(step_tag)
         if len(ids) != 1 or tag_id is None or tag_id == tokenizer.unk_token_id or ids != [tag_id]:
-            raise ValueError(f"reward.step_tag={step_tag!r}: the tokenizer of {path!r} has no "
+            raise UsageError(f"reward.step_tag={step_tag!r}: the tokenizer of {path!r} has no "
                              f"such token (it encodes to {len(ids)} tokens {ids[:8]}); a PRM "
                              f"scores at its step tag, so use the PRM's own tokenizer or set "
                              f"step_tag to the token it was trained with")
@@ -159,13 +168,20 @@ class QwenPRM(FlopLedger):
                                                       add_generation_prompt=False)
         return f"{self.system_prompt}\n{prompt}\n{assistant}"
 
-    def __call__(self, prompts: list[str], completions: list[str],
-                 **task_fields: Any) -> list[float]:
+    def overhead_tokens(self) -> int:
+        """Tokens this PRM's input format adds to every trace whatever it says (system
+        prompt, chat-template tokens), measured with its own tokenizer."""
+        return len(self.tokenizer.encode(self.format_input("", [""]))) - 1  # less one tag
+
+    def __call__(self, prompts: list[str], completions: list[str], *,
+                 token_limits: list[int] | None = None, **task_fields: Any) -> list[float]:
         """One aggregated step score in [0, 1] per completion.
 
         Args:
             prompts: the problem each completion answers (one per completion).
             completions: the policy's outputs; steps are separated by blank lines.
+            token_limits: the most tokens each trace may be scored on; a longer input is
+                refused (:class:`~race.errors.RewardInputTooLong`) before the model runs.
             **task_fields: ignored (a PRM needs no gold answer).
 
         Returns:
@@ -176,12 +192,16 @@ class QwenPRM(FlopLedger):
                              f"{len(completions)} completions; pass one prompt per completion "
                              f"(repeat each prompt G times)")
         # an empty completion is one empty step: the PRM still judges it
-        steps = [split_steps(completion) or [""] for completion in completions]
+        steps = [split_steps(completion, self.max_steps) or [""] for completion in completions]
         texts = [self.format_input(prompt, parts) for prompt, parts in zip(prompts, steps)]
+        encoded = [self.tokenizer.encode(text) for text in texts]
+        for ids, limit in zip(encoded, token_limits or []):
+            if len(ids) > limit:
+                raise RewardInputTooLong(self.name, len(ids), limit)
         step_scores: list[list[float]] = []
         token_counts: list[int] = []
         for start in range(0, len(texts), self.batch_size):
-            scores, counts = self._score_batch(texts[start:start + self.batch_size])
+            scores, counts = self._score_batch(encoded[start:start + self.batch_size])
             step_scores += scores
             token_counts += counts
         for completion, parts, scores in zip(completions, steps, step_scores):
@@ -195,18 +215,17 @@ class QwenPRM(FlopLedger):
         rewards = [aggregate_scores(scores, self.aggregate) for scores in step_scores]
         return check_rewards(self, completions, rewards)
 
-    def _score_batch(self, texts: list[str]) -> tuple[list[list[float]], list[int]]:
+    def _score_batch(self, encoded: list[list[int]]) -> tuple[list[list[float]], list[int]]:
         """Step-tag scores and real token counts of one right-padded batch; charges FLOPs."""
         import torch
 
-        encoded = [self.tokenizer.encode(text) for text in texts]
         counts = [len(ids) for ids in encoded]
         longest = max(counts)
         pad_id = self.tokenizer.pad_token_id
         pad_id = 0 if pad_id is None else pad_id
         # right padding: positions 0..n-1 of every row are exact without position_ids
-        input_ids = torch.full((len(texts), longest), pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(texts), longest), dtype=torch.long)
+        input_ids = torch.full((len(encoded), longest), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(encoded), longest), dtype=torch.long)
         for row, ids in enumerate(encoded):
             input_ids[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
             attention_mask[row, :len(ids)] = 1
@@ -215,7 +234,7 @@ class QwenPRM(FlopLedger):
                                 attention_mask=attention_mask.to(self.device))[0]
         positive = torch.softmax(logits.float(), dim=-1)[..., 1].cpu()
         tags = (input_ids == self.step_tag_id) & attention_mask.bool()
-        scores = [positive[row][tags[row]].tolist() for row in range(len(texts))]
+        scores = [positive[row][tags[row]].tolist() for row in range(len(encoded))]
         model = reward_flops(self.reward_shape, counts, [0] * len(counts), convention="model")
         executed = reward_flops(self.reward_shape, counts, [0] * len(counts),
                                 convention="executed")

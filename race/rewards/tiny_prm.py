@@ -29,6 +29,7 @@ from typing import Any
 
 from race import flops
 from race.catalog import load_model_shape
+from race.errors import RewardInputTooLong, UsageError
 from race.rewards.base import FlopLedger, RewardFlops, check_rewards
 from race.rewards.qwen_prm import aggregate_scores
 from race.specs import ModelShape, RewardShape
@@ -176,8 +177,13 @@ def _load(folder: Path):
 
 
 def step_scores(lm, head, tokenizer, prompts: list[str], completions: list[str],
-                batch_size: int = 64) -> tuple[list[list[float]], list[list[int]]]:
-    """P(step correct) at every step of every completion, and each batch's token counts."""
+                batch_size: int = 64, token_limits: list[int] | None = None,
+                name: str = "prm-tiny") -> tuple[list[list[float]], list[list[int]]]:
+    """P(step correct) at every step of every completion, and each batch's token counts.
+
+    A trace longer than its ``token_limits`` entry is refused before the model runs
+    (:class:`~race.errors.RewardInputTooLong`).
+    """
     import torch
 
     scores, batches = [], []
@@ -185,6 +191,9 @@ def step_scores(lm, head, tokenizer, prompts: list[str], completions: list[str],
         prompt_chunk = prompts[start:start + batch_size]
         rows = [encode_for_scoring(tokenizer, p, c) for p, c in
                 zip(prompt_chunk, completions[start:start + batch_size])]
+        for (tokens, _), limit in zip(rows, (token_limits or [])[start:start + batch_size]):
+            if len(tokens) > limit:
+                raise RewardInputTooLong(name, len(tokens), limit)
         starts = [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompt_chunk]
         ids, mask = _batch(tokenizer, rows)
         with torch.no_grad():
@@ -277,14 +286,14 @@ def build_tiny_prm(name: str, *, seed: int = 0, rebuild: bool = False,
 
     shape = load_model_shape(name)
     if shape.head != "lm_verifier" or shape.tokenizer != "race-char":
-        raise ValueError(f"reward.model={name}: not a tiny PRM (needs head lm_verifier and "
+        raise UsageError(f"reward.model={name}: not a tiny PRM (needs head lm_verifier and "
                          f"tokenizer race-char)")
     recipe = recipe or PRMRecipe(model=name, init_from=INIT_FROM.get(name, ""), seed=seed)
     init_shape = load_model_shape(recipe.init_from)
     body = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
             "head_dim", "vocab_size")
     if any(getattr(init_shape, k) != getattr(shape, k) for k in body):
-        raise ValueError(f"reward.model={name}: its body differs from init policy "
+        raise UsageError(f"reward.model={name}: its body differs from init policy "
                          f"{recipe.init_from}; give conf/model/{name}.yaml that policy's shape")
     init = build_tiny_policy(recipe.init_from, seed=recipe.seed, recipe=policy_recipe)
     return cached_build("prms", name, {"recipe": asdict(recipe), "shape": asdict(shape),
@@ -306,15 +315,26 @@ class TinyPRM(FlopLedger):
         self.tokenizer, self.lm, self.head = _load(folder or build_tiny_prm(model_name))
         self.last_step_scores: list[list[float]] = []
 
-    def __call__(self, prompts: list[str], completions: list[str],
-                 **task_fields: Any) -> list[float]:
-        scores, batches = step_scores(self.lm, self.head, self.tokenizer, prompts,
-                                      completions, self.batch_size)
-        self.last_step_scores = scores
+    def overhead_tokens(self) -> int:
+        """Tokens the scoring format adds to every trace: the newline closing its last line."""
+        return len(encode_for_scoring(self.tokenizer, "", "")[0])
+
+    def __call__(self, prompts: list[str], completions: list[str], *,
+                 token_limits: list[int] | None = None, **task_fields: Any) -> list[float]:
         reward = RewardShape(self.name, "prm", self.shape)
-        charged = {conv: sum(flops.reward_flops(reward, lengths, convention=conv)
-                             for lengths in batches) for conv in flops.CONVENTIONS}
-        self._charge(RewardFlops(charged["model"], charged["executed"],
-                                 sum(map(sum, batches))))
+        scores = []
+        for start in range(0, len(prompts), self.batch_size):  # charged batch by batch
+            end = start + self.batch_size
+            chunk, batches = step_scores(self.lm, self.head, self.tokenizer,
+                                         prompts[start:end], completions[start:end],
+                                         self.batch_size,
+                                         token_limits[start:end] if token_limits else None,
+                                         self.name)
+            scores += chunk
+            charged = {conv: sum(flops.reward_flops(reward, lengths, convention=conv)
+                                 for lengths in batches) for conv in flops.CONVENTIONS}
+            self._charge(RewardFlops(charged["model"], charged["executed"],
+                                     sum(map(sum, batches))))
+        self.last_step_scores = scores
         rewards = [aggregate_scores(row, self.aggregate) for row in scores]
         return check_rewards(self, completions, rewards)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from race import flops
+from race.errors import UsageError
 from race.rollout.base import Rollouts
 from race.specs import LoraShape, ModelShape
 
@@ -66,7 +67,7 @@ def vllm_lora_rank(rank: int) -> int:
     for allowed in VLLM_LORA_RANKS:
         if allowed >= rank:
             return allowed
-    raise ValueError(f"grid.lora_rank={rank}: larger than vLLM's largest max_lora_rank "
+    raise UsageError(f"grid.lora_rank={rank}: larger than vLLM's largest max_lora_rank "
                      f"{VLLM_LORA_RANKS[-1]}; use a smaller rank or pilot.backend=hf")
 
 
@@ -131,7 +132,7 @@ class VLLMBackend:
         _check_shape(self.model_dir, shape)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         if self.tokenizer.eos_token_id is None:
-            raise ValueError(f"rollout model folder {self.model_dir}: its tokenizer has no "
+            raise UsageError(f"rollout model folder {self.model_dir}: its tokenizer has no "
                              f"eos_token; completions could never finish")
         if lora is not None:
             lora.validate(shape)
@@ -278,7 +279,7 @@ def _check_shape(model_dir: Path, shape: ModelShape) -> None:
     diff = {k: (getattr(shape, k), getattr(found, k)) for k in keys
             if getattr(shape, k) != getattr(found, k)}
     if diff:
-        raise ValueError(f"model {shape.name!r}: the shape does not match {model_dir}/config.json "
+        raise UsageError(f"model {shape.name!r}: the shape does not match {model_dir}/config.json "
                          f"(key: (shape, config) {diff}); fix conf/model/{shape.name}.yaml or "
                          f"pass the right folder")
 
@@ -292,7 +293,7 @@ def _check_cpu_head_dim(shape: ModelShape) -> None:
     except (ImportError, AttributeError):  # another vLLM layout: let the engine decide
         return
     if shape.head_dim not in supported:
-        raise ValueError(f"model {shape.name!r}: head_dim={shape.head_dim} is not supported by "
+        raise UsageError(f"model {shape.name!r}: head_dim={shape.head_dim} is not supported by "
                          f"vLLM's CPU attention (head sizes {supported}); use "
                          f"pilot.backend=hf on CPU, or a model whose head_dim is supported "
                          f"(tiny-l has 32)")

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from race.errors import UnknownName
 from race.tasks.arith import ArithTask
 from race.tasks.base import Example
 
@@ -55,7 +56,7 @@ def build_task(entry: Mapping[str, Any]) -> Any:
 
     name = entry.get("name", "")
     if name not in TASKS:
-        raise KeyError(did_you_mean("task", str(name)))
+        raise UnknownName(did_you_mean("task", str(name)))
     factory = TASKS[name]
     fields = getattr(factory, "__dataclass_fields__", {})
     return factory(**{k: v for k, v in entry.items() if k in fields and k != "name"})

@@ -25,6 +25,7 @@ import re
 import zlib
 from dataclasses import dataclass
 
+from race.errors import UsageError
 from race.tasks.base import Example
 
 FINAL_PREFIX = "#### "
@@ -54,12 +55,12 @@ class ArithTask:
 
     def __post_init__(self) -> None:
         if self.digits < 1:
-            raise ValueError(f"task.digits={self.digits}: must be >= 1")
+            raise UsageError(f"task.digits={self.digits}: must be >= 1")
         if not 1 <= self.min_ops <= self.max_ops:
-            raise ValueError(f"task.min_ops={self.min_ops}, task.max_ops={self.max_ops}: "
+            raise UsageError(f"task.min_ops={self.min_ops}, task.max_ops={self.max_ops}: "
                              f"need 1 <= min_ops <= max_ops")
         if not self.max_ops < self.ood_min_ops <= self.ood_max_ops:
-            raise ValueError(f"task.ood_min_ops={self.ood_min_ops}: the ood split needs "
+            raise UsageError(f"task.ood_min_ops={self.ood_min_ops}: the ood split needs "
                              f"longer chains than training (> max_ops={self.max_ops})")
 
     def _chain(self, rng: random.Random, ops: int) -> tuple[list[int], list[str]]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from race.errors import UsageError
 from race.rewards.verify import normalize_number
 from race.tasks.base import Example
 
@@ -119,7 +120,7 @@ def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
             try:
                 yield line_no, json.loads(line)
             except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{line_no}: malformed JSON ({error.msg} at column "
+                raise UsageError(f"{path}:{line_no}: malformed JSON ({error.msg} at column "
                                  f"{error.colno}); fix or delete that line (one JSON object "
                                  f"per line)") from error
 
@@ -133,7 +134,7 @@ def _json_rows(path: Path) -> tuple[Iterable[tuple[int, Any]], str]:
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path}:{error.lineno}: malformed JSON ({error.msg} at column "
+        raise UsageError(f"{path}:{error.lineno}: malformed JSON ({error.msg} at column "
                          f"{error.colno}); fix the file or write it as JSON lines") from error
     return enumerate(rows, start=1), "row"
 
@@ -191,7 +192,7 @@ def _resolve(source: str | Path, split: str) -> tuple[str, Iterable[tuple[int, A
             return (str(path), *_json_rows(path))
         return str(path), _parquet_rows(path), "row"
     if path.is_file():
-        raise ValueError(f"source={str(source)!r}: unsupported file type {path.suffix!r}; "
+        raise UsageError(f"source={str(source)!r}: unsupported file type {path.suffix!r}; "
                          f"convert it to one of {list(FILE_SUFFIXES)}")
     return f"dataset {source!s} (split {split})", _dataset_rows(str(source), split), "row"
 
@@ -242,7 +243,7 @@ def read_gsm8k(source: str | Path, split: str = "test", limit: int | None = None
     if invalid:
         where = f"{label}:{invalid[0]}" if unit == "line" else f"{label} row {invalid[0]}"
     if invalid and not skip_invalid:
-        raise ValueError(f"{where}: invalid GSM8K row ({first_reason}); "
+        raise UsageError(f"{where}: invalid GSM8K row ({first_reason}); "
                          f"{len(invalid)} invalid row(s) in all. Each row needs 'question' "
                          f"and an 'answer' ending in '#### <number>'; fix them, or pass "
                          f"skip_invalid=True to skip them")

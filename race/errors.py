@@ -1,0 +1,116 @@
+"""RACE's error types: bad input the user can fix, told apart from bugs by type, not text.
+
+:class:`UsageError` (a ``ValueError``) is every problem with what the user typed or
+pointed at: a config key's value, a missing file, a budget that buys nothing. Its message
+names the key, the value, the rule broken and the fix, and the CLI prints it as one line
+with exit code 2. Subclasses carry the fields a caller branches on (submitit's
+``FailedJobError`` is the model), so no caller ever parses a message. Anything else that
+escapes a command is a bug: the CLI shows its traceback.
+
+Pure module: no imports beyond the standard library.
+"""
+
+from __future__ import annotations
+
+
+class UsageError(ValueError):
+    """Bad input: the message names the key, its value, the rule and the fix."""
+
+
+class UnknownName(UsageError, KeyError):
+    """A registry miss (``model=tiny-x``); the message lists the valid names.
+
+    Also a ``KeyError``, as every registry lookup miss is.
+
+    Attributes:
+        group: the registry (``model``, ``reward``, ``task``, ...).
+        name: the name asked for.
+    """
+
+    def __init__(self, message: str, *, group: str = "", name: str = ""):
+        super().__init__(message)
+        self.group, self.name = group, name
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class BudgetTooSmall(UsageError):
+    """A budget that cannot buy one worst-case GRPO step of a cell.
+
+    Attributes:
+        budget_flops: the budget the cell was given.
+        cheapest_flops: what one worst-case step costs.
+        convention: the FLOP convention both are in.
+        cell_id: the cell's id ("" when unknown).
+    """
+
+    def __init__(self, budget_flops: float, cheapest_flops: float, convention: str,
+                 cell_id: str = "", *, key: str = "budget"):
+        self.budget_flops, self.cheapest_flops = budget_flops, cheapest_flops
+        self.convention, self.cell_id, self.key = convention, cell_id, key
+        super().__init__(
+            f"{key}={budget_flops:.3g}: cannot buy one GRPO step of this cell (the cheapest "
+            f"costs up to {cheapest_flops:.3g} FLOPs, {convention} convention); raise budget "
+            f"or pilot.fraction, or shrink grid.group_size / grid.prompts_per_step / "
+            f"grid.max_new_tokens")
+
+
+class RewardTokenizerMismatch(UsageError):
+    """A model-based reward that cannot read the policy's tokens.
+
+    Attributes:
+        reward: the reward's name.
+        policy: the policy's name.
+        reward_tokenizer: the reward model's tokenizer family.
+        policy_tokenizer: the policy's tokenizer family.
+    """
+
+    def __init__(self, reward: str, policy: str, reward_tokenizer: str,
+                 policy_tokenizer: str, detail: str = ""):
+        self.reward, self.policy = reward, policy
+        self.reward_tokenizer, self.policy_tokenizer = reward_tokenizer, policy_tokenizer
+        self.reason = (f"reward {reward} reads tokenizer {reward_tokenizer or '?'!r}, policy "
+                       f"{policy} writes {policy_tokenizer or '?'!r}")
+        super().__init__(
+            f"reward={reward}: its tokenizer {reward_tokenizer or '?'!r}{detail} differs from "
+            f"model={policy}'s {policy_tokenizer or '?'!r}; a reward model scores the "
+            f"policy's tokens, so pick a reward model of the same tokenizer family")
+
+
+class RewardFormatTooLong(UsageError):
+    """A reward model's real input format scores more tokens than the budget bound allows.
+
+    Attributes:
+        reward: the reward's name.
+        configured_tokens: ``reward.overhead_tokens`` the budget was planned with.
+        measured_tokens: what the loaded tokenizer and template really add per trace.
+    """
+
+    def __init__(self, reward: str, configured_tokens: int, measured_tokens: int):
+        self.reward = reward
+        self.configured_tokens, self.measured_tokens = configured_tokens, measured_tokens
+        super().__init__(
+            f"reward.overhead_tokens={configured_tokens}: reward {reward} really adds "
+            f"{measured_tokens} tokens to every scored trace (system prompt and chat "
+            f"template), more than the budget's worst-case step allows; set "
+            f"reward.overhead_tokens={measured_tokens} or more")
+
+
+class RewardInputTooLong(UsageError):
+    """A trace whose scored input would exceed the tokens the budget's worst case allows.
+
+    Raised by a reward before its model runs, so no FLOP is spent on it.
+
+    Attributes:
+        reward: the reward's name.
+        tokens: the tokens the reward would score.
+        limit: the most the budget path allows for this trace.
+    """
+
+    def __init__(self, reward: str, tokens: int, limit: int):
+        self.reward, self.tokens, self.limit = reward, tokens, limit
+        super().__init__(
+            f"reward={reward}: a trace would be scored on {tokens} tokens, more than the "
+            f"{limit} the budget's worst-case step allows; raise reward.overhead_tokens or "
+            f"lower reward.max_steps (later steps then join the last one)")
