@@ -351,7 +351,8 @@ def spent_so_far(spec: RunSpec, cell_dir: Path) -> tuple[Ledger, int, list[dict]
     steps, evals = (found[1]["steps"], found[1]["evals"]) if found else (0, [])
     rows = _rows(cell_dir / "metrics.jsonl")
     last = next((r for r in reversed(rows) if "flops" in r), None)
-    if last is not None and last.get("step", 0) >= steps:
+    if last is not None and len(rows) > (len(found[1]["rows"]) if found else 0):
+        # rows written after the state was saved (a step or an evaluation): newer
         ledger.flops = {c: dict.fromkeys(PHASES, 0.0) | last["flops"].get(c, {})
                         for c in LEDGER_CONVENTIONS}
         steps = max(steps, *(r["step"] for r in rows if r.get("kind") == "step"), 0)

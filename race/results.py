@@ -258,7 +258,17 @@ def this_process() -> dict:
     import time
 
     return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
-            "argv": " ".join(sys.argv)[:300]}
+            "started_ticks": _start_ticks(os.getpid()), "argv": " ".join(sys.argv)[:300]}
+
+
+def _start_ticks(pid: int) -> int | None:
+    """A process's start time in clock ticks since boot (Linux), which tells a live owner
+    from a later process that reuses its pid; None where /proc does not say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22, counted after the name
 
 
 def owner_alive(owner: dict) -> bool:
@@ -273,7 +283,8 @@ def owner_alive(owner: dict) -> bool:
         return False
     except (PermissionError, KeyError, ValueError, TypeError):
         return True
-    return True
+    started = owner.get("started_ticks")
+    return started is None or _start_ticks(int(owner["pid"])) in (None, started)
 
 
 @contextlib.contextmanager

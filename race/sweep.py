@@ -281,7 +281,7 @@ def run_validation(sweep_dir: Path, cfg, top_k: int | None = None) -> dict:
     Returns ``aggregate.compare_predictions``'s dict plus ``target`` and ``failed``.
     """
     from race import aggregate
-    from race.launch import Task, cores, launch
+    from race.launch import Task, cores, launch, quiet_library_output
 
     selection = results.read_json(sweep_dir / "selection.json")
     record = results.read_json(sweep_dir / "sweep.json")
@@ -305,7 +305,8 @@ def run_validation(sweep_dir: Path, cfg, top_k: int | None = None) -> dict:
     warm_start([t.spec for t in tasks], workers=cores())
     progress = SweepProgress(out_dir, list(config_of), full * len(config_of),
                              len(config_of) - len(tasks))
-    launch(tasks, cfg.launcher, out_dir / "submitit", on_change=progress)
+    with quiet_library_output(out_dir / "validate.log"):
+        launch(tasks, cfg.launcher, out_dir / "submitit", on_change=progress)
     progress.close()
     target = selection["target"]
     realized: dict[str, list[float]] = {}

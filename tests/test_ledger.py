@@ -492,3 +492,30 @@ def test_standin_refuses_a_trace_over_its_token_limit(standin):
     assert prm.pop_flops() == RewardFlops(
         flops.forward_flops(standin.shape, [n], convention="model"),
         flops.forward_flops(standin.shape, [n], convention="executed"), n)
+
+
+def test_spent_so_far_reads_rows_written_after_the_state_evals_included(tmp_path):
+    """A job killed after an evaluation that followed its last step: the evaluation's row
+    (no step number) carries the newest cumulative FLOPs, and the state is older."""
+    from race.pilot import STATE_FORMAT, Ledger, spent_so_far
+
+    spec = small_spec(3)
+
+    def flops_of(value: float) -> dict:
+        return {c: dict.fromkeys(PHASES, value) for c in ("model", "executed", "measured")}
+
+    rows = [{"kind": "step", "step": 1, "flops": flops_of(1.0)},
+            {"kind": "step", "step": 2, "flops": flops_of(2.0)},
+            {"kind": "eval", "checkpoint": 0.5, "target": "test", "accuracy": 0.5,
+             "flops": flops_of(3.0)}]
+    saved = Ledger(flops=flops_of(1.0))
+    results.write_json(tmp_path / "state" / "step-000001" / "state.json", {
+        "format": STATE_FORMAT, "cell_id": spec.cell_id, "steps": 1,
+        "ledger": dataclasses.asdict(saved), "rows": rows[:1], "evals": [], "timing": [],
+        "pending": [0.5, 1.0]})
+    results.write_jsonl(tmp_path / "metrics.jsonl", rows)
+    ledger, steps, evals = spent_so_far(spec, tmp_path)
+    assert ledger.flops == flops_of(3.0) and steps == 2 and evals == rows[2:]
+    results.write_jsonl(tmp_path / "metrics.jsonl", rows[:1])  # nothing after the state
+    ledger, steps, evals = spent_so_far(spec, tmp_path)
+    assert ledger.flops == flops_of(1.0) and steps == 1
