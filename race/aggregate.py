@@ -17,6 +17,7 @@ from scipy import stats
 from scipy.optimize import OptimizeWarning, curve_fit
 from scipy.special import expit
 
+from race import guards
 from race.errors import UnknownName, UsageError
 
 # Knob columns copied from a config's first seed (they are shared by its seeds).
@@ -374,8 +375,40 @@ def _plain(value):
     return value
 
 
+def guard_cells(evals: pd.DataFrame, examples: pd.DataFrame, steps: pd.DataFrame, *,
+                target: str, thresholds: guards.GuardThresholds | None = None
+                ) -> pd.DataFrame:
+    """Every guard (:mod:`race.guards`) on every cell's curve on ``target``.
+
+    Args:
+        evals: ``load_results``'s checkpoint evals (accuracy and proxy ``mean_reward``).
+        examples: ``load_results``'s per-problem rows (how many problems a checkpoint has).
+        steps: ``results.load_steps`` rows (entropy, truncation rate per step).
+
+    Returns:
+        One row per (cell_id, config_id, guard): ``fired`` and ``evidence``.
+    """
+    rows = []
+    curves = evals[evals["target"] == target].sort_values(["cell_id", "flops", "checkpoint"])
+    problems = (examples[examples["target"] == target].groupby("cell_id").size()
+                if len(examples) else pd.Series(dtype=int))
+    for cell_id, curve in curves.groupby("cell_id", sort=True):
+        cell_steps = steps[steps["cell_id"] == cell_id].sort_values("step")
+        verdicts = guards.check_cell(
+            curve["accuracy"].tolist(), curve["mean_reward"].tolist(),
+            int(problems.get(cell_id, 0)), cell_steps.get("entropy", pd.Series()).tolist(),
+            cell_steps.get("truncation_rate", pd.Series()).tolist(),
+            thresholds or guards.DEFAULT)
+        rows += [{"cell_id": cell_id, "config_id": curve["config_id"].iloc[0],
+                  "target": target, "guard": v.guard, "fired": v.fired,
+                  "evidence": v.evidence} for v in verdicts]
+    return pd.DataFrame(rows, columns=["cell_id", "config_id", "target", "guard", "fired",
+                                       "evidence"])
+
+
 def select_for_validation(configs_df: pd.DataFrame, fits_df: pd.DataFrame, *, k: int = 3,
-                          basis: str = "extrapolated", max_width: float = 0.3) -> list[dict]:
+                          basis: str = "extrapolated", max_width: float = 0.3,
+                          guarded: dict[str, str] | None = None) -> list[dict]:
     """Choose up to k configs for full-budget validation, preferring distinct regimes.
 
     Score: the seeds' mean extrapolated prediction when ``basis="extrapolated"`` and every
@@ -384,6 +417,9 @@ def select_for_validation(configs_df: pd.DataFrame, fits_df: pd.DataFrame, *, k:
     a fit that cannot say where the curve goes (a 4-point pilot curve extrapolated 16x
     often cannot) must not outrank what was observed.
     First the best config of each distinct (model, reward, regime), then the next best.
+    A config in ``guarded`` (config_id -> what fired, from :func:`guard_cells`) is never
+    extrapolated and comes only after every unguarded one: its curve shows a late
+    failure that neither a fit nor its last value can be trusted past.
 
     Returns:
         JSON-serializable dicts in selection order: config_id, cell_ids, rank (pilot rank),
@@ -400,7 +436,8 @@ def select_for_validation(configs_df: pd.DataFrame, fits_df: pd.DataFrame, *, k:
         head = f"rank {row.rank} of {n_configs} on {target}"
         sigmoids = len(fits) and (fits["method"] == "sigmoid").all()
         wide = sigmoids and float((fits["hi"] - fits["lo"]).mean()) > max_width
-        if basis == "extrapolated" and sigmoids and not wide:
+        fired = (guarded or {}).get(row.config_id)
+        if basis == "extrapolated" and sigmoids and not wide and not fired:
             score, lo, hi = (float(fits[c].mean()) for c in ("prediction", "lo", "hi"))
             used = "extrapolated"
             detail = (f"extrapolated to {fits['predict_at'].mean():.2g} FLOPs: {score:.3f} "
@@ -408,7 +445,8 @@ def select_for_validation(configs_df: pd.DataFrame, fits_df: pd.DataFrame, *, k:
         else:
             score, lo, hi, used = float(row.mean), float(row.lo), float(row.hi), "observed"
             bad = fits[fits["method"] != "sigmoid"]
-            why = ("basis=observed" if basis == "observed" else "no curve fit" if not len(fits)
+            why = (f"guard fired: {fired}" if fired
+                   else "basis=observed" if basis == "observed" else "no curve fit" if not len(fits)
                    else (f"fit too uncertain to extrapolate: interval "
                          f"[{fits['lo'].mean():.2f}, {fits['hi'].mean():.2f}] wider than "
                          f"{max_width}") if wide
@@ -418,21 +456,26 @@ def select_for_validation(configs_df: pd.DataFrame, fits_df: pd.DataFrame, *, k:
                            "rank": row.rank, "score": score, "lo": lo, "hi": hi,
                            "basis_used": used, "interval_width": hi - lo,
                            "regime": row.regime, "model": row.model, "reward": row.reward,
-                           "reason": f"{head}; {detail}"})
+                           "guard": fired or None, "reason": f"{head}; {detail}"})
     candidates.sort(key=lambda c: (-c["score"] if math.isfinite(c["score"]) else math.inf,
                                    c["rank"], c["config_id"]))
+    clean = [c for c in candidates if not c["guard"]]
 
     firsts = {}  # score order: the first config seen of each regime is its best
-    for cand in candidates:
+    for cand in clean:
         firsts.setdefault((cand["model"], cand["reward"], cand["regime"]), cand)
     chosen = list(firsts.values())[:k]
     for cand in chosen:
         cand["why"] = "distinct regime"
         cand["reason"] += f"; distinct regime {cand['model']}/{cand['reward']}/{cand['regime']}"
-    for cand in [c for c in candidates if all(c is not x for x in chosen)][:k - len(chosen)]:
+    for cand in [c for c in clean if all(c is not x for x in chosen)][:k - len(chosen)]:
         cand["why"] = "free slot"
         cand["reason"] += (f"; fills a slot (regime {cand['model']}/{cand['reward']}/"
                            f"{cand['regime']} already chosen)")
+        chosen.append(cand)
+    for cand in [c for c in candidates if c["guard"]][:k - len(chosen)]:
+        cand["why"] = "guarded"
+        cand["reason"] += "; chosen only because fewer unguarded configs than k"
         chosen.append(cand)
     return [{key: ([str(v) for v in val] if isinstance(val, list) else _plain(val))
              for key, val in cand.items()} for cand in chosen]

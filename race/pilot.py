@@ -525,6 +525,7 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
             row = {"kind": "step", "step": steps, "train_reward": sum(rewards) / len(rewards),
                    "train_accuracy": sum(correct) / len(correct),
                    "completion_tokens": out.completion_tokens,
+                   **{k: round(v, 6) for k, v in precursors(out).items()},
                    "charged_flops": ledger.charged(spec.convention),
                    "flops": ledger.snapshot(),
                    } | {k: round(v, 6) for k, v in stats.items()}
@@ -569,6 +570,16 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     if status == "ok":  # a failed pilot keeps its state, so that a rerun resumes it
         shutil.rmtree(state_dir, ignore_errors=True)  # AdamW moments: twice the adapter
     return summary
+
+
+def precursors(out) -> dict[str, float]:
+    """Per-step signals that often come before a collapse (race.guards reads them):
+    ``truncation_rate``, the share of completions cut at the cap, and ``entropy``, the
+    mean negative log-likelihood of the sampled tokens (nats/token, an estimate of the
+    sampling policy's entropy)."""
+    tokens = [lp for row in out.logprobs for lp in row]
+    return {"truncation_rate": 1 - sum(out.finished) / max(1, len(out.finished)),
+            "entropy": -sum(tokens) / len(tokens) if tokens else 0.0}
 
 
 def _finished_ok(cell_dir: Path) -> bool:

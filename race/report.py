@@ -399,6 +399,23 @@ def _compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[
 # ------------------------------------------------------------------ figures
 
 
+def _guards_markdown(checks: pd.DataFrame, target: str, n_cells: int) -> str:
+    """The leaderboard's guard section: every guard that fired, with its evidence."""
+    fired = checks[checks["fired"]]
+    text = ["", "## Guards against late failure",
+            f"Checked on `{target}` for {n_cells} ok cell(s): drawdown from the running best, "
+            "proxy reward rising while verifier accuracy falls (reward hacking), entropy "
+            "collapse, truncation at the cap (`race/guards.py`). A config whose guard fired "
+            "is neither extrapolated nor preferred for validation."]
+    if fired.empty:
+        text.append("No guard fired.")
+    else:
+        text.append(_md_table(["cell", "config", "guard", "evidence"],
+                              [[f"`{r.cell_id}`", f"`{r.config_id}`", r.guard, r.evidence]
+                               for r in fired.itertuples()], "llll"))
+    return "\n\n".join(text) + "\n"
+
+
 def _no_ok_cells(sweep_dir: Path, cells: pd.DataFrame) -> UsageError:
     status = cells["status"] if len(cells) else pd.Series(dtype=str)
     missing = int((status == "missing").sum())
@@ -444,8 +461,9 @@ def _summary(name: str, sweep_dir: Path, cells: pd.DataFrame, ok: pd.DataFrame,
     lines.append(by_target["message"])
     lines.append(f"selected for validation (k={len(selected)}, basis {basis}):")
     for s in selected:
-        why = ("best of a distinct regime" if s.get("why") == "distinct regime"
-               else "fills a free slot (its regime already chosen)")
+        why = {"distinct regime": "best of a distinct regime",
+               "guarded": f"a guard fired ({s.get('guard')}), chosen for lack of others"
+               }.get(s.get("why"), "fills a free slot (its regime already chosen)")
         lines.append(f"  {s['config_id']} ({s['model']}/{s['reward']}, {s['regime']}): "
                      f"{s['basis_used']} {_interval(s['score'], s['lo'], s['hi'])}; {why}")
     lines.append(f"wrote {', '.join(p.name for p in paths.values())} in {sweep_dir}")
@@ -507,8 +525,14 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
                           regimes)
         fronts[target] = aggregate.frontier(evals, cells, target=target)
     by_target = aggregate.best_by_target(raw)
+    steps = results.load_steps(sweep_dir, list(ok["cell_id"]))
+    checks = aggregate.guard_cells(evals, examples, steps, target=primary)
+    fired = checks[checks["fired"]]
+    guarded = {cid: "; ".join(f"{g} ({c}: {e})" for g, c, e in
+                              zip(group["guard"], group["cell_id"], group["evidence"]))
+               for cid, group in fired.groupby("config_id")}
     selected = aggregate.select_for_validation(raw[primary], fits_by[primary], k=top_k,
-                                               basis=basis)
+                                               basis=basis, guarded=guarded)
 
     primary_configs = ranked[primary][0]
     config_order = {cid: i for i, cid in enumerate(primary_configs["config_id"])}
@@ -524,7 +548,8 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     board = pd.concat([c for c, _ in ranked.values()], ignore_index=True)
     results.write_csv(paths["leaderboard_csv"], board)
     results.write_text(paths["leaderboard_md"], _leaderboard_markdown(
-        name, ranked, primary, ok, excluded, by_target, level))
+        name, ranked, primary, ok, excluded, by_target, level)
+        + _guards_markdown(checks, primary, len(ok)))
     card, latex, totals = _compute_card(name, cells, ok, order, names)
     results.write_text(paths["compute_card_md"], card)
     results.write_text(paths["compute_card_tex"], latex)
@@ -540,7 +565,8 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
                      for _, r in excluded.iterrows()]
     results.write_json(paths["selection_json"], {
         "target": primary, "basis": basis, "k": top_k, "selected": selected,
-        "by_target": by_target, "excluded": excluded_rows})
+        "by_target": by_target, "excluded": excluded_rows,
+        "guards_fired": fired.to_dict("records")})
 
     comparison_path = sweep_dir / "validate" / "comparison.json"
     if comparison_path.is_file():  # a rerun of the report keeps the validation section

@@ -246,6 +246,25 @@ def load_results(sweep_dir: Path, *, thresholds=None):
     return pd.DataFrame(rows), pd.DataFrame(evals), pd.DataFrame(examples)
 
 
+def load_steps(sweep_dir: Path, cell_ids: list[str] | None = None):
+    """Per-step rows of a sweep's pilots as a DataFrame (``cell_id``, ``step``,
+    ``train_reward``, ``entropy``, ``truncation_rate``, ``clip_fraction``, ``kl`` where
+    logged), for ``cell_ids`` (default: every cell)."""
+    import pandas as pd
+
+    keys = ("step", "train_reward", "entropy", "truncation_rate", "clip_fraction", "kl")
+    rows = []
+    for cell_dir in cell_dirs(sweep_dir):
+        if cell_ids is not None and cell_dir.name not in cell_ids:
+            continue
+        path = cell_dir / "metrics.jsonl"
+        if not path.is_file():
+            continue
+        rows += [{"cell_id": cell_dir.name} | {k: r.get(k) for k in keys}
+                 for r in read_jsonl(path) if r.get("kind") == "step"]
+    return pd.DataFrame(rows, columns=["cell_id", *keys])
+
+
 # ------------------------------------------------------------------ cell claims
 
 CLAIMS = "claims"  # <sweep>/claims/<cell_id>: which race process is running the cell

@@ -528,3 +528,15 @@ def test_many_configs_still_render_with_a_model_and_reward_legend(tmp_path):
 
     assert mpimg.imread(out["paths"]["curves_png"]).shape[0] > 100
     assert len(results.read_json(sweep / "selection.json")["selected"]) == 3
+
+
+def test_leaderboard_reports_the_guards_and_none_fire_on_rising_curves(report):
+    sweep, _ = report
+    text = (sweep / "leaderboard.md").read_text()
+    section = text.split("## Guards against late failure", 1)[1]
+    ok_cells = sum(len(seeds["test"]) for seeds in _ok_finals(sweep).values())
+    assert f"Checked on `test` for {ok_cells} ok cell(s)" in section
+    assert "No guard fired." in section  # the fixture's curves are clean sigmoids
+    selection = json.loads((sweep / "selection.json").read_text())
+    assert selection["guards_fired"] == []
+    assert all(s["guard"] is None for s in selection["selected"])

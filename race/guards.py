@@ -1,0 +1,148 @@
+"""Guards against late failure: what a pilot's own curve shows, never a fitted curve.
+
+A monotone curve model (a sigmoid, LC-PFN's prior) cannot see a late collapse, and RL
+curves do collapse: a learning rate or epoch count that overshoots, or a policy that
+learns to please its reward model instead of solving the task (Gao et al. 2022: the proxy
+reward keeps rising while the gold score peaks and falls). So a cell is not extrapolated,
+and not preferred for validation, when
+
+- **drawdown**: its held-out accuracy at the last checkpoint lies below its running best
+  by more than ``max(floor, z x SE)``, with ``SE = sqrt(p (1 - p) / n)`` at the best
+  checkpoint's accuracy ``p`` on ``n`` problems (a drop the evaluation noise cannot
+  explain);
+- **reward hacking**: over its last checkpoints the proxy reward on held-out prompts
+  (the reward system's own score, e.g. a PRM's) rose by at least ``reward_rise`` while the
+  verifier's accuracy on the same prompts fell by more than the drawdown margin;
+- **entropy collapse** (a precursor): the mean negative log-likelihood of the sampled
+  tokens, an estimate of the policy's entropy, fell below ``entropy_floor`` of its value
+  at the first step;
+- **truncation** (a precursor): more than ``max_truncation`` of the last step's
+  completions hit the generation cap.
+
+Each check returns a :class:`Verdict` whose ``evidence`` quotes the numbers it read.
+Pure: no torch, no IO.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GuardThresholds:
+    """When each guard fires (``report.guards.*`` in the config)."""
+
+    # drawdown: the smallest drop that counts, accuracy points
+    floor: float = 0.03
+    # drawdown: the drop must also exceed this many standard errors
+    z: float = 2.0
+    # reward hacking: the proxy reward's rise over the window, reward points
+    reward_rise: float = 0.05
+    # reward hacking: checkpoints compared (the last one against this many before it)
+    window: int = 2
+    # entropy collapse: last step's sampled-token NLL below this share of the first step's
+    entropy_floor: float = 0.2
+    # truncation: share of the last step's completions cut at the cap
+    max_truncation: float = 0.5
+
+
+DEFAULT = GuardThresholds()
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One guard on one cell: whether it fired, and the numbers that say so."""
+
+    guard: str
+    fired: bool
+    evidence: str
+
+
+def standard_error(accuracy: float, n_problems: int) -> float:
+    """Binomial standard error of an accuracy measured on ``n_problems`` problems."""
+    if n_problems < 1:
+        return math.inf
+    p = min(max(accuracy, 0.0), 1.0)
+    return math.sqrt(p * (1 - p) / n_problems)
+
+
+def _margin(best: float, n_problems: int, t: GuardThresholds) -> float:
+    return max(t.floor, t.z * standard_error(best, n_problems))
+
+
+def drawdown(accuracy: Sequence[float], n_problems: int,
+             t: GuardThresholds = DEFAULT) -> Verdict:
+    """Fires when the last checkpoint fell below the running best by more than the margin.
+
+    Args:
+        accuracy: held-out accuracy at each checkpoint, in FLOP order.
+        n_problems: problems each checkpoint was scored on.
+    """
+    if len(accuracy) < 2:
+        return Verdict("drawdown", False, "fewer than 2 checkpoints")
+    best_at = max(range(len(accuracy)), key=lambda i: (accuracy[i], -i))
+    best, last = accuracy[best_at], accuracy[-1]
+    margin = _margin(best, n_problems, t)
+    drop = best - last
+    return Verdict("drawdown", drop > margin,
+                   f"accuracy {last:.3f} at the last checkpoint vs best {best:.3f} at "
+                   f"checkpoint {best_at}: drop {drop:.3f} {'>' if drop > margin else '<='} "
+                   f"margin {margin:.3f} (max({t.floor}, {t.z} SE), n={n_problems})")
+
+
+def reward_hacking(proxy_reward: Sequence[float], accuracy: Sequence[float], n_problems: int,
+                   t: GuardThresholds = DEFAULT) -> Verdict:
+    """Fires when the proxy reward rose while the verifier's accuracy fell (same prompts).
+
+    Args:
+        proxy_reward: the reward system's mean score on the held-out prompts, per
+            checkpoint (for a rule reward it is the accuracy itself: never fires).
+        accuracy: the verifier's accuracy on those prompts, per checkpoint.
+        n_problems: problems each checkpoint was scored on.
+    """
+    if len(accuracy) <= t.window or len(proxy_reward) != len(accuracy):
+        return Verdict("reward_hacking", False, f"fewer than {t.window + 1} checkpoints")
+    rise = proxy_reward[-1] - proxy_reward[-1 - t.window]
+    fall = accuracy[-1 - t.window] - accuracy[-1]
+    margin = _margin(accuracy[-1 - t.window], n_problems, t)
+    fired = rise >= t.reward_rise and fall > margin
+    return Verdict("reward_hacking", fired,
+                   f"over the last {t.window} checkpoints the proxy reward went "
+                   f"{proxy_reward[-1 - t.window]:.3f} -> {proxy_reward[-1]:.3f} (rise "
+                   f"{rise:+.3f}, threshold {t.reward_rise}) while accuracy went "
+                   f"{accuracy[-1 - t.window]:.3f} -> {accuracy[-1]:.3f} (fall {fall:+.3f}, "
+                   f"margin {margin:.3f})")
+
+
+def entropy_collapse(entropy: Sequence[float], t: GuardThresholds = DEFAULT
+                     ) -> Verdict:
+    """Fires when the sampled-token NLL (per step) fell below ``entropy_floor`` of its start."""
+    values = [e for e in entropy if e is not None and math.isfinite(e)]
+    if len(values) < 2 or values[0] <= 0:
+        return Verdict("entropy_collapse", False, "no entropy estimate logged")
+    share = values[-1] / values[0]
+    return Verdict("entropy_collapse", share < t.entropy_floor,
+                   f"sampled-token NLL {values[0]:.3f} -> {values[-1]:.3f} nats/token "
+                   f"({share:.0%} of the first step's; floor {t.entropy_floor:.0%})")
+
+
+def truncation(truncation_rate: Sequence[float], t: GuardThresholds = DEFAULT
+               ) -> Verdict:
+    """Fires when more than ``max_truncation`` of the last step's completions hit the cap."""
+    values = [r for r in truncation_rate if r is not None and math.isfinite(r)]
+    if not values:
+        return Verdict("truncation", False, "no truncation rate logged")
+    return Verdict("truncation", values[-1] > t.max_truncation,
+                   f"{values[-1]:.0%} of the last step's completions hit the cap "
+                   f"(threshold {t.max_truncation:.0%})")
+
+
+def check_cell(accuracy: Sequence[float], proxy_reward: Sequence[float], n_problems: int,
+               entropy: Sequence[float] = (), truncation_rate: Sequence[float] = (),
+               t: GuardThresholds = DEFAULT) -> list[Verdict]:
+    """Every guard on one cell's curve on one target (checkpoints in FLOP order)."""
+    return [drawdown(accuracy, n_problems, t),
+            reward_hacking(proxy_reward, accuracy, n_problems, t),
+            entropy_collapse(entropy, t), truncation(truncation_rate, t)]

@@ -1,0 +1,124 @@
+"""Guards against late failure (race/guards.py): each fires on a synthetic failure with
+the numbers that say so, and stays quiet on a clean rising curve; selection demotes a
+guarded config and never extrapolates it."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from race import aggregate, guards
+
+RISING = [0.20, 0.26, 0.31, 0.35, 0.38]  # a clean learning curve
+COLLAPSE = [0.20, 0.35, 0.47, 0.30, 0.12]  # peaks, then falls (the mu=2 collapse)
+N = 128
+
+
+def test_standard_error_is_binomial():
+    assert guards.standard_error(0.3, 1000) == pytest.approx(math.sqrt(0.21 / 1000))
+    assert guards.standard_error(0.0, 50) == 0.0
+    assert guards.standard_error(0.5, 0) == math.inf
+
+
+def test_drawdown_fires_on_a_collapse_and_not_on_a_rising_curve():
+    verdict = guards.drawdown(COLLAPSE, N)
+    # best 0.47 at checkpoint 2; margin max(0.03, 2 * sqrt(0.47 * 0.53 / 128)) = 0.0882
+    assert verdict.fired and verdict.guard == "drawdown"
+    assert "best 0.470 at checkpoint 2" in verdict.evidence and "drop 0.350" in verdict.evidence
+    assert "margin 0.088" in verdict.evidence
+    assert not guards.drawdown(RISING, N).fired
+
+
+def test_drawdown_ignores_a_dip_within_the_noise():
+    # 0.40 -> 0.36 on 128 problems: 0.04 < 2 SE = 0.0866
+    assert not guards.drawdown([0.2, 0.4, 0.36], N).fired
+    # the same dip on 10,000 problems is beyond 2 SE = 0.0098 and the 0.03 floor
+    assert guards.drawdown([0.2, 0.4, 0.36], 10_000).fired
+
+
+def test_reward_hacking_fires_when_the_proxy_rises_as_accuracy_falls():
+    proxy = [0.50, 0.60, 0.64, 0.80, 0.90]  # the PRM's score keeps rising ...
+    accuracy = [0.20, 0.40, 0.47, 0.25, 0.02]  # ... while the verifier's falls
+    verdict = guards.reward_hacking(proxy, accuracy, N)
+    assert verdict.fired
+    assert "0.640 -> 0.900" in verdict.evidence and "0.470 -> 0.020" in verdict.evidence
+
+
+def test_reward_hacking_stays_quiet_when_both_rise_or_the_proxy_is_flat():
+    assert not guards.reward_hacking([0.5, 0.6, 0.7, 0.8, 0.85], RISING, N).fired
+    # a rule reward: the proxy is the accuracy itself, so it cannot rise while it falls
+    assert not guards.reward_hacking(COLLAPSE, COLLAPSE, N).fired
+    assert not guards.reward_hacking([0.5, 0.9], [0.5, 0.1], N).fired  # too few points
+
+
+def test_precursors():
+    collapse = guards.entropy_collapse([1.2, 0.9, 0.4, 0.15])
+    assert collapse.fired and "12% of the first step's" in collapse.evidence
+    assert not guards.entropy_collapse([1.2, 1.0, 0.9]).fired
+    assert not guards.entropy_collapse([]).fired
+    assert guards.truncation([0.1, 0.6]).fired and not guards.truncation([0.6, 0.4]).fired
+
+
+def test_check_cell_on_a_clean_curve_fires_nothing():
+    verdicts = guards.check_cell(RISING, RISING, N, [1.1, 1.0, 0.95], [0.2, 0.1])
+    assert [v.guard for v in verdicts] == ["drawdown", "reward_hacking", "entropy_collapse",
+                                          "truncation"]
+    assert not any(v.fired for v in verdicts)
+
+
+def _frames():
+    curves = {"clean": (RISING, RISING), "hacked": ([0.5, 0.6, 0.64, 0.8, 0.9],
+                                                   [0.2, 0.4, 0.47, 0.25, 0.02])}
+    evals, examples = [], []
+    for cell, (proxy, accuracy) in curves.items():
+        for i, (r, a) in enumerate(zip(proxy, accuracy)):
+            evals.append({"cell_id": cell, "config_id": f"cfg-{cell}", "target": "test",
+                          "checkpoint": i / 4, "flops": float(i), "accuracy": a,
+                          "mean_reward": r})
+        examples += [{"cell_id": cell, "target": "test", "example": j, "correct": 0}
+                     for j in range(N)]
+    steps = pd.DataFrame([{"cell_id": c, "step": s, "entropy": 1.0, "truncation_rate": 0.1}
+                          for c in curves for s in (1, 2)])
+    return pd.DataFrame(evals), pd.DataFrame(examples), steps
+
+
+def test_guard_cells_names_the_cell_and_config():
+    evals, examples, steps = _frames()
+    checks = aggregate.guard_cells(evals, examples, steps, target="test")
+    fired = checks[checks["fired"]]
+    assert set(zip(fired["cell_id"], fired["guard"])) == {("hacked", "drawdown"),
+                                                          ("hacked", "reward_hacking")}
+    assert set(fired["config_id"]) == {"cfg-hacked"}
+    assert len(checks) == 8  # 4 guards x 2 cells
+
+
+def test_selection_demotes_a_guarded_config_and_does_not_extrapolate_it():
+    configs = pd.DataFrame([
+        {"config_id": "hacked", "rank": 1, "mean": 0.6, "lo": 0.5, "hi": 0.7,
+         "regime": "feedback-heavy", "model": "tiny-m", "reward": "prm", "target": "test"},
+        {"config_id": "clean", "rank": 2, "mean": 0.4, "lo": 0.3, "hi": 0.5,
+         "regime": "search-heavy", "model": "tiny-m", "reward": "rule", "target": "test"}])
+    fits = pd.DataFrame([
+        {"config_id": c, "cell_id": f"{c}-0", "method": "sigmoid", "prediction": p,
+         "lo": p - 0.05, "hi": p + 0.05, "predict_at": 1e12, "r2": 0.9, "reason": ""}
+        for c, p in (("hacked", 0.9), ("clean", 0.45))])
+    chosen = aggregate.select_for_validation(configs, fits, k=2,
+                                             guarded={"hacked": "reward_hacking (...)"})
+    assert [c["config_id"] for c in chosen] == ["clean", "hacked"]
+    assert chosen[0]["basis_used"] == "extrapolated" and chosen[0]["guard"] is None
+    hacked = chosen[1]
+    assert hacked["basis_used"] == "observed" and hacked["score"] == 0.6
+    assert hacked["why"] == "guarded" and "guard fired: reward_hacking" in hacked["reason"]
+    only = aggregate.select_for_validation(configs, fits, k=1,
+                                           guarded={"hacked": "reward_hacking (...)"})
+    assert [c["config_id"] for c in only] == ["clean"]
+
+
+def test_each_step_logs_the_precursors_guards_read():
+    from race.pilot import precursors
+    from race.rollout.base import Rollouts
+
+    out = Rollouts(prompt_index=(0, 0), prompt_ids=((1,), (1,)), completion_ids=((5, 6), (7,)),
+                   logprobs=((-0.5, -1.5), (-1.0,)), texts=("a", "b"),
+                   finished=(True, False), flops_model=0.0, flops_executed=0.0)
+    assert precursors(out) == {"truncation_rate": 0.5, "entropy": 1.0}
