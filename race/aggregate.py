@@ -394,10 +394,15 @@ def guard_cells(evals: pd.DataFrame, examples: pd.DataFrame, steps: pd.DataFrame
                 if len(examples) else pd.Series(dtype=int))
     for cell_id, curve in curves.groupby("cell_id", sort=True):
         cell_steps = steps[steps["cell_id"] == cell_id].sort_values("step")
+        caps = cell_steps.get("max_new_tokens", pd.Series(dtype=float))
+        # a pilot's last step may shorten its cap to fit the budget: its completions hit
+        # that shorter cap by design, so truncation is read at the full cap only
+        full_cap = (cell_steps[caps == caps.max()] if caps.notna().any()
+                    else cell_steps.iloc[:-1])  # no caps logged: leave out the last step
         verdicts = guards.check_cell(
             curve["accuracy"].tolist(), curve["mean_reward"].tolist(),
             int(problems.get(cell_id, 0)), cell_steps.get("entropy", pd.Series()).tolist(),
-            cell_steps.get("truncation_rate", pd.Series()).tolist(),
+            full_cap.get("truncation_rate", pd.Series()).tolist(),
             thresholds or guards.DEFAULT)
         rows += [{"cell_id": cell_id, "config_id": curve["config_id"].iloc[0],
                   "target": target, "guard": v.guard, "fired": v.fired,

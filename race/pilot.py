@@ -524,7 +524,7 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
             correct = [parts.task.verify(t, a) for t, a in zip(out.texts, answers)]
             row = {"kind": "step", "step": steps, "train_reward": sum(rewards) / len(rewards),
                    "train_accuracy": sum(correct) / len(correct),
-                   "completion_tokens": out.completion_tokens,
+                   "completion_tokens": out.completion_tokens, "max_new_tokens": cap,
                    **{k: round(v, 6) for k, v in precursors(out).items()},
                    "charged_flops": ledger.charged(spec.convention),
                    "flops": ledger.snapshot(),

@@ -247,12 +247,13 @@ def load_results(sweep_dir: Path, *, thresholds=None):
 
 
 def load_steps(sweep_dir: Path, cell_ids: list[str] | None = None):
-    """Per-step rows of a sweep's pilots as a DataFrame (``cell_id``, ``step``,
-    ``train_reward``, ``entropy``, ``truncation_rate``, ``clip_fraction``, ``kl`` where
-    logged), for ``cell_ids`` (default: every cell)."""
+    """Per-step rows of a sweep's pilots as a DataFrame (``cell_id``, ``step``, the step's
+    generation cap ``max_new_tokens``, ``train_reward``, ``entropy``, ``truncation_rate``,
+    ``clip_fraction``, ``kl`` where logged), for ``cell_ids`` (default: every cell)."""
     import pandas as pd
 
-    keys = ("step", "train_reward", "entropy", "truncation_rate", "clip_fraction", "kl")
+    keys = ("step", "max_new_tokens", "train_reward", "entropy", "truncation_rate",
+            "clip_fraction", "kl")
     rows = []
     for cell_dir in cell_dirs(sweep_dir):
         if cell_ids is not None and cell_dir.name not in cell_ids:

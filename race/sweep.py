@@ -153,7 +153,7 @@ class SweepProgress:
         line = (f"[sweep] {counts.done + self.done_before}/{total} "
                 f"done, {counts.running} running, {counts.failed} failed; FLOPs spent "
                 f"{fmt_flops(self.spent_flops())} of {fmt_flops(self.budget)}; "
-                f"{elapsed // 60:.0f}m{elapsed % 60:02.0f}s")
+                f"{int(elapsed) // 60}m{int(elapsed) % 60:02d}s")
         print(f"\r{line}" if self.tty else line, end="" if self.tty else "\n",
               file=sys.stderr, flush=True)
 

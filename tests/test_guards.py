@@ -77,8 +77,11 @@ def _frames():
                           "mean_reward": r})
         examples += [{"cell_id": cell, "target": "test", "example": j, "correct": 0}
                      for j in range(N)]
-    steps = pd.DataFrame([{"cell_id": c, "step": s, "entropy": 1.0, "truncation_rate": 0.1}
-                          for c in curves for s in (1, 2)])
+    # the last step shortened its cap to fit the budget: all its completions hit it
+    steps = pd.DataFrame([{"cell_id": c, "step": s, "max_new_tokens": cap, "entropy": 1.0,
+                           "truncation_rate": rate}
+                          for c in curves for s, cap, rate in ((1, 40, 0.1), (2, 40, 0.1),
+                                                               (3, 7, 1.0))])
     return pd.DataFrame(evals), pd.DataFrame(examples), steps
 
 
@@ -90,6 +93,16 @@ def test_guard_cells_names_the_cell_and_config():
                                                           ("hacked", "reward_hacking")}
     assert set(fired["config_id"]) == {"cfg-hacked"}
     assert len(checks) == 8  # 4 guards x 2 cells
+    truncation = checks[checks["guard"] == "truncation"]
+    assert not truncation["fired"].any()  # read at the full cap: 10%, not the last 100%
+    assert all("10% of the last step's" in e for e in truncation["evidence"])
+    steps.loc[steps["step"] == 2, "truncation_rate"] = 0.9  # the last full-cap step
+    again = aggregate.guard_cells(evals, examples, steps, target="test")
+    assert again[again["guard"] == "truncation"]["fired"].all()
+    # rows from before caps were logged: the last step, which may be shortened, is left out
+    older = aggregate.guard_cells(evals, examples, steps.drop(columns="max_new_tokens"),
+                                  target="test")
+    assert older[older["guard"] == "truncation"]["fired"].all()  # 90% at step 2
 
 
 def test_selection_demotes_a_guarded_config_and_does_not_extrapolate_it():
