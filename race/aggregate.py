@@ -106,11 +106,13 @@ def rank_regimes(cells: pd.DataFrame, examples: pd.DataFrame, *, target: str,
 
     Returns:
         (configs, regimes). configs: one row per config_id: knobs, ``regime`` (most common
-        among seeds), ``target``, ``n_seeds``, ``mean`` accuracy, percentile-bootstrap
-        ``lo``/``hi`` with ``interval_source`` "seeds" (>= 2 seeds), "prompts" (one seed:
-        over its examples) or "none" (no examples), ``rank`` (1 = best, ties share the min
-        rank); sorted by rank then config_id. regimes: per (model, reward, regime), its
-        best config's config_id, mean, lo, hi, n_seeds, interval_source; n_configs, rank.
+        among seeds), ``target``, ``n_seeds``, ``mean`` accuracy, its standard error
+        ``se`` (seeds' spread / sqrt(seeds), or binomial over one seed's problems),
+        percentile-bootstrap ``lo``/``hi`` with ``interval_source`` "seeds" (>= 2 seeds),
+        "prompts" (one seed: over its examples) or "none" (no examples), ``rank`` (1 =
+        best, ties share the min rank); sorted by rank then config_id. regimes: per
+        (model, reward, regime), its best config's config_id, mean, lo, hi, n_seeds,
+        interval_source; n_configs, rank.
     """
     if metric != "final":
         raise ValueError(f"metric={metric!r}: unknown; use metric='final'")
@@ -134,11 +136,14 @@ def rank_regimes(cells: pd.DataFrame, examples: pd.DataFrame, *, target: str,
         flags = ex.loc[ex["cell_id"] == group["cell_id"].iloc[0], "correct"].to_numpy(float)
         sample, source = ((values, "seeds") if len(values) >= 2 else
                           (flags, "prompts") if len(flags) and len(values) else (None, "none"))
-        lo = hi = math.nan
+        lo = hi = se = math.nan
         if sample is not None:  # the point estimate stays inside its own interval
             lo, hi = _bootstrap_mean(sample, _rng(seed, str(config_id)), n_boot, level)
             lo, hi = min(lo, row["mean"]), max(hi, row["mean"])
-        row.update(lo=lo, hi=hi, interval_source=source)
+            # over seeds: their spread / sqrt(seeds); one seed: binomial over its problems
+            se = (float(sample.std(ddof=1) / math.sqrt(len(sample))) if source == "seeds"
+                  else guards.standard_error(row["mean"], len(sample)))
+        row.update(lo=lo, hi=hi, se=se, interval_source=source)
         rows.append(row)
     configs = pd.DataFrame(rows)
     configs["rank"] = _rank(configs["mean"])
@@ -393,6 +398,9 @@ def guard_cells(evals: pd.DataFrame, examples: pd.DataFrame, steps: pd.DataFrame
     problems = (examples[examples["target"] == target].groupby("cell_id").size()
                 if len(examples) else pd.Series(dtype=int))
     for cell_id, curve in curves.groupby("cell_id", sort=True):
+        # problems per checkpoint (the final one may be larger: the selection target's)
+        counts = (curve["n"].astype(int).tolist() if "n" in curve and (curve["n"] > 0).all()
+                  else int(problems.get(cell_id, 0)))
         cell_steps = steps[steps["cell_id"] == cell_id].sort_values("step")
         caps = cell_steps.get("max_new_tokens", pd.Series(dtype=float))
         # a pilot's last step may shorten its cap to fit the budget: its completions hit
@@ -400,8 +408,8 @@ def guard_cells(evals: pd.DataFrame, examples: pd.DataFrame, steps: pd.DataFrame
         full_cap = (cell_steps[caps == caps.max()] if caps.notna().any()
                     else cell_steps.iloc[:-1])  # no caps logged: leave out the last step
         verdicts = guards.check_cell(
-            curve["accuracy"].tolist(), curve["mean_reward"].tolist(),
-            int(problems.get(cell_id, 0)), cell_steps.get("entropy", pd.Series()).tolist(),
+            curve["accuracy"].tolist(), curve["mean_reward"].tolist(), counts,
+            cell_steps.get("entropy", pd.Series()).tolist(),
             full_cap.get("truncation_rate", pd.Series()).tolist(),
             thresholds or guards.DEFAULT)
         rows += [{"cell_id": cell_id, "config_id": curve["config_id"].iloc[0],

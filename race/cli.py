@@ -227,12 +227,14 @@ def _pilot_budget_key(cfg) -> str:
 
 def cmd_plan(overrides: list[str]) -> int:
     """``race plan``: expand the grid, solve each cell, print the table. Loads no weights."""
-    from race.grid import plan_grid, plan_summary, plan_table
+    from race.grid import cost_warning, plan_grid, plan_summary, plan_table
 
     plan = plan_grid(overrides, runnable=False)
     print(plan_table(plan))
     print()
     print(plan_summary(plan))
+    if cost_warning(plan):
+        print(cost_warning(plan), file=sys.stderr)
     return 0
 
 
@@ -240,7 +242,7 @@ def cmd_sweep(overrides: list[str]) -> int:
     """``race sweep``: plan, launch every cell without an ok summary, wait, summarise."""
     from pathlib import Path
 
-    from race.grid import cell_label, fmt_flops, plan_grid, plan_summary
+    from race.grid import cell_label, cost_warning, fmt_flops, plan_grid, plan_summary
     from race.launch import check_slurm
     from race.sweep import run_sweep, sweep_name
 
@@ -251,6 +253,8 @@ def cmd_sweep(overrides: list[str]) -> int:
     refused = [c for c in plan.cells if c.refused]
     sweep_dir = Path(base.sweep.out_dir) / (base.sweep.name or sweep_name(plan))
     print(f"race sweep: {plan_summary(plan)}", file=sys.stderr)
+    if cost_warning(plan):
+        print(f"race sweep: {cost_warning(plan)}", file=sys.stderr)
     for cell in refused:
         print(f"race sweep: refused {cell_label(cell)} "
               f"({' '.join(f'{k}={v}' for k, v in cell.knobs)}): {cell.refused}",

@@ -134,10 +134,15 @@ class PilotConfig:
     clip_eps: float = 0.2
     # evaluate when these fractions of the pilot budget are spent (0 is always evaluated)
     checkpoints: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0])
-    # held-out problems per evaluation target
+    # held-out problems per evaluation target and checkpoint
     eval_examples: int = 128
-    # evaluation targets (held-out splits of the task)
-    eval_targets: list[str] = field(default_factory=lambda: ["test", "ood"])
+    # evaluation targets (held-out splits of the task): val is what selection reads;
+    # test and ood are only reported
+    eval_targets: list[str] = field(default_factory=lambda: ["val", "test", "ood"])
+    # the target rankings and selection read (tuning and selection on val, never on test)
+    select_target: str = "val"
+    # its problems at the final checkpoint: SE sqrt(p(1-p)/n) <= 0.016 at n=1000
+    select_examples: int = 1000
     # random seed of the pilot (rollouts, prompt order, adapter init)
     seed: int = 0
     # where `race pilot` writes cells/<cell_id>/
@@ -353,6 +358,9 @@ def validate(cfg: RaceConfig) -> None:
         problems.append(f"pilot.fraction={pilot.fraction}: must be in (0, 1]; e.g. 0.0625")
     if pilot.backend not in ("hf", "vllm"):
         problems.append(f"pilot.backend={pilot.backend!r}: use pilot.backend=hf or vllm")
+    if pilot.eval_examples < 1 or pilot.select_examples < 1:
+        problems.append(f"pilot.eval_examples={pilot.eval_examples}, pilot.select_examples="
+                        f"{pilot.select_examples}: must be >= 1")
     if pilot.temperature <= 0:
         problems.append(f"pilot.temperature={pilot.temperature}: must be > 0")
     launcher = cfg.launcher
@@ -462,4 +470,5 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True) 
         kl_coef=grid.kl_coef, clip_eps=pilot.clip_eps, seed=pilot.seed,
         backend=pilot.backend, checkpoints=tuple(pilot.checkpoints),
         eval_examples=pilot.eval_examples, eval_targets=tuple(pilot.eval_targets),
+        select_target=pilot.select_target, select_examples=pilot.select_examples,
         measure=cfg.accounting.measure, policy_path=cfg.model.hf_id)

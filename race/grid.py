@@ -294,6 +294,17 @@ def _knobs(cell: Cell) -> dict[str, str]:
     return {"model": cell.spec.model, "reward": dict(cell.spec.reward)["name"]} | dict(cell.knobs)
 
 
+def cost_warning(plan: Plan) -> str:
+    """A warning when the grid's pilots together cost more than one full-budget run
+    ("" otherwise): each cell gets ``pilot.fraction`` of the budget, whatever the grid."""
+    share, n = plan.share_of_full_run, len(plan.runnable)
+    if share <= 1.0:
+        return ""
+    return (f"warning: these {n} pilots cost {share:.2f} full-budget runs (each gets "
+            f"pilot.fraction={plan.pilot_fraction:g} of the budget); to keep the pilots "
+            f"within one full run, use pilot.fraction<={1 / n:.3g} or fewer cells")
+
+
 def plan_summary(plan: Plan) -> str:
     """One paragraph: the grid's size, budgets, and pilot cost vs one full run."""
     axes = " x ".join(f"{k}[{len(v)}]" for k, v in plan.axes) or "one cell"

@@ -72,28 +72,35 @@ def _margin(best: float, n_problems: int, t: GuardThresholds) -> float:
     return max(t.floor, t.z * standard_error(best, n_problems))
 
 
-def drawdown(accuracy: Sequence[float], n_problems: int,
+def _n_at(n_problems: int | Sequence[int], index: int) -> int:
+    """Problems checkpoint ``index`` was scored on (one count for all, or one each)."""
+    return n_problems if isinstance(n_problems, int) else int(n_problems[index])
+
+
+def drawdown(accuracy: Sequence[float], n_problems: int | Sequence[int],
              t: GuardThresholds = DEFAULT) -> Verdict:
     """Fires when the last checkpoint fell below the running best by more than the margin.
 
     Args:
         accuracy: held-out accuracy at each checkpoint, in FLOP order.
-        n_problems: problems each checkpoint was scored on.
+        n_problems: problems each checkpoint was scored on (one count, or one per
+            checkpoint); the margin uses the best checkpoint's, whose noise inflates it.
     """
     if len(accuracy) < 2:
         return Verdict("drawdown", False, "fewer than 2 checkpoints")
     best_at = max(range(len(accuracy)), key=lambda i: (accuracy[i], -i))
     best, last = accuracy[best_at], accuracy[-1]
-    margin = _margin(best, n_problems, t)
+    n_best = _n_at(n_problems, best_at)
+    margin = _margin(best, n_best, t)
     drop = best - last
     return Verdict("drawdown", drop > margin,
                    f"accuracy {last:.3f} at the last checkpoint vs best {best:.3f} at "
                    f"checkpoint {best_at}: drop {drop:.3f} {'>' if drop > margin else '<='} "
-                   f"margin {margin:.3f} (max({t.floor}, {t.z} SE), n={n_problems})")
+                   f"margin {margin:.3f} (max({t.floor}, {t.z} SE), n={n_best})")
 
 
-def reward_hacking(proxy_reward: Sequence[float], accuracy: Sequence[float], n_problems: int,
-                   t: GuardThresholds = DEFAULT) -> Verdict:
+def reward_hacking(proxy_reward: Sequence[float], accuracy: Sequence[float],
+                   n_problems: int | Sequence[int], t: GuardThresholds = DEFAULT) -> Verdict:
     """Fires when the proxy reward rose while the verifier's accuracy fell (same prompts).
 
     Args:
@@ -106,7 +113,8 @@ def reward_hacking(proxy_reward: Sequence[float], accuracy: Sequence[float], n_p
         return Verdict("reward_hacking", False, f"fewer than {t.window + 1} checkpoints")
     rise = proxy_reward[-1] - proxy_reward[-1 - t.window]
     fall = accuracy[-1 - t.window] - accuracy[-1]
-    margin = _margin(accuracy[-1 - t.window], n_problems, t)
+    margin = _margin(accuracy[-1 - t.window],
+                     _n_at(n_problems, len(accuracy) - 1 - t.window), t)
     fired = rise >= t.reward_rise and fall > margin
     return Verdict("reward_hacking", fired,
                    f"over the last {t.window} checkpoints the proxy reward went "
@@ -139,7 +147,8 @@ def truncation(truncation_rate: Sequence[float], t: GuardThresholds = DEFAULT
                    f"(threshold {t.max_truncation:.0%})")
 
 
-def check_cell(accuracy: Sequence[float], proxy_reward: Sequence[float], n_problems: int,
+def check_cell(accuracy: Sequence[float], proxy_reward: Sequence[float],
+               n_problems: int | Sequence[int],
                entropy: Sequence[float] = (), truncation_rate: Sequence[float] = (),
                t: GuardThresholds = DEFAULT) -> list[Verdict]:
     """Every guard on one cell's curve on one target (checkpoints in FLOP order)."""

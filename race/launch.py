@@ -49,11 +49,11 @@ class StopSignals:
 
     While active, submitit's preemption signal (``SIGUSR2`` unless
     ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise: SLURM sends it ``signal_delay_s`` before the
-    time limit) and ``SIGTERM`` (SLURM's preemption) only note that they arrived; called,
-    the object answers whether one did. After the pilot has saved its state,
-    :meth:`forward` hands the signal to the handler that was there before: under submitit,
-    its checkpoint-and-requeue handler (which calls :meth:`PilotJob.checkpoint` and
-    requeues the job); elsewhere, the signal's default action.
+    time limit) and ``SIGTERM`` (``scancel``, or SLURM's preemption) only note that they
+    arrived; called, the object answers whether one did. After the pilot has saved its
+    state, :meth:`forward` acts on the signal (:func:`_deliver`): the warning goes to
+    submitit's checkpoint-and-requeue handler (which calls :meth:`PilotJob.checkpoint` and
+    requeues the job), SIGTERM ends the process.
     """
 
     def __init__(self):
@@ -100,28 +100,32 @@ _UNANSWERED: list[tuple[int, int]] = []
 
 
 def _deliver(signum: int, preempt: int) -> None:
-    """Hand ``signum`` to the handlers in place now: submitit's requeue handler (bound to
-    its preemption signal ``preempt``) for either signal, else the signal's own."""
+    """Act on ``signum`` now that the pilot's state is saved.
+
+    submitit's preemption signal (the time-limit warning) goes to its handler, which calls
+    ``checkpoint`` and requeues the job. SIGTERM ends the process as it asks: it is how
+    ``scancel`` cancels and how SLURM preempts, and a scheduler that preempts in requeue
+    mode requeues the job itself, which then resumes from the saved step.
+    """
     import signal
 
-    requeue = signal.getsignal(preempt)
-    if callable(requeue):  # submitit: a preemption or a time-limit warning, requeue
-        requeue(signum, None)  # exits the process when it requeues
+    handler = signal.getsignal(preempt)
+    if signum == preempt and callable(handler):
+        handler(signum, None)  # exits the process when it requeues
         return
-    handler = signal.getsignal(signum)
-    if callable(handler):
-        handler(signum, None)
-    elif handler == signal.SIG_DFL:
-        os.kill(os.getpid(), signum)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 class PilotJob:
     """The picklable callable every launcher runs: one pilot, resumed if checkpointed.
 
-    A time-limit warning or a preemption signal makes the pilot save its state at its
-    next step boundary and stop; then submitit's handler calls ``checkpoint`` (the
-    ``submitit.helpers.Checkpointable`` protocol) and requeues the job, which resumes from
-    that step: nothing done before the signal is redone.
+    A time-limit warning or SIGTERM makes the pilot save its state at its next step
+    boundary and stop. On the warning, submitit's handler then calls ``checkpoint`` (the
+    ``submitit.helpers.Checkpointable`` protocol) and requeues the job; on SIGTERM the job
+    ends (a preemption in requeue mode is requeued by SLURM; a cancelled cell resumes on
+    the sweep's rerun). Either way the pilot resumes from that step: nothing done before
+    the signal is redone.
     """
 
     def __init__(self, threads: int, checkpoint_every: int):

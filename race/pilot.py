@@ -193,12 +193,17 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float) 
     """Greedy accuracy and mean reward on every held-out target (eval FLOPs, uncharged).
 
     Each row carries the ledger's cumulative FLOPs after it (``flops``), as step rows do.
+    At the final checkpoint the target selection reads (``spec.select_target``) is scored
+    on ``spec.select_examples`` problems (the same first ``eval_examples`` and more), so
+    the decision rests on a small standard error; other checkpoints use ``eval_examples``.
     """
     rows = []
     start = time.perf_counter()
     try:
         for target in spec.eval_targets:
-            examples = parts.task.sample(target, spec.eval_examples, seed=10_000)
+            n = (max(spec.select_examples, spec.eval_examples)
+                 if target == spec.select_target and fraction >= 1.0 else spec.eval_examples)
+            examples = parts.task.sample(target, n, seed=10_000)
             prompts = [ex.prompt for ex in examples]
             out = parts.backend.generate(prompts, n=1, max_new_tokens=spec.max_new_tokens,
                                          greedy=True)

@@ -156,7 +156,7 @@ def cost_shares(totals: dict[str, float], full_flops: float) -> dict[str, float]
 
 def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) -> str:
     header = ["rank", "config", "model", "reward", "G", "mu", "regime", "seeds",
-              f"mean [{level:.0%} CI]", "CI over",
+              f"mean [{level:.0%} CI]", "SE", "CI over",
               f"predicted at {fmt_flops(full_flops)} FLOPs [lo, hi]", "fit"]
     rows, notes = [], []
     for _, row in configs.iterrows():
@@ -169,10 +169,11 @@ def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) ->
         rows.append([row["rank"], f"`{row['config_id']}`", row["model"], row["reward"],
                      _int(row.get("group_size")), _int(row.get("update_epochs")),
                      row["regime"], _int(row["n_seeds"]),
-                     _interval(row["mean"], row["lo"], row["hi"]), row["interval_source"],
+                     _interval(row["mean"], row["lo"], row["hi"]), _acc(row.get("se")),
+                     row["interval_source"],
                      _interval(row.get("prediction"), row.get("prediction_lo"),
                                row.get("prediction_hi")), fit])
-    text = _md_table(header, rows, "rlllrrlrrlrl")
+    text = _md_table(header, rows, "rlllrrlrrrlrl")
     if notes:
         text += ("\n\n\\* fallback (\"last\"): the prediction is the last observed accuracy "
                  "+- max(spread, 0.05), because\n" + "\n".join(notes))
@@ -512,7 +513,8 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     if not names:
         raise UsageError(f"{sweep_dir}: the ok cells have no checkpoint evals; check "
                          "pilot.eval_targets and the cells' metrics.jsonl")
-    primary = "test" if "test" in names else names[0]
+    # selection reads val (test and ood are only reported); older sweeps ranked on test
+    primary = next((t for t in ("val", "test") if t in names), names[0])
     names = [primary, *(t for t in names if t != primary)]  # the primary target first
 
     ranked, raw, fits_by, fronts = {}, {}, {}, {}

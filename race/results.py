@@ -197,7 +197,8 @@ def load_results(sweep_dir: Path, *, thresholds=None):
 
     - ``cells``: one row per cell (``pilots.csv``'s columns plus ``params``,
       ``full_budget_flops`` and the ``regime`` named from its realized shares).
-    - ``evals``: one row per (cell, target, checkpoint): FLOPs spent then, accuracy.
+    - ``evals``: one row per (cell, target, checkpoint): FLOPs spent then, accuracy, and
+      the problems ``n`` it was scored on.
     - ``examples``: the final checkpoint's per-problem correctness (prompt bootstrap).
 
     A corrupt ``metrics.jsonl`` line raises ValueError naming its file and line.
@@ -238,7 +239,8 @@ def load_results(sweep_dir: Path, *, thresholds=None):
                 evals.append({"cell_id": row["cell_id"], "config_id": row["config_id"],
                               "target": metric["target"], "checkpoint": metric["checkpoint"],
                               "flops": charged, "accuracy": metric["accuracy"],
-                              "mean_reward": metric["mean_reward"]})
+                              "mean_reward": metric["mean_reward"],
+                              "n": len(metric.get("correct", []))})
                 finals[metric["target"]] = metric.get("correct", [])
         for target, correct in finals.items():
             examples += [{"cell_id": row["cell_id"], "target": target, "example": i,

@@ -397,3 +397,25 @@ def test_check_consistent_rejects_mixed_tasks_and_budgets():
                                          r"full_budget_flops=3.2e\+15"):
         check_consistent(budgets)
     assert check_consistent(make_cells(cell("a0", "A", 0.5), cell("b0", "B", 0.4))) is None
+
+
+def test_each_config_carries_its_standard_error():
+    import math
+
+    import pandas as pd
+
+    from race import aggregate
+
+    cells = pd.DataFrame([
+        {"cell_id": "a0", "config_id": "a", "seed": 0, "status": "ok", "model": "tiny-m",
+         "reward": "rule", "regime": "balanced", "final_test": 0.3},
+        {"cell_id": "a1", "config_id": "a", "seed": 1, "status": "ok", "model": "tiny-m",
+         "reward": "rule", "regime": "balanced", "final_test": 0.5},
+        {"cell_id": "b0", "config_id": "b", "seed": 0, "status": "ok", "model": "tiny-s",
+         "reward": "rule", "regime": "balanced", "final_test": 0.3}])
+    examples = pd.DataFrame([{"cell_id": "b0", "target": "test", "example": i,
+                              "correct": int(i < 30)} for i in range(100)])
+    configs, _ = aggregate.rank_regimes(cells, examples, target="test", n_boot=50)
+    se = dict(zip(configs["config_id"], configs["se"]))
+    assert se["a"] == pytest.approx(0.1)  # std(0.3, 0.5) / sqrt(2 seeds)
+    assert se["b"] == pytest.approx(math.sqrt(0.3 * 0.7 / 100))  # one seed: binomial

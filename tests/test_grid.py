@@ -118,3 +118,16 @@ def test_conf_grid_rewards_that_do_not_fit_a_chosen_policy_are_refused_not_fatal
     assert {dict(c.spec.reward)["name"] for c in plan.runnable} == {"rule"}
     with pytest.raises(ValueError, match="tokenizer"):  # asked for explicitly: bad input
         plan_grid(["budget=1e18", "model=qwen2.5-0.5b", "reward=prm-tiny-s"])
+
+
+def test_plan_warns_when_a_flat_grid_costs_more_than_one_full_run(capsys):
+    from race import cli
+
+    args = ["plan", "budget=1e18", "model=qwen2.5-0.5b,qwen2.5-1.5b", "reward=rule",
+            "grid.group_size=2,4,8,16,32"]  # x mu [1, 2] x seed [0]: 20 cells of 1/16
+    assert cli.main(args) == 0
+    err = capsys.readouterr().err
+    assert ("warning: these 20 pilots cost 1.25 full-budget runs (each gets "
+            "pilot.fraction=0.0625 of the budget)") in err and "pilot.fraction<=0.05" in err
+    assert cli.main(["plan", "budget=1e18", "model=qwen2.5-0.5b", "reward=rule"]) == 0
+    assert "warning" not in capsys.readouterr().err  # 4 cells: a quarter of a run

@@ -135,3 +135,12 @@ def test_each_step_logs_the_precursors_guards_read():
                    logprobs=((-0.5, -1.5), (-1.0,)), texts=("a", "b"),
                    finished=(True, False), flops_model=0.0, flops_executed=0.0)
     assert precursors(out) == {"truncation_rate": 0.5, "entropy": 1.0}
+
+
+def test_drawdown_margin_uses_the_best_checkpoints_own_problem_count():
+    # best 0.40 on 128 problems (SE 0.0433), last 0.33 on 1000: a 0.07 drop is within
+    # 2 SE of the noisy best, though far beyond 2 SE of the last checkpoint
+    curve = [0.2, 0.40, 0.33]
+    assert not guards.drawdown(curve, [128, 128, 1000]).fired
+    assert "n=128" in guards.drawdown(curve, [128, 128, 1000]).evidence
+    assert guards.drawdown(curve, [1000, 1000, 1000]).fired

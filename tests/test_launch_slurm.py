@@ -91,11 +91,13 @@ def test_job_killed_without_output_is_reported_not_waited_on(tmp_path, policy, s
 @pytest.mark.parametrize("signal_name", ["USR2", "TERM"])
 def test_signalled_pilot_checkpoints_at_the_next_step_and_resumes_there(
         tmp_path, policy, slurm_cluster, signal_name):
-    """SLURM's time-limit warning (USR2, as sent by --signal=USR2@...) or a preemption's
-    SIGTERM reaches the pilot mid-run: it saves its state at the next step boundary,
-    submitit requeues the job, and the requeued job resumes from exactly that step. No
-    periodic checkpoint is configured, so resuming past step 0 proves the save on the
-    signal; nothing is redone, and the metrics equal an uninterrupted run's, byte for byte.
+    """SLURM's time-limit warning (USR2, as sent by --signal=USR2@...) or SIGTERM (scancel,
+    or a preemption) reaches the pilot mid-run: it saves its state at the next step
+    boundary. On the warning submitit requeues the job; on SIGTERM the job ends, its cell
+    is recorded with what it spent, and the sweep's rerun launches it again. Either way
+    the pilot resumes from exactly that step. No periodic checkpoint is configured, so
+    resuming past step 0 proves the save on the signal; nothing is redone, and the metrics
+    equal an uninterrupted run's, byte for byte.
 
     The signal is sent with ``scancel --signal`` rather than by waiting for a real time
     limit: SLURM delivers the warning only on its periodic check (up to 30 s early or
@@ -107,7 +109,7 @@ def test_signalled_pilot_checkpoints_at_the_next_step_and_resumes_there(
     cfg = compose_config([*SMALL, f"model.hf_id={policy}", "launcher=slurm",
                           f"launcher.partition={slurm_cluster}", "launcher.poll_s=1",
                           "launcher.checkpoint_every=1000", "launcher.timeout_min=10",
-                          "budget=6e10"])
+                          "launcher.lost_after_s=5", "budget=6e10"])
     spec = to_run_spec(cfg, cfg.budget * cfg.pilot.fraction)
     cell = tmp_path / "slurm" / spec.cell_id
     state = {"signalled": False}
@@ -126,12 +128,19 @@ def test_signalled_pilot_checkpoints_at_the_next_step_and_resumes_there(
     counts = launch([Task(spec, str(cell))], cfg.launcher, tmp_path / "submitit",
                     on_change=signal_after_a_step)
     assert state["signalled"], "the pilot finished before it could be signalled"
+    if signal_name == "TERM":  # the job ended: recorded with its saved ledger, then rerun
+        assert counts.failed == 1
+        stopped = json.loads((cell / "summary.json").read_text())
+        assert stopped["status"] == "failed" and stopped["steps"] >= 1
+        assert 0 < stopped["total_flops"] <= spec.budget_flops
+        counts = launch([Task(spec, str(cell))], cfg.launcher, tmp_path / "submitit-rerun")
     assert counts.done == 1, (cell / "summary.json").read_text()
     summary = json.loads((cell / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["resumed_from_step"] >= 1
     assert summary["redone_flops"] == 0.0 and not any(summary["redone"].values())
-    log = "".join(p.read_text() for p in (tmp_path / "submitit").glob("*_log.*"))
-    assert "Requeued" in log or "requeued" in log, log[-2000:]
+    if signal_name == "USR2":
+        log = "".join(p.read_text() for p in (tmp_path / "submitit").glob("*_log.*"))
+        assert "Requeued" in log or "requeued" in log, log[-2000:]
 
     # the same pilot, uninterrupted and in-process: the ledger must be identical
     inline = compose_config([*SMALL, f"model.hf_id={policy}", "launcher=inline",
