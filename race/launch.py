@@ -94,7 +94,7 @@ class StopSignals:
         _deliver(signum, self.preempt)
 
 
-# Signals a pilot noted but finished before it could act on (a warning during its final
+# Time-limit warnings a pilot noted but finished before it could act on (during its final
 # evaluation): the slot worker delivers them before it starts its next pilot.
 _UNANSWERED: list[tuple[int, int]] = []
 
@@ -147,8 +147,10 @@ class PilotJob:
             except StopRequested:
                 stop.forward()  # under submitit: checkpoint() and requeue; exits
                 raise
-        if stop.received is not None:  # came too late for this pilot; not for the slot
+        if stop.received == stop.preempt:  # too late for this pilot, not for its slot
             _UNANSWERED.append((stop.received, stop.preempt))
+        elif stop.received is not None:  # SIGTERM during the final evaluation: end now
+            _deliver(stop.received, stop.preempt)
         return {k: summary[k] for k in ("status", "error", "steps", "total_flops")}
 
     def checkpoint(self, spec: RunSpec, cell_dir: str):

@@ -166,3 +166,39 @@ def test_parse_squeue_reads_job_ids_and_states():
     stored = "17_0 R\n17_1 PD\n18 CG\n\nmalformed\n"  # `squeue -h -r -o "%i %t"`
     assert parse_squeue(stored) == {"17_0": "R", "17_1": "PD", "18": "CG"}
     assert parse_squeue("") == {}
+
+
+LATE_SIGNAL = '''
+import os, signal, sys
+import race.pilot
+from race import launch
+from race.config import compose_config, to_run_spec
+
+signum = getattr(signal, sys.argv[1])
+
+def pilot_that_finishes_after_a_signal(spec, cell_dir, **kw):
+    os.kill(os.getpid(), signum)  # arrives during the "final evaluation": noted, not acted on
+    return {"status": "ok", "error": None, "steps": 3, "total_flops": 1.0}
+
+race.pilot.run_pilot = pilot_that_finishes_after_a_signal
+cfg = compose_config(["model=tiny-s", "reward=rule", "budget=1e12"])
+result = launch.PilotJob(1, 0)(to_run_spec(cfg, 1e12 * cfg.pilot.fraction), sys.argv[2])
+print("returned", result["status"], [(int(a), int(b)) for a, b in launch._UNANSWERED],
+      flush=True)
+'''
+
+
+@pytest.mark.parametrize("name", ["SIGUSR2", "SIGTERM"])
+def test_a_signal_during_a_pilots_last_evaluation_is_not_lost(tmp_path, name):
+    """The pilot finished, so nothing is left to save: a time-limit warning waits for the
+    slot worker (which requeues before its next pilot); SIGTERM ends the process."""
+    import signal
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", LATE_SIGNAL, name, str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    if name == "SIGUSR2":
+        assert out.returncode == 0, out.stderr
+        assert f"returned ok [({int(signal.SIGUSR2)}, {int(signal.SIGUSR2)})]" in out.stdout
+    else:
+        assert out.returncode == -signal.SIGTERM and "returned" not in out.stdout
