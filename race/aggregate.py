@@ -388,7 +388,8 @@ def guard_cells(evals: pd.DataFrame, examples: pd.DataFrame, steps: pd.DataFrame
     Args:
         evals: ``load_results``'s checkpoint evals (accuracy and proxy ``mean_reward``).
         examples: ``load_results``'s per-problem rows (how many problems a checkpoint has).
-        steps: ``results.load_steps`` rows (entropy, truncation rate per step).
+        steps: ``load_results(..., with_steps=True)``'s step rows (entropy, truncation
+            rate and cap per step).
 
     Returns:
         One row per (cell_id, config_id, guard): ``fired`` and ``evidence``.

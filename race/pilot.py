@@ -367,18 +367,7 @@ def spent_so_far(spec: RunSpec, cell_dir: Path) -> tuple[Ledger, int, list[dict]
 
 def _rows(path: Path) -> list[dict]:
     """The rows of a pilot's metrics.jsonl ([] when absent; a torn last line is skipped)."""
-    try:
-        return results.read_jsonl(path)
-    except FileNotFoundError:
-        return []
-    except ValueError:  # a job killed mid-write: keep the whole lines
-        import json
-
-        rows = []
-        for line in Path(path).read_text().splitlines():
-            with contextlib.suppress(json.JSONDecodeError):
-                rows.append(json.loads(line))
-        return rows
+    return results.read_jsonl(path, skip_corrupt=True) if Path(path).is_file() else []
 
 
 def unfinished_summary(spec: RunSpec, cell_dir: Path, error: str) -> dict:

@@ -500,7 +500,7 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     if not (sweep_dir / "cells").is_dir():
         raise UsageError(f"{sweep_dir}: no cells/ folder; pass a sweep folder "
                          "(results/<sweep_id>) written by `race sweep`")
-    cells, evals, examples = results.load_results(sweep_dir)
+    cells, evals, examples, steps = results.load_results(sweep_dir, with_steps=True)
     if cells.empty:
         raise _no_ok_cells(sweep_dir, cells)
     aggregate.check_consistent(cells)
@@ -527,7 +527,6 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
                           regimes)
         fronts[target] = aggregate.frontier(evals, cells, target=target)
     by_target = aggregate.best_by_target(raw)
-    steps = results.load_steps(sweep_dir, list(ok["cell_id"]))
     checks = aggregate.guard_cells(evals, examples, steps, target=primary)
     fired = checks[checks["fired"]]
     guarded = {cid: "; ".join(f"{g} ({c}: {e})" for g, c, e in

@@ -93,8 +93,12 @@ def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """Rows of a JSON-lines file; a corrupt line is reported with its file and line."""
+def read_jsonl(path: Path, *, skip_corrupt: bool = False) -> list[dict]:
+    """Rows of a JSON-lines file; a corrupt line is reported with its file and line.
+
+    ``skip_corrupt=True`` keeps the whole lines instead (a job killed mid-write leaves a
+    torn last line).
+    """
     rows = []
     for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
         if not line.strip():
@@ -102,6 +106,8 @@ def read_jsonl(path: Path) -> list[dict]:
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError as error:
+            if skip_corrupt:
+                continue
             raise UsageError(f"{path}:{number}: corrupt JSON line ({error.msg}); delete the "
                              f"cell folder to rerun it") from None
     return rows
@@ -192,7 +198,11 @@ def pilots_frame(sweep_dir: Path):
     return pd.DataFrame([pilot_row(d) for d in cell_dirs(sweep_dir)])
 
 
-def load_results(sweep_dir: Path, *, thresholds=None):
+STEP_KEYS = ("step", "max_new_tokens", "train_reward", "entropy", "truncation_rate",
+             "clip_fraction", "kl")
+
+
+def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
     """A sweep folder as the aggregator's three DataFrames: ``(cells, evals, examples)``.
 
     - ``cells``: one row per cell (``pilots.csv``'s columns plus ``params``,
@@ -200,6 +210,9 @@ def load_results(sweep_dir: Path, *, thresholds=None):
     - ``evals``: one row per (cell, target, checkpoint): FLOPs spent then, accuracy, and
       the problems ``n`` it was scored on.
     - ``examples``: the final checkpoint's per-problem correctness (prompt bootstrap).
+    - with ``with_steps=True``, a fourth: ``steps``, one row per ok cell's GRPO step
+      (``cell_id`` and ``STEP_KEYS``: the step's cap, train reward, entropy, truncation
+      rate, clip fraction, KL where logged), read in the same pass.
 
     A corrupt ``metrics.jsonl`` line raises ValueError naming its file and line.
     ``thresholds`` (a ``RegimeConfig``) defaults to the one in ``sweep.json``.
@@ -216,7 +229,7 @@ def load_results(sweep_dir: Path, *, thresholds=None):
     if thresholds is None:
         thresholds = SimpleNamespace(**record.get("config", {}).get("regime", {
             "feedback_heavy": 0.15, "learning_heavy": 0.8, "search_heavy": 0.4}))
-    rows, evals, examples = [], [], []
+    rows, evals, examples, steps = [], [], [], []
     for cell_dir in cell_dirs(sweep_dir):
         row = pilot_row(cell_dir)
         fraction = record.get("pilot_fraction") or 1.0
@@ -235,6 +248,8 @@ def load_results(sweep_dir: Path, *, thresholds=None):
         for metric in metrics:
             if metric["kind"] == "step":
                 charged = metric["charged_flops"]
+                steps.append({"cell_id": row["cell_id"]}
+                             | {k: metric.get(k) for k in STEP_KEYS})
             elif metric["kind"] == "eval":
                 evals.append({"cell_id": row["cell_id"], "config_id": row["config_id"],
                               "target": metric["target"], "checkpoint": metric["checkpoint"],
@@ -245,27 +260,10 @@ def load_results(sweep_dir: Path, *, thresholds=None):
         for target, correct in finals.items():
             examples += [{"cell_id": row["cell_id"], "target": target, "example": i,
                           "correct": c} for i, c in enumerate(correct)]
-    return pd.DataFrame(rows), pd.DataFrame(evals), pd.DataFrame(examples)
-
-
-def load_steps(sweep_dir: Path, cell_ids: list[str] | None = None):
-    """Per-step rows of a sweep's pilots as a DataFrame (``cell_id``, ``step``, the step's
-    generation cap ``max_new_tokens``, ``train_reward``, ``entropy``, ``truncation_rate``,
-    ``clip_fraction``, ``kl`` where logged), for ``cell_ids`` (default: every cell)."""
-    import pandas as pd
-
-    keys = ("step", "max_new_tokens", "train_reward", "entropy", "truncation_rate",
-            "clip_fraction", "kl")
-    rows = []
-    for cell_dir in cell_dirs(sweep_dir):
-        if cell_ids is not None and cell_dir.name not in cell_ids:
-            continue
-        path = cell_dir / "metrics.jsonl"
-        if not path.is_file():
-            continue
-        rows += [{"cell_id": cell_dir.name} | {k: r.get(k) for k in keys}
-                 for r in read_jsonl(path) if r.get("kind") == "step"]
-    return pd.DataFrame(rows, columns=["cell_id", *keys])
+    frames = (pd.DataFrame(rows), pd.DataFrame(evals), pd.DataFrame(examples))
+    if with_steps:
+        return (*frames, pd.DataFrame(steps, columns=["cell_id", *STEP_KEYS]))
+    return frames
 
 
 # ------------------------------------------------------------------ cell claims
