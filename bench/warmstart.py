@@ -1,9 +1,13 @@
-"""Build the tiny policy family from scratch and report what each starts at.
+"""Build the tiny policy family from scratch by one common recipe and report what each
+size reaches.
 
-For tiny-s, tiny-m and tiny-l: held-out accuracy on both evaluation targets (``test``:
-in-distribution, ``ood``: longer chains), build wall seconds on this machine, and the
+Every size gets the same warm-start recipe (same data, same steps, same schedule; no
+per-size target). For tiny-s, tiny-m and tiny-l: greedy accuracy on ``val`` (1,000
+problems, with its standard error), ``test`` (in-distribution) and ``ood`` (longer
+chains), the ``val`` curve along the build, build wall seconds on this machine, and the
 warm-start FLOPs (pre-training: never charged to a post-training budget). Then it loads
-each again from the cache and reports how long that takes.
+each again from the cache and reports how long that takes, and whether the family is
+ordered by capacity on ``val``.
 
 Usage: ``python bench/warmstart.py [--cached]`` (``--cached`` reuses existing builds).
 Last line: ``accuracy tiny-s=<a> tiny-m=<b> tiny-l=<c>`` (in-distribution ``test``).
@@ -12,6 +16,7 @@ Last line: ``accuracy tiny-s=<a> tiny-m=<b> tiny-l=<c>`` (in-distribution ``test
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 
@@ -24,9 +29,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cached", action="store_true", help="reuse cached builds")
     args = parser.parse_args()
-    print(f"{'model':<8}{'params':>10}{'test acc':>10}{'ood acc':>10}{'steps':>7}{'build s':>9}"
-          f"{'load s':>8}{'warm-start FLOPs (model)':>26}")
-    accuracy, total_s = {}, 0.0
+    print(f"{'model':<8}{'params':>10}{'val acc (SE)':>15}{'test acc':>10}{'ood acc':>10}"
+          f"{'steps':>7}{'build s':>9}{'load s':>8}{'warm-start FLOPs (model)':>26}")
+    accuracy, val, curves, total_s = {}, {}, {}, 0.0
     start = time.perf_counter()
     folders = build_family(list(NAMES), workers=os.cpu_count() or 1, rebuild=not args.cached)
     family_s = time.perf_counter() - start
@@ -38,13 +43,24 @@ def main() -> None:
         load_s = time.perf_counter() - start
         assert again == folder
         accuracy[name] = info["accuracy"]["test"]
+        val[name] = info["accuracy"]["val"]
+        n_val = info["recipe"]["val_examples"]
+        se = math.sqrt(val[name] * (1 - val[name]) / n_val)
+        curves[name] = info["val_curve"]
         total_s += info["build_s"]
-        print(f"{name:<8}{info['params']:>10,}{info['accuracy']['test']:>10.3f}"
+        print(f"{name:<8}{info['params']:>10,}{f'{val[name]:.3f} ({se:.3f})':>15}"
+              f"{info['accuracy']['test']:>10.3f}"
               f"{info['accuracy']['ood']:>10.3f}{info['sft_steps']:>7}{info['build_s']:>9.1f}"
               f"{load_s:>8.2f}"
               f"{info['pretrain_flops']['model']:>26.3e}")
     print(f"family build: {family_s:.0f} s wall on {os.cpu_count()} cores, one process per "
           f"core ({total_s:.0f} s of single-threaded builds)")
+    for name in NAMES:
+        print(f"val curve {name}: " + " ".join(f"{step}:{acc:.2f}" for step, acc in curves[name])
+              + " (steps: accuracy; the last point on 1,000 problems, the others on 256)")
+    ordered = all(val[a] < val[b] for a, b in zip(NAMES, NAMES[1:]))
+    print(f"ordered by capacity on val: {'yes' if ordered else 'no'} ("
+          + " < ".join(f"{n} {val[n]:.3f}" for n in NAMES) + ")")
     print("accuracy " + " ".join(f"{n}={accuracy[n]:.3f}" for n in NAMES))
 
 

@@ -19,6 +19,7 @@ from scipy.special import expit
 
 from race import guards
 from race.errors import UnknownName, UsageError
+from race.ladder import fmt_fraction
 
 # Knob columns copied from a config's first seed (they are shared by its seeds).
 KNOBS = ("model", "params", "reward", "task", "group_size", "prompts_per_step",
@@ -48,6 +49,71 @@ def check_consistent(cells: pd.DataFrame) -> None:
                      f"{column}={v}" for v in values]
             mixed = ", ".join(shown[:-1]) + " and " + shown[-1]
             raise UsageError(f"results mix {mixed}: aggregate one sweep at a time, or {fix}")
+
+
+def increments(cells: pd.DataFrame) -> pd.DataFrame:
+    """``cells`` with each ladder rung's FLOPs reduced to what it added.
+
+    A cell that ``continues`` another (a ladder rung resuming the rung below) reports
+    the lineage's cumulative FLOPs; summing cells would count the rung below twice. Here
+    its ``flops_*``, ``total_flops`` and ``redone_flops`` lose the continued cell's.
+    """
+    if "continues" not in cells or not cells["continues"].fillna("").astype(bool).any():
+        return cells
+    columns = [c for c in cells.columns
+               if c.startswith("flops_") or c in ("total_flops", "redone_flops")]
+    cumulative = cells.set_index("cell_id")[columns].fillna(0.0)
+    out = cells.copy()
+    for index, below in out["continues"].fillna("").items():
+        if below and below in cumulative.index:
+            out.loc[index, columns] = (out.loc[index, columns].fillna(0.0)
+                                       - cumulative.loc[below, columns])
+    return out
+
+
+def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = 3,
+                     level: float = 0.9) -> list[dict]:
+    """The ladder's choices for full-budget validation, best first.
+
+    The configs of the last rung reached, unguarded ones by their observed score there
+    (seeds averaged); then those stopped one rung lower, by the promotion bound they were
+    ranked on; and so on. Intervals are normal at ``level`` from the score's standard
+    error (binomial over the rung's problems, pooled over seeds).
+
+    Args:
+        ladder: ``ladder.json`` (rungs, each with its ranked ``candidates``).
+        configs: ``rank_regimes``'s configs on the first rung (for each config's regime).
+    """
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    regime = dict(zip(configs["config_id"], configs["regime"])) if len(configs) else {}
+    chosen, seen = [], set()
+    rungs = ladder["rungs"]
+    for rung in reversed(rungs):
+        last = rung is rungs[-1]
+        for cand in rung["candidates"]:
+            if cand["config"] in seen or (not last and cand.get("promoted")):
+                continue
+            seen.add(cand["config"])
+            where = f"rung {rung['rung']} ({fmt_fraction(rung['fraction'])})"
+            guard = cand.get("guard")
+            if last and not guard:
+                why = "ladder pick" if not chosen else "last rung"
+            elif guard:
+                why = "guarded"
+            else:
+                why = f"stopped at {where}"
+            score, se = float(cand["score"]), float(cand["se"])
+            chosen.append({
+                "config_id": cand["config"], "cell_ids": list(cand["cell_ids"]),
+                "rank": len(chosen) + 1, "score": score, "lo": max(0.0, score - z * se),
+                "hi": min(1.0, score + z * se), "se": se, "rung": rung["rung"],
+                "basis_used": f"observed at {where}", "interval_width": 2 * z * se,
+                "regime": regime.get(cand["config"]), "model": cand["model"],
+                "reward": cand["reward"], "guard": guard, "why": why,
+                "reason": f"{why}: {score:.3f} +- {se:.3f} (SE) on the selection target at "
+                          f"{where}" + (f"; guard fired: {guard}" if guard else "")})
+    order = [c for c in chosen if not c["guard"]] + [c for c in chosen if c["guard"]]
+    return [{key: _plain(val) for key, val in c.items()} for c in order[:k]]
 
 
 def targets(cells: pd.DataFrame) -> list[str]:

@@ -55,8 +55,6 @@ class ModelConfig:
     tokenizer: str = ""
     # token a process reward model scores at
     step_tag: str = ""
-    # tiny family: validation accuracy its supervised warm start stops at (0: not built)
-    warm_start_target: float = 0.0
 
 
 @dataclass
@@ -202,6 +200,21 @@ class SweepConfig:
 
 
 @dataclass
+class SelectionConfig:
+    # ladder: successive halving (every config to the first rung, the best continued from
+    # their checkpoints to the next) | flat: every cell at pilot.fraction x budget
+    policy: str = "ladder"
+    # ladder rung budgets, fractions of the full budget (ascending; the last below 1)
+    rungs: list[float] = field(default_factory=lambda: [0.015625, 0.0625, 0.25])
+    # each rung keeps the best 1/reduction of the configs (at least one per policy size)
+    reduction: int = 4
+    # the ladder's total pilot compute, as a share of one full run (rungs shrink to fit)
+    share: float = 1.0
+    # promotion ranks by the next rung's predicted score minus z standard errors
+    z: float = 1.0
+
+
+@dataclass
 class ReportConfig:
     # bootstrap resamples for intervals
     n_boot: int = 1000
@@ -236,6 +249,7 @@ class RaceConfig:
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     regime: RegimeConfig = field(default_factory=RegimeConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
     # FLOPs of one full post-training run
@@ -290,7 +304,9 @@ def _finite_problems(cfg: RaceConfig) -> list[str]:
               "pilot.temperature": cfg.pilot.temperature,
               "pilot.clip_eps": cfg.pilot.clip_eps, "report.level": cfg.report.level,
               "launcher.poll_s": cfg.launcher.poll_s,
-              "launcher.lost_after_s": cfg.launcher.lost_after_s}
+              "launcher.lost_after_s": cfg.launcher.lost_after_s,
+              "selection.share": cfg.selection.share, "selection.z": cfg.selection.z}
+    fields |= {f"selection.rungs[{i}]": v for i, v in enumerate(cfg.selection.rungs)}
     fields |= {f"pilot.checkpoints[{i}]": v for i, v in enumerate(cfg.pilot.checkpoints)}
     return [f"{key}={value}: "
             + ("not a number" if math.isnan(value) else
@@ -371,6 +387,22 @@ def validate(cfg: RaceConfig) -> None:
             problems.append(f"launcher.{key}={getattr(launcher, key)}: must be >= 1")
     if launcher.slots < 0:
         problems.append(f"launcher.slots={launcher.slots}: must be >= 0 (0: one per core)")
+    selection = cfg.selection
+    if selection.policy not in ("ladder", "flat"):
+        problems.append(f"selection.policy={selection.policy!r}: use selection.policy=ladder "
+                        f"or selection.policy=flat")
+    rungs = list(selection.rungs)
+    if not rungs or rungs != sorted(set(rungs)) or not 0 < rungs[0] or rungs[-1] >= 1:
+        problems.append(f"selection.rungs={rungs}: need ascending, distinct fractions of "
+                        f"the full budget in (0, 1), e.g. selection.rungs=[0.015625,0.0625,0.25]")
+    if selection.reduction < 2:
+        problems.append(f"selection.reduction={selection.reduction}: must be >= 2 (each rung "
+                        f"keeps 1/reduction of the configs)")
+    if not selection.share > 0:
+        problems.append(f"selection.share={selection.share}: must be > 0 (the ladder's pilot "
+                        f"compute as a share of one full run, e.g. 1.0)")
+    if selection.z < 0:
+        problems.append(f"selection.z={selection.z}: must be >= 0")
     if cfg.report.basis not in ("observed", "extrapolated"):
         problems.append(f"report.basis={cfg.report.basis!r}: use observed or extrapolated")
     if problems:

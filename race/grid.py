@@ -22,6 +22,7 @@ from typing import Any
 from race import catalog, flops
 from race.budget import worst_step_flops
 from race.errors import RewardTokenizerMismatch, UsageError
+from race.ladder import LadderPlan, fmt_fraction, plan_ladder
 from race.specs import PhaseFlops, RunSpec
 
 # Axes print in this order (then any other key, then seeds last).
@@ -62,6 +63,7 @@ class Plan:
     cells: tuple[Cell, ...]
     task: str
     base: Any = None  # the RaceConfig composed from the fixed overrides (launcher, report)
+    ladder: LadderPlan | None = None  # selection.policy=ladder: its rungs (cells: rung 1)
 
     @property
     def runnable(self) -> list[Cell]:
@@ -69,7 +71,9 @@ class Plan:
 
     @property
     def pilot_flops(self) -> float:
-        """What the runnable cells' pilots may spend in all, FLOPs."""
+        """What the runnable cells' pilots may spend in all, FLOPs (a ladder: every rung)."""
+        if self.ladder is not None:
+            return self.ladder.cost_share * self.budget_flops
         return sum(c.spec.budget_flops for c in self.runnable)
 
     @property
@@ -187,13 +191,16 @@ def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
                              f"only; give the full-run budget for model={real[0]} in FLOPs, "
                              f"e.g. budget=1e18")
     cells = []
+    ladder = grid_ladder(base, axes)
+    fraction = ladder.rungs[0] if ladder else base.pilot.fraction
     from_conf = {k for k in axes if k in base.grid.axes} - set(split_overrides(overrides)[1])
     for values in itertools.product(*axes.values()):
         knobs = tuple(zip(axes, values))
         cell_overrides = tuple(fixed) + tuple(f"{k}={v}" for k, v in knobs)
         cfg = compose_config(list(cell_overrides))
         try:
-            cells.append(solve_cell(cfg, budget, knobs, cell_overrides, runnable=runnable))
+            cells.append(solve_cell(cfg, budget, knobs, cell_overrides, runnable=runnable,
+                                    fraction=fraction))
         except RewardTokenizerMismatch as error:
             # The conf grid's reward axis may hold a PRM of another tokenizer family than
             # a policy the user chose: that cell cannot exist; refuse it, keep the rest.
@@ -207,11 +214,32 @@ def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
                              f"e.g. reward=rule")
         cheapest = min((c for c in cells if c.spec is not None),
                        key=lambda c: worst_step_flops(c.spec, 1))
+        knob = (f"the ladder's first rung {fraction:.3g}" if ladder
+                else f"pilot.fraction={fraction}")
+        fix = "selection.rungs (or selection.share)" if ladder else "pilot.fraction"
         raise UsageError(f"budget={budget:.3g}: no cell can buy one GRPO step with its pilot "
-                         f"budget (pilot.fraction={base.pilot.fraction}; cheapest cell: "
-                         f"{cheapest.refused}); raise budget or pilot.fraction")
-    return Plan(budget, base.pilot.fraction, tuple((k, tuple(v)) for k, v in axes.items()),
-                tuple(cells), base.task.name, base)
+                         f"budget ({knob}; cheapest cell: {cheapest.refused}); raise budget "
+                         f"or {fix}")
+    return Plan(budget, fraction, tuple((k, tuple(v)) for k, v in axes.items()),
+                tuple(cells), base.task.name, base, ladder)
+
+
+def grid_ladder(base, axes: Mapping[str, list[str]]) -> LadderPlan | None:
+    """The ladder of a grid under ``selection.policy=ladder`` (None: flat).
+
+    Configs are the grid's cells with the seeds folded together; every size on the
+    ``model`` axis keeps a config to the last rung.
+    """
+    selection = base.selection
+    if selection.policy != "ladder":
+        return None
+    seeds = len(axes.get("pilot.seed", [None]))
+    configs = 1
+    for key, values in axes.items():
+        configs *= 1 if key == "pilot.seed" else len(values)
+    return plan_ladder(configs, seeds=seeds, n_sizes=len(axes.get("model", [None])),
+                       rungs=selection.rungs, reduction=selection.reduction,
+                       share=selection.share)
 
 
 def _check_distinct(cells: list[Cell]) -> None:
@@ -229,11 +257,14 @@ def _check_distinct(cells: list[Cell]) -> None:
                              f"the pilot runs them identically); list only one of them")
 
 
-def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True) -> Cell:
-    """Freeze one composed cell and solve its steps at ``pilot.fraction x budget``."""
+def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True,
+               fraction: float | None = None) -> Cell:
+    """Freeze one composed cell and solve its steps at ``fraction x budget`` (default:
+    ``pilot.fraction``; a ladder's cells: its first rung)."""
     from race.config import to_run_spec, to_specs
 
-    spec = to_run_spec(cfg, budget * cfg.pilot.fraction, runnable=runnable)
+    fraction = cfg.pilot.fraction if fraction is None else fraction
+    spec = to_run_spec(cfg, budget * fraction, runnable=runnable)
     specs = to_specs(cfg)
     step = flops.grpo_step_flops(specs.policy, specs.reward, convention=cfg.convention,
                                  lora=specs.lora, **specs.kwargs())
@@ -294,23 +325,45 @@ def _knobs(cell: Cell) -> dict[str, str]:
     return {"model": cell.spec.model, "reward": dict(cell.spec.reward)["name"]} | dict(cell.knobs)
 
 
+def flat_share(plan: Plan) -> float:
+    """What a flat grid of these cells at ``pilot.fraction`` would cost, in full runs."""
+    return len(plan.runnable) * plan.base.pilot.fraction if plan.base else 0.0
+
+
 def cost_warning(plan: Plan) -> str:
     """A warning when the grid's pilots together cost more than one full-budget run
-    ("" otherwise): each cell gets ``pilot.fraction`` of the budget, whatever the grid."""
-    share, n = plan.share_of_full_run, len(plan.runnable)
-    if share <= 1.0:
+    ("" otherwise): under ``selection.policy=flat`` each cell gets ``pilot.fraction`` of
+    the budget, whatever the grid (a ladder spends ``selection.share``)."""
+    n = len(plan.runnable)
+    if plan.ladder is not None or plan.share_of_full_run <= 1.0:
         return ""
-    return (f"warning: these {n} pilots cost {share:.2f} full-budget runs (each gets "
-            f"pilot.fraction={plan.pilot_fraction:g} of the budget); to keep the pilots "
-            f"within one full run, use pilot.fraction<={1 / n:.3g} or fewer cells")
+    return (f"warning: these {n} pilots cost {plan.share_of_full_run:.2f} full-budget runs "
+            f"(each gets pilot.fraction={plan.pilot_fraction:g} of the budget); to keep the "
+            f"pilots within one full run, use selection.policy=ladder, "
+            f"pilot.fraction<={1 / n:.3g} or fewer cells")
+
+
+def ladder_text(ladder: LadderPlan) -> str:
+    """``16 configs at F/64 -> 4 at F/16 -> 2 at F/4``, with seeds."""
+    rungs = " -> ".join(f"{count} at {fmt_fraction(rung)}"
+                        for count, rung in zip(ladder.counts, ladder.rungs))
+    seeds = f" (x{ladder.seeds} seeds)" if ladder.seeds > 1 else ""
+    return f"{rungs} config(s){seeds}"
 
 
 def plan_summary(plan: Plan) -> str:
     """One paragraph: the grid's size, budgets, and pilot cost vs one full run."""
     axes = " x ".join(f"{k}[{len(v)}]" for k, v in plan.axes) or "one cell"
+    head = (f"grid {axes} = {len(plan.cells)} cell(s), {len(plan.runnable)} runnable; "
+            f"full-run budget F = {fmt_flops(plan.budget_flops)} FLOPs")
+    if plan.ladder is not None:
+        shrunk = (f"; rungs shrunk x{plan.ladder.scaled:.3g} to fit selection.share="
+                  f"{plan.base.selection.share:g}" if plan.ladder.scaled < 1 else "")
+        return (f"{head}; ladder {ladder_text(plan.ladder)}, pilots "
+                f"{fmt_flops(plan.pilot_flops)} FLOPs = {plan.share_of_full_run:.1%} of one "
+                f"full-budget run (a flat grid at pilot.fraction={plan.base.pilot.fraction:g}"
+                f": {flat_share(plan):.1%}){shrunk}")
     each = fmt_flops(plan.budget_flops * plan.pilot_fraction)
-    return (f"grid {axes} = {len(plan.cells)} cell(s), {len(plan.runnable)} runnable; "
-            f"full-run budget {fmt_flops(plan.budget_flops)} FLOPs, pilots "
-            f"{plan.pilot_fraction:g} x budget = {each} each; all pilots "
+    return (f"{head}, pilots {plan.pilot_fraction:g} x budget = {each} each; all pilots "
             f"{fmt_flops(plan.pilot_flops)} FLOPs = "
             f"{plan.share_of_full_run:.1%} of one full-budget run")

@@ -128,9 +128,10 @@ class PilotJob:
     the signal is redone.
     """
 
-    def __init__(self, threads: int, checkpoint_every: int):
+    def __init__(self, threads: int, checkpoint_every: int, keep_final_state: bool = False):
         self.threads = threads
         self.checkpoint_every = checkpoint_every
+        self.keep_final_state = keep_final_state  # a ladder rung that a later one continues
 
     def __call__(self, spec: RunSpec, cell_dir: str) -> dict:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # before torch starts its pool
@@ -143,7 +144,8 @@ class PilotJob:
         with StopSignals() as stop:
             try:
                 summary = run_pilot(spec, Path(cell_dir), stop=stop,
-                                    checkpoint_every=self.checkpoint_every)
+                                    checkpoint_every=self.checkpoint_every,
+                                    keep_final_state=self.keep_final_state)
             except StopRequested:
                 stop.forward()  # under submitit: checkpoint() and requeue; exits
                 raise

@@ -401,9 +401,43 @@ def _settle_other(ledger: Ledger, prior_s: dict[str, float], session_s: float) -
                                                  - claimed}, ledger.redone)
 
 
+def continued_state(spec: RunSpec, cell_dir: Path) -> PilotState | None:
+    """The final state of the cell ``spec`` continues (a ladder rung resumes the rung
+    below from where it ended), or None when ``spec`` continues nothing.
+
+    Its checkpoints still to come are this spec's above the budget of the cell below
+    (whose end was evaluated already).
+
+    Raises:
+        UsageError: that cell is not of this lineage, not finished ok, or kept no final
+            state; the message says what to rerun.
+    """
+    if not spec.continues:
+        return None
+    below = Path(cell_dir).parent / spec.continues
+    try:
+        earlier = RunSpec.from_dict(results.read_json(below / "spec.json"))
+    except (OSError, ValueError, TypeError) as error:
+        raise UsageError(f"cell {spec.cell_id} continues {spec.continues}, which has no "
+                         f"readable spec.json in {below.parent} ({error}); rerun the sweep "
+                         f"from its first rung") from error
+    if earlier.lineage_id != spec.lineage_id or earlier.budget_flops >= spec.budget_flops:
+        raise UsageError(f"cell {spec.cell_id} continues {spec.continues}, another cell "
+                         f"(different knobs, or a budget not below {spec.budget_flops:.3g})")
+    state = load_state(below / "state", earlier) if _finished_ok(below) else None
+    if state is None:
+        raise UsageError(f"cell {spec.cell_id} continues {spec.continues}, which has no "
+                         f"final state (not finished ok, or run without keeping it); rerun "
+                         f"the sweep: the rung below runs again first")
+    state.pending = [c for c in sorted(spec.checkpoints)
+                     if c * spec.budget_flops > earlier.budget_flops * (1 + 1e-9)]
+    return state
+
+
 def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = None,
               progress: Callable[[dict], None] | None = None,
-              checkpoint_every: int = 5, stop: Callable[[], bool] | None = None) -> dict:
+              checkpoint_every: int = 5, stop: Callable[[], bool] | None = None,
+              keep_final_state: bool = False) -> dict:
     """Run one cell to its budget; write spec.json, metrics.jsonl, summary.json.
 
     Args:
@@ -417,6 +451,13 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
         stop: asked after every step; when it answers True the pilot saves its state at
             that step boundary and raises :class:`StopRequested` without a summary (a
             scheduler's warning before a time limit or a preemption; a rerun continues).
+        keep_final_state: keep the state at the end of the budget (a ladder rung that a
+            later rung may continue: ``spec.continues`` of that rung names this cell).
+
+    A spec that ``continues`` another cell starts from that cell's final state: its
+    steps, ledger and metrics rows carry over, so no FLOP is spent twice, and its summary
+    counts the lineage's FLOPs from the warm start (``continued_from``: that cell's id and
+    steps).
 
     Returns the summary (``resumed_from_step``: the step a saved state was resumed from,
     or None; ``redone``: FLOPs by phase that earlier, interrupted runs spent after their
@@ -437,6 +478,10 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     wall_start = time.perf_counter()
     state = load_state(state_dir, spec)
     resumed_from = state.steps if state else None
+    below = continued_state(spec, cell_dir) if state is None else None
+    continued_from = ({"cell_id": spec.continues, "steps": below.steps}
+                      if below is not None else None)
+    state = state or below
     # what an earlier run of this cell spent (killed, lost or failed: not finished ok)
     earlier = None if _finished_ok(cell_dir) else spent_so_far(spec, cell_dir)[0]
     results.write_json(cell_dir / "spec.json", spec.to_dict())
@@ -464,12 +509,12 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     try:
         parts = components or build_components(spec)
         check_reward_format(spec, parts.reward)
-        if resumed_from is not None:
+        if resumed_from is not None or continued_from is not None:
             _restore(parts, state, cell_dir / "adapter")
             if sum(ledger.redone["model"].values()):
                 save(parts)  # the redone FLOPs survive a second interruption
         ledger.wall_s["load"] += time.perf_counter() - wall_start
-        if resumed_from is None:
+        if resumed_from is None and continued_from is None:
             evals += evaluate(spec, parts, ledger, 0.0)
             rows += evals[-len(spec.eval_targets):]
         while True:
@@ -544,6 +589,8 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
             evals += evaluate(spec, parts, ledger, 1.0)
             rows += evals[-len(spec.eval_targets):]
         status, error = "ok", None
+        if keep_final_state:  # a later rung continues from here
+            save(parts)
     except StopRequested:
         raise  # state saved at this step boundary; no summary: the cell is not finished
     except Exception as exc:  # a failed pilot is recorded, never lost
@@ -559,9 +606,10 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
                          "flops": ledger.snapshot()})
     ledger = _settle_other(ledger, prior_s, time.perf_counter() - wall_start)
     results.write_jsonl(cell_dir / "metrics.jsonl", rows)  # the whole file, atomically
-    summary = _summary(spec, ledger, steps, evals, status, error, resumed_from)
+    summary = _summary(spec, ledger, steps, evals, status, error, resumed_from,
+                       continued_from=continued_from)
     results.write_json(cell_dir / "summary.json", summary)
-    if status == "ok":  # a failed pilot keeps its state, so that a rerun resumes it
+    if status == "ok" and not keep_final_state:  # a failed pilot keeps its state (resume)
         shutil.rmtree(state_dir, ignore_errors=True)  # AdamW moments: twice the adapter
     return summary
 

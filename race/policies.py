@@ -2,11 +2,13 @@
 
 RACE's embedded default must show RL improving a policy on a laptop CPU, with no hub.
 ``build_tiny_policy("tiny-m")`` builds a ``Qwen2ForCausalLM`` of the shape in
-``conf/model/tiny-m.yaml``, trains it briefly on reference solutions of the embedded task
-(loss on the completion only) until its greedy accuracy on a validation split reaches the
-model's ``warm_start_target`` (larger members get higher targets, so the family starts
-imperfect and ordered by size, as real families are), and saves model, tokenizer and a
-``build_info.json`` (accuracy per split, wall seconds, and the warm-start FLOPs, which are
+``conf/model/tiny-m.yaml`` and trains it on reference solutions of the embedded task
+(loss on the completion only) by one recipe common to every size: the same data, the
+same number of steps, the same learning-rate schedule (linear warm-up, cosine decay to
+zero). No size has an accuracy target: what each size reaches is its capacity under
+that recipe, which is what the size axis of a sweep then shows. It saves model,
+tokenizer and a ``build_info.json`` (its greedy accuracy on ``val`` along the way and at
+the end, on ``test`` and ``ood``, wall seconds, and the warm-start FLOPs, which are
 pre-training and never charged to a post-training budget).
 
 Builds are deterministic for a recipe and cached under ``$RACE_CACHE_DIR`` (default
@@ -27,32 +29,42 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from race import flops
-from race.catalog import load_entry, load_model_shape
+from race.catalog import load_model_shape
 from race.errors import UsageError
 from race.specs import ModelShape
 from race.tasks.arith import ArithTask
 from race.tasks.base import Example
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: one recipe for every size (fixed steps, cosine decay), no targets
 
 
 @dataclass(frozen=True, slots=True)
 class WarmStartRecipe:
-    """Everything that determines a warm-started policy (its hash keys the cache)."""
+    """Everything that determines a warm-started policy (its hash keys the cache).
+
+    One recipe for every size: nothing here depends on the model but its name.
+    """
 
     model: str
-    target_accuracy: float = 0.3  # stop once greedy accuracy on ``val`` reaches this
-    max_steps: int = 600  # ... or after this many steps
-    eval_every: int = 5  # steps between (cheap, teacher-forced) validation checks
-    greedy_every: int = 10  # steps between greedy checks, once teacher-forced is halfway
-    val_examples: int = 256
+    steps: int = 600  # supervised steps, every size the same
     batch_size: int = 32
-    lr: float = 3e-3
-    warmup_steps: int = 30
+    lr: float = 3e-3  # peak AdamW learning rate
+    warmup_steps: int = 30  # linear warm-up, then cosine decay to 0 at ``steps``
+    curve_every: int = 100  # steps between greedy checks on ``val`` (the build's curve)
+    curve_examples: int = 256
+    val_examples: int = 1000  # the final ``val`` accuracy (SE <= 0.016)
+    eval_examples: int = 512  # ``test`` and ``ood``, reported
     seed: int = 0
-    eval_examples: int = 512
     task: dict = field(default_factory=lambda: asdict(ArithTask()))
     version: int = RECIPE_VERSION
+
+    def lr_factor(self, step: int) -> float:
+        """The learning rate at ``step`` as a fraction of ``lr``."""
+        import math
+
+        warm = (step + 1) / self.warmup_steps
+        decay = 0.5 * (1 + math.cos(math.pi * min(1.0, step / self.steps)))
+        return min(warm, decay)
 
 
 def cache_dir() -> Path:
@@ -122,20 +134,6 @@ def _sft_batch(tokenizer, examples: list[Example]):
     return ids, mask, labels, [len(t) for t, _ in encoded]
 
 
-def teacher_forced_accuracy(model, tokenizer, examples: list[Example]) -> float:
-    """Fraction of ``examples`` whose reference trace is the model's greedy choice at every
-    token: one forward pass, a cheap lower bound of greedy accuracy (used to stop early)."""
-    import torch
-
-    ids, mask, labels, _ = _sft_batch(tokenizer, examples)
-    model.eval()
-    with torch.no_grad():
-        predicted = model(input_ids=ids, attention_mask=mask).logits[:, :-1].argmax(-1)
-    target = labels[:, 1:]
-    exact = ((predicted == target) | (target == -100)).all(dim=1)
-    return float(exact.float().mean())
-
-
 def greedy_accuracy(model, tokenizer, task: ArithTask, examples: list[Example], *,
                     max_new_tokens: int = 64, batch_size: int = 64) -> float:
     """Fraction of ``examples`` whose greedy completion has the right final answer."""
@@ -174,14 +172,13 @@ def _train(recipe: WarmStartRecipe, shape: ModelShape, folder: Path) -> dict:
                           max_position_embeddings=512)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     task = ArithTask(**recipe.task)
-    train = task.sample("train", recipe.max_steps * recipe.batch_size, seed=recipe.seed)
-    val = task.sample("val", recipe.val_examples, seed=recipe.seed)
+    train = task.sample("train", recipe.steps * recipe.batch_size, seed=recipe.seed)
+    curve_set = task.sample("val", recipe.curve_examples, seed=recipe.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / recipe.warmup_steps))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, recipe.lr_factor)
     pretrain = {"model": 0.0, "executed": 0.0}
-    val_curve, halfway = [], False
-    for step in range(recipe.max_steps):
+    val_curve = []
+    for step in range(recipe.steps):
         model.train()
         chunk = train[step * recipe.batch_size:(step + 1) * recipe.batch_size]
         ids, mask, labels, lengths = _sft_batch(tokenizer, chunk)
@@ -193,22 +190,19 @@ def _train(recipe: WarmStartRecipe, shape: ModelShape, folder: Path) -> dict:
         optimizer.zero_grad(set_to_none=True)
         for convention in flops.CONVENTIONS:
             pretrain[convention] += flops.train_flops(shape, lengths, convention=convention)
-        # teacher-forced accuracy is a cheap lower bound of greedy accuracy: once it is
-        # halfway to the target, check the real (greedy) accuracy every few steps
-        if (step + 1) % recipe.eval_every == 0 and not halfway:
-            halfway = teacher_forced_accuracy(model, tokenizer, val) >= recipe.target_accuracy / 2
-        if halfway and (step + 1) % recipe.greedy_every == 0:
-            val_curve.append((step + 1, greedy_accuracy(model, tokenizer, task, val)))
-            if val_curve[-1][1] >= recipe.target_accuracy:
-                break
+        if (step + 1) % recipe.curve_every == 0 and step + 1 < recipe.steps:
+            val_curve.append((step + 1, greedy_accuracy(model, tokenizer, task, curve_set)))
     train_s = time.perf_counter() - start
-    accuracy = {split: greedy_accuracy(model, tokenizer, task,
-                                       task.sample(split, recipe.eval_examples, seed=10_000))
-                for split in ("test", "ood")}
+    accuracy = {"val": greedy_accuracy(model, tokenizer, task,
+                                       task.sample("val", recipe.val_examples, seed=10_000))}
+    accuracy |= {split: greedy_accuracy(model, tokenizer, task,
+                                        task.sample(split, recipe.eval_examples, seed=10_000))
+                 for split in ("test", "ood")}
+    val_curve.append((recipe.steps, accuracy["val"]))
     model.save_pretrained(folder)
     save_char_tokenizer(folder, shape.vocab_size)
     model.generation_config.save_pretrained(folder)
-    return {"model": shape.name, "recipe": asdict(recipe), "sft_steps": step + 1,
+    return {"model": shape.name, "recipe": asdict(recipe), "sft_steps": recipe.steps,
             "val_curve": val_curve, "accuracy": accuracy, "train_s": train_s,
             "build_s": time.perf_counter() - start, "final_loss": float(loss.detach()),
             "params": shape.total_params,
@@ -227,8 +221,7 @@ def build_tiny_policy(name: str, *, seed: int = 0, rebuild: bool = False,
     if shape.tokenizer != "race-char":
         raise UsageError(f"model={name}: only the tiny family (tokenizer race-char) is built "
                          f"by RACE; {name} loads from {shape.hf_id or 'its hf_id'}")
-    target = load_entry("model", name).get("warm_start_target") or WarmStartRecipe.target_accuracy
-    recipe = recipe or WarmStartRecipe(model=name, target_accuracy=target, seed=seed)
+    recipe = recipe or WarmStartRecipe(model=name, seed=seed)
     return cached_build("policies", name, {"recipe": asdict(recipe), "shape": asdict(shape)},
                         lambda folder: _train(recipe, shape, folder), rebuild=rebuild)
 

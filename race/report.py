@@ -201,13 +201,17 @@ def _excluded_markdown(excluded: pd.DataFrame) -> str:
 
 
 def _leaderboard_markdown(name: str, ranked: dict, primary: str, ok: pd.DataFrame,
-                          excluded: pd.DataFrame, by_target: dict, level: float) -> str:
+                          excluded: pd.DataFrame, by_target: dict, level: float,
+                          ladder: bool = False) -> str:
     full = float(ok["full_budget_flops"].iloc[0])
     pilot = float(ok["budget_flops"].max())
     n_missing = int((excluded["status"] == "missing").sum()) if len(excluded) else 0
+    where = ("The tables below rank the ladder's first rung, where every config ran; the "
+             "ladder section after them shows every rung and what was selected. "
+             if ladder else "")
     parts = [
         f"# Leaderboard: {name}",
-        f"Each pilot spends up to {fmt_flops(pilot)} FLOPs; a full run is {fmt_flops(full)} "
+        f"{where}Each pilot spends up to {fmt_flops(pilot)} FLOPs; a full run is {fmt_flops(full)} "
         f"FLOPs. Cells: {len(ok)} ok, {len(excluded) - n_missing} failed, {n_missing} "
         f"missing. Intervals: {level:.0%} percentile bootstrap of the final accuracy over "
         "seeds (over prompts when a config has one seed). Predicted: the ScaleRL sigmoid "
@@ -400,6 +404,42 @@ def _compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[
 # ------------------------------------------------------------------ figures
 
 
+def _ladder_markdown(ladder: dict, target: str, selected: list[dict]) -> str:
+    """The leaderboard's ladder section: every rung's configs, scores and decisions."""
+    text = ["", "## Ladder (successive halving)",
+            f"Every config ran to the first rung; after each rung the configs with the "
+            f"highest lower confidence bound of their `{target}` score at the next rung "
+            f"(the trend of their last checkpoints carried one rung, minus "
+            f"{ladder.get('z', 1.0):g} standard errors) continued from their checkpoints, "
+            f"keeping the best 1/{ladder.get('reduction', 4)} and at least one config per "
+            f"policy size; a config whose guard fired is never promoted. Pilot compute: "
+            f"{ladder.get('cost_share', float('nan')):.1%} of one full run as planned."]
+    for rung in ladder["rungs"]:
+        last = rung is ladder["rungs"][-1]
+        rows = []
+        for c in rung["candidates"]:
+            decision = ("-" if last and not c.get("guard") else
+                        "promoted" if c.get("promoted") else c.get("why", "-"))
+            rows.append([f"`{c['config']}`", f"{c['model']}/{c['reward']} G{c['group_size']} "
+                         f"mu{c['update_epochs']}", len(c["cell_ids"]), _acc(c["score"]),
+                         _acc(c["se"]), "-" if last else _acc(c["predicted"]),
+                         "-" if last else _acc(c["lcb"]),
+                         c.get("why", "") if c.get("promoted") else decision,
+                         c.get("guard") or ""])
+        text += [f"### Rung {rung['rung']}: {aggregate.fmt_fraction(rung['fraction'])} "
+                 f"({fmt_flops(rung['budget_flops'])} FLOPs per cell), "
+                 f"{len(rung['candidates'])} config(s)",
+                 _md_table(["config", "knobs", "seeds", f"{target}", "SE",
+                            "predicted next rung", "LCB", "decision", "guard"],
+                           rows, "llrrrrrll")]
+    if selected:
+        pick = selected[0]
+        text.append(f"**Pick: `{pick['config_id']}` ({pick['model']}/{pick['reward']}), "
+                    f"{pick['score']:.3f} [{pick['lo']:.3f}, {pick['hi']:.3f}] "
+                    f"{pick['basis_used']}.**")
+    return "\n\n".join(text) + "\n"
+
+
 def _guards_markdown(checks: pd.DataFrame, target: str, n_cells: int) -> str:
     """The leaderboard's guard section: every guard that fired, with its evidence."""
     fired = checks[checks["fired"]]
@@ -429,7 +469,7 @@ def _no_ok_cells(sweep_dir: Path, cells: pd.DataFrame) -> UsageError:
 def _summary(name: str, sweep_dir: Path, cells: pd.DataFrame, ok: pd.DataFrame,
              totals: dict, primary: str, configs: pd.DataFrame, regimes: pd.DataFrame,
              by_target: dict, selected: list[dict], basis: str, level: float,
-             paths: dict) -> str:
+             paths: dict, ladder: dict | None = None) -> str:
     charged = totals["total"]
     n_missing = int((cells["status"] == "missing").sum())
     split = ", ".join(f"{p} {_share(totals[p], charged)}" for p in PHASES)
@@ -460,11 +500,16 @@ def _summary(name: str, sweep_dir: Path, cells: pd.DataFrame, ok: pd.DataFrame,
         lines.append(f"  {r['rank']:>2}. {name_:<{width}}  "
                      f"{_interval(r['mean'], r['lo'], r['hi'])}")
     lines.append(by_target["message"])
+    if ladder is not None:
+        lines.append("ladder: " + " -> ".join(
+            f"{len(r['candidates'])} at {aggregate.fmt_fraction(r['fraction'])}"
+            for r in ladder["rungs"]) + " config(s)")
     lines.append(f"selected for validation (k={len(selected)}, basis {basis}):")
     for s in selected:
         why = {"distinct regime": "best of a distinct regime",
-               "guarded": f"a guard fired ({s.get('guard')}), chosen for lack of others"
-               }.get(s.get("why"), "fills a free slot (its regime already chosen)")
+               "guarded": f"a guard fired ({s.get('guard')}), chosen for lack of others",
+               "free slot": "fills a free slot (its regime already chosen)"
+               }.get(s.get("why"), s.get("why"))
         lines.append(f"  {s['config_id']} ({s['model']}/{s['reward']}, {s['regime']}): "
                      f"{s['basis_used']} {_interval(s['score'], s['lo'], s['hi'])}; {why}")
     lines.append(f"wrote {', '.join(p.name for p in paths.values())} in {sweep_dir}")
@@ -500,10 +545,19 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     if not (sweep_dir / "cells").is_dir():
         raise UsageError(f"{sweep_dir}: no cells/ folder; pass a sweep folder "
                          "(results/<sweep_id>) written by `race sweep`")
-    cells, evals, examples, steps = results.load_results(sweep_dir, with_steps=True)
-    if cells.empty:
-        raise _no_ok_cells(sweep_dir, cells)
-    aggregate.check_consistent(cells)
+    every_cell, evals, examples, steps = results.load_results(sweep_dir, with_steps=True)
+    if every_cell.empty:
+        raise _no_ok_cells(sweep_dir, every_cell)
+    aggregate.check_consistent(every_cell)
+    ladder = (results.read_json(sweep_dir / "ladder.json")
+              if (sweep_dir / "ladder.json").is_file() else None)
+    cells = every_cell
+    if ladder is not None:  # rank on the first rung: every config at one budget
+        first = set(ladder["rungs"][0]["cells"])
+        cells = every_cell[every_cell["cell_id"].isin(first)]
+        evals = evals[evals["cell_id"].isin(first)] if len(evals) else evals
+        examples = examples[examples["cell_id"].isin(first)] if len(examples) else examples
+        steps = steps[steps["cell_id"].isin(first)] if len(steps) else steps
     ok, excluded = aggregate.split_status(cells)
     if ok.empty:
         raise _no_ok_cells(sweep_dir, cells)
@@ -532,8 +586,12 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     guarded = {cid: "; ".join(f"{g} ({c}: {e})" for g, c, e in
                               zip(group["guard"], group["cell_id"], group["evidence"]))
                for cid, group in fired.groupby("config_id")}
-    selected = aggregate.select_for_validation(raw[primary], fits_by[primary], k=top_k,
-                                               basis=basis, guarded=guarded)
+    if ladder is not None:
+        basis = "ladder"
+        selected = aggregate.ladder_selection(ladder, raw[primary], k=top_k, level=level)
+    else:
+        selected = aggregate.select_for_validation(raw[primary], fits_by[primary], k=top_k,
+                                                   basis=basis, guarded=guarded)
 
     primary_configs = ranked[primary][0]
     config_order = {cid: i for i, cid in enumerate(primary_configs["config_id"])}
@@ -549,9 +607,11 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     board = pd.concat([c for c, _ in ranked.values()], ignore_index=True)
     results.write_csv(paths["leaderboard_csv"], board)
     results.write_text(paths["leaderboard_md"], _leaderboard_markdown(
-        name, ranked, primary, ok, excluded, by_target, level)
+        name, ranked, primary, ok, excluded, by_target, level, ladder is not None)
+        + (_ladder_markdown(ladder, primary, selected) if ladder is not None else "")
         + _guards_markdown(checks, primary, len(ok)))
-    card, latex, totals = _compute_card(name, cells, ok, order, names)
+    card, latex, totals = _compute_card(name, aggregate.increments(every_cell), ok, order,
+                                        names)
     results.write_text(paths["compute_card_md"], card)
     results.write_text(paths["compute_card_tex"], latex)
     from race import plots
@@ -573,8 +633,9 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     if comparison_path.is_file():  # a rerun of the report keeps the validation section
         validation_section(sweep_dir, results.read_json(comparison_path))
 
-    summary = _summary(name, sweep_dir, cells, ok, totals, primary, primary_configs,
-                       ranked[primary][1], by_target, selected, basis, level, paths)
+    summary = _summary(name, sweep_dir, every_cell, every_cell[every_cell["status"] == "ok"],
+                       totals, primary, primary_configs, ranked[primary][1], by_target,
+                       selected, basis, level, paths, ladder)
     return {"paths": paths, "summary": summary, "target": primary, "selected": selected,
             "totals": totals}
 

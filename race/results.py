@@ -158,7 +158,7 @@ def cell_dirs(sweep_dir: Path) -> list[Path]:
 
 KNOBS = ("model", "seed", "prompts_per_step", "group_size", "max_new_tokens",
          "update_epochs", "minibatch_size", "lr", "lora_rank", "kl_coef", "temperature",
-         "backend", "convention", "config_id")
+         "backend", "convention", "config_id", "continues")
 
 
 def pilot_row(cell_dir: Path) -> dict:

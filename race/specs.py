@@ -269,20 +269,49 @@ class RunSpec:
     measure: bool = False
     # where the policy's weights load from ("": the tiny family's cached warm start)
     policy_path: str = ""
+    # the cell (a sibling folder) whose final state this pilot continues: a ladder rung
+    # resumes the rung below ("": starts from the warm start)
+    continues: str = ""
+
+    def _fields(self, *, lineage: bool = False) -> dict[str, Any]:
+        values = asdict(self)
+        if lineage or not values["continues"]:  # so ids of fresh cells stay as they were
+            del values["continues"]
+        return values
 
     @property
     def cell_id(self) -> str:
         """A stable short hash of every field."""
-        return _short_hash(asdict(self))
+        return _short_hash(self._fields())
 
     @property
     def config_id(self) -> str:
-        """A stable short hash of every field but the seed: the seeds of one allocation."""
-        return _short_hash(asdict(self) | {"seed": None})
+        """A stable short hash of every field but the seed (and what a rung continues):
+        the seeds of one allocation."""
+        return _short_hash(self._fields(lineage=True) | {"seed": None})
+
+    @property
+    def lineage_id(self) -> str:
+        """Every field but the budget, its checkpoints and what it continues: the rungs of
+        one cell on a ladder share it (a rung may continue only its own lineage)."""
+        return _short_hash(self._fields(lineage=True) | {"budget_flops": None,
+                                                         "checkpoints": None})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"reward": dict(self.reward), "task": dict(self.task),
                                "cell_id": self.cell_id, "config_id": self.config_id}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> RunSpec:
+        """The inverse of :meth:`to_dict` (extra keys such as ``cell_id`` are ignored)."""
+        names = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in values.items() if k in names}
+        for key in ("reward", "task"):
+            kept[key] = tuple(sorted(dict(kept[key]).items()))
+        for key in ("lora_targets", "checkpoints", "eval_targets"):
+            if key in kept:
+                kept[key] = tuple(kept[key])
+        return cls(**kept)
 
 
 def _short_hash(fields: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from race import results
 from race.errors import UsageError
 from race.grid import Plan, fmt_flops
+from race.ladder import next_rung_bound, promote
 
 
 def sweep_name(plan: Plan) -> str:
@@ -113,9 +114,10 @@ class SweepProgress:
     """One status line on stderr: cells done/running/failed and FLOPs spent."""
 
     def __init__(self, sweep_dir: Path, cell_ids: list[str], budget_flops: float,
-                 done_before: int, elsewhere: int = 0):
+                 done_before: int, elsewhere: int = 0, label: str = ""):
         self.dir, self.cell_ids, self.budget = sweep_dir, cell_ids, budget_flops
         self.done_before, self.elsewhere = done_before, elsewhere
+        self.prefix = f"[sweep {label}]" if label else "[sweep]"
         self.start = time.perf_counter()
         self.tty = sys.stderr.isatty()
         self.last, self.shown = None, 0.0
@@ -150,7 +152,7 @@ class SweepProgress:
         self.shown, self.last = now, finished
         elapsed = now - self.start
         total = counts.total + self.done_before + self.elsewhere
-        line = (f"[sweep] {counts.done + self.done_before}/{total} "
+        line = (f"{self.prefix} {counts.done + self.done_before}/{total} "
                 f"done, {counts.running} running, {counts.failed} failed; FLOPs spent "
                 f"{fmt_flops(self.spent_flops())} of {fmt_flops(self.budget)}; "
                 f"{int(elapsed) // 60}m{int(elapsed) % 60:02d}s")
@@ -165,6 +167,10 @@ class SweepProgress:
 def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
     """Launch every runnable cell of ``plan`` without an ok summary; write pilots.csv.
 
+    Flat (``selection.policy=flat``): every cell at its pilot budget. Ladder: every cell
+    at the first rung, then the promoted configs' cells continued rung by rung
+    (:func:`run_ladder`, which writes ``ladder.json``).
+
     Cells are claimed first (``<sweep>/claims/``): a cell another live ``race sweep`` of
     the same folder is running is not launched again but waited for, so two identical
     commands never run one cell twice nor write one cell folder together.
@@ -174,47 +180,165 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
     launcher input has been refused before this is called; a failed pilot never stops
     the others.
     """
-    from race.launch import Task, cores, launch, quiet_library_output
-
     started = time.time()
-    cells_dir = sweep_dir / "cells"
-    todo = [c for c in plan.runnable if not is_ok(cells_dir / c.spec.cell_id)]
-    skipped = len(plan.runnable) - len(todo)
     me = results.this_process()
-    mine, held = results.claim_cells(sweep_dir, [c.spec.cell_id for c in todo], me)
+    record = sweep_record(plan, cfg, overrides, started=started, finished=None,
+                          launcher=cfg.launcher.name)
+    _write_record(sweep_dir, record)
+    if plan.ladder is None:
+        outcome = _run_cells(sweep_dir, [c.spec for c in plan.runnable], cfg, me)
+    else:
+        outcome = run_ladder(plan, cfg, sweep_dir, me)
+    frame = results.pilots_frame(sweep_dir)
+    results.write_csv(sweep_dir / "pilots.csv", frame)
+    record |= {"finished": time.time(), "launch_wall_s": outcome["wall_s"],
+               "ok": int((frame["status"] == "ok").sum()) if len(frame) else 0,
+               "failed": int((frame["status"] != "ok").sum()) if len(frame) else 0}
+    this_run = {"pid": me["pid"], "host": me["host"], "started": started,
+                "finished": record["finished"], "launched": outcome["launched"],
+                "by_other": outcome["by_other"]}
+    _write_record(sweep_dir, record, this_run)
+    return {"ok": record["ok"], "failed": record["failed"], "skipped": outcome["skipped"],
+            "ran": outcome["ran"], "wall_s": outcome["wall_s"],
+            "by_other": outcome["by_other"]}
+
+
+def _run_cells(sweep_dir: Path, specs: list, cfg, me: dict, *, label: str = "",
+               keep_final_state: bool = False) -> dict:
+    """Claim, warm-start and launch the cells of ``specs`` without an ok summary; wait
+    for the ones another process holds. Returns the counts (``launched``: cell ids)."""
+    from race.launch import PilotJob, Task, cores, launch, quiet_library_output, threads
+
+    cells_dir = sweep_dir / "cells"
+    todo = [s for s in specs if not is_ok(cells_dir / s.cell_id)]
+    skipped = len(specs) - len(todo)
+    mine, held = results.claim_cells(sweep_dir, [s.cell_id for s in todo], me)
+    where = f" of {label}" if label else ""
     try:
-        record = sweep_record(plan, cfg, overrides, started=started, finished=None,
-                              launcher=cfg.launcher.name)
-        _write_record(sweep_dir, record)
         if skipped:
-            print(f"race sweep: {skipped} cell(s) already ok in {sweep_dir}; running the "
-                  f"other {len(todo)}", file=sys.stderr)
+            print(f"race sweep: {skipped} cell(s){where} already ok in {sweep_dir}; running "
+                  f"the other {len(todo)}", file=sys.stderr)
         if held:
-            print(f"race sweep: {len(held)} cell(s) are being run by {held_text(held)}; "
-                  f"waiting for them instead of running them twice", file=sys.stderr)
-        ours = [c for c in todo if c.spec.cell_id in mine]
-        warm_start([c.spec for c in ours], workers=cores())
-        tasks = [Task(c.spec, str(cells_dir / c.spec.cell_id)) for c in ours]
-        progress = SweepProgress(sweep_dir, [c.spec.cell_id for c in plan.runnable],
-                                 plan.pilot_flops, skipped, elsewhere=len(held))
+            print(f"race sweep: {len(held)} cell(s){where} are being run by "
+                  f"{held_text(held)}; waiting for them instead of running them twice",
+                  file=sys.stderr)
+        ours = [s for s in todo if s.cell_id in mine]
+        warm_start(ours, workers=cores())
+        tasks = [Task(s, str(cells_dir / s.cell_id)) for s in ours]
+        progress = SweepProgress(sweep_dir, [s.cell_id for s in specs],
+                                 sum(s.budget_flops for s in specs), skipped,
+                                 elsewhere=len(held), label=label)
         launch_start = time.perf_counter()
+        job = PilotJob(threads(cfg.launcher), cfg.launcher.checkpoint_every,
+                       keep_final_state=keep_final_state)
         with quiet_library_output(sweep_dir / "sweep.log"):
-            counts = launch(tasks, cfg.launcher, sweep_dir / "submitit", on_change=progress)
+            counts = launch(tasks, cfg.launcher, sweep_dir / "submitit", on_change=progress,
+                            job=job)
             _wait_for_others(sweep_dir, held, cfg.launcher.poll_s, counts, progress)
         progress.close()
         wall_s = time.perf_counter() - launch_start
     finally:
         results.release_claims(sweep_dir, mine, me)
-    frame = results.pilots_frame(sweep_dir)
-    results.write_csv(sweep_dir / "pilots.csv", frame)
-    record |= {"finished": time.time(), "launch_wall_s": wall_s,
-               "ok": int((frame["status"] == "ok").sum()) if len(frame) else 0,
-               "failed": int((frame["status"] != "ok").sum()) if len(frame) else 0}
-    this_run = {"pid": me["pid"], "host": me["host"], "started": started,
-                "finished": record["finished"], "launched": sorted(mine), "by_other": held}
-    _write_record(sweep_dir, record, this_run)
-    return {"ok": record["ok"], "failed": record["failed"], "skipped": skipped,
-            "ran": counts.done + counts.failed, "wall_s": wall_s, "by_other": held}
+    return {"skipped": skipped, "ran": counts.done + counts.failed, "wall_s": wall_s,
+            "by_other": held, "launched": sorted(mine)}
+
+
+def run_ladder(plan: Plan, cfg, sweep_dir: Path, me: dict) -> dict:
+    """Run ``plan``'s ladder: every cell at the first rung; after each rung, promote
+    configs by the lower confidence bound of their score at the next rung
+    (:func:`race.ladder.promote`, guards and one config per size respected) and continue
+    their cells from their final states. Writes ``ladder.json`` after every rung.
+
+    A rerun recomputes the same promotions from the same results and runs only what is
+    not done (every rung resumes like a flat sweep).
+    """
+    from dataclasses import replace
+
+    ladder, selection = plan.ladder, cfg.selection
+    full = plan.budget_flops
+    specs = [c.spec for c in plan.runnable]
+    config_of = {s.cell_id: s.config_id for s in specs}  # the config: its rung-1 id
+    rungs, total = [], {"skipped": 0, "ran": 0, "wall_s": 0.0, "by_other": {},
+                        "launched": []}
+    for index, fraction in enumerate(ladder.rungs):
+        last = index == len(ladder.rungs) - 1
+        label = f"rung {index + 1}/{len(ladder.rungs)} ({fraction:.3g} F)"
+        outcome = _run_cells(sweep_dir, specs, cfg, me, label=label,
+                             keep_final_state=not last)
+        for key in ("skipped", "ran", "wall_s"):
+            total[key] += outcome[key]
+        total["by_other"] |= outcome["by_other"]
+        total["launched"] += outcome["launched"]
+        next_flops = full * ladder.rungs[index + 1] if not last else None
+        candidates = rung_candidates(sweep_dir, specs, config_of, next_flops,
+                                     z=selection.z)
+        count = ladder.counts[index + 1] if not last else 0
+        ranked = promote(candidates, count) if not last else sorted(
+            candidates, key=lambda c: (c["guard"] is not None, -c["score"], c["config"]))
+        rungs.append({"rung": index + 1, "fraction": fraction, "budget_flops": full * fraction,
+                      "cells": {s.cell_id: config_of[s.cell_id] for s in specs},
+                      "candidates": ranked, "promote": count})
+        results.write_json(sweep_dir / "ladder.json", {
+            "rungs": rungs, "planned_counts": list(ladder.counts),
+            "cost_share": ladder.cost_share, "scaled": ladder.scaled,
+            "reduction": selection.reduction, "z": selection.z})
+        if last:
+            break
+        promoted = {c["config"] for c in ranked if c["promoted"]}
+        specs = [replace(s, budget_flops=full * ladder.rungs[index + 1], continues=s.cell_id)
+                 for s in specs if config_of[s.cell_id] in promoted
+                 and is_ok(sweep_dir / "cells" / s.cell_id)]
+        config_of |= {s.cell_id: config_of[s.continues] for s in specs}
+        if not specs:
+            break
+    return total
+
+
+def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
+                    next_flops: float | None, *, z: float) -> list[dict]:
+    """One rung's configs as promotion candidates: each config's ok cells (seeds) read on
+    the selection target at the rung's end, their guards, and (below the last rung) the
+    lower confidence bound of the seed mean at ``next_flops``."""
+    import math
+
+    from race import aggregate
+
+    ids = {s.cell_id for s in specs}
+    target = specs[0].select_target
+    cells, evals, examples, steps = results.load_results(sweep_dir, with_steps=True)
+    evals = evals[evals["cell_id"].isin(ids) & (evals["target"] == target)]
+    checks = aggregate.guard_cells(evals, examples[examples["cell_id"].isin(ids)]
+                                   if len(examples) else examples,
+                                   steps[steps["cell_id"].isin(ids)], target=target)
+    fired = checks[checks["fired"]]
+    by_config: dict[str, list] = {}
+    for spec in specs:
+        curve = evals[evals["cell_id"] == spec.cell_id].sort_values(["flops", "checkpoint"])
+        if not is_ok(sweep_dir / "cells" / spec.cell_id) or curve.empty:
+            continue
+        bound = next_rung_bound(curve["flops"].tolist(), curve["accuracy"].tolist(),
+                                curve["n"].astype(int).tolist(),
+                                next_flops or float(curve["flops"].iloc[-1]), z=z)
+        by_config.setdefault(config_of[spec.cell_id], []).append((spec, bound))
+    candidates = []
+    for config, members in sorted(by_config.items()):
+        k = len(members)
+        score = sum(b["score"] for _, b in members) / k
+        se = math.sqrt(sum(b["se"] ** 2 for _, b in members)) / k
+        predicted = sum(b["predicted"] for _, b in members) / k
+        predicted_se = math.sqrt(sum(b["predicted_se"] ** 2 for _, b in members)) / k
+        cell_ids = [s.cell_id for s, _ in members]
+        guard = fired[fired["cell_id"].isin(cell_ids)]
+        spec = members[0][0]
+        candidates.append({
+            "config": config, "cell_ids": cell_ids, "model": spec.model,
+            "reward": dict(spec.reward)["name"], "group_size": spec.group_size,
+            "update_epochs": spec.update_epochs, "score": score, "se": se,
+            "predicted": predicted, "predicted_se": predicted_se,
+            "lcb": predicted - z * predicted_se,
+            "guard": "; ".join(f"{g}: {e}" for g, e in zip(guard["guard"], guard["evidence"]))
+            or None})
+    return candidates
 
 
 def _write_record(sweep_dir: Path, record: dict, run: dict | None = None) -> None:
@@ -258,19 +382,14 @@ def _wait_for_others(sweep_dir: Path, held: dict[str, dict], poll_s: float, coun
 
 
 def full_budget_spec(spec_dict: dict, full_budget_flops: float):
-    """The pilot's :class:`RunSpec` again, at the full budget (a new cell id)."""
-    from dataclasses import fields
+    """The pilot's :class:`RunSpec` again, at the full budget from the warm start (a new
+    cell id; a ladder rung's continuation is dropped)."""
+    from dataclasses import replace
 
     from race.specs import RunSpec
 
-    names = {f.name for f in fields(RunSpec)}
-    values = {k: v for k, v in spec_dict.items() if k in names}
-    values["reward"] = tuple(sorted(values["reward"].items()))
-    values["task"] = tuple(sorted(values["task"].items()))
-    for key in ("lora_targets", "checkpoints", "eval_targets"):
-        values[key] = tuple(values[key])
-    values["budget_flops"] = float(full_budget_flops)
-    return RunSpec(**values)
+    return replace(RunSpec.from_dict(spec_dict), budget_flops=float(full_budget_flops),
+                   continues="")
 
 
 def run_validation(sweep_dir: Path, cfg, top_k: int | None = None) -> dict:

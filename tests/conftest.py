@@ -31,9 +31,9 @@ def policy(tmp_path_factory):
     old = os.environ.get("RACE_CACHE_DIR")
     os.environ["RACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
     try:
-        recipe = WarmStartRecipe(model="tiny-s", max_steps=30, eval_every=10,
-                                 greedy_every=10, val_examples=16, target_accuracy=1.01,
-                                 eval_examples=16)
+        recipe = WarmStartRecipe(model="tiny-s", steps=60, curve_every=20,
+                                 curve_examples=16, val_examples=16, eval_examples=16,
+                                 warmup_steps=5)
         return build_tiny_policy("tiny-s", recipe=recipe)
     finally:
         if old is None:
@@ -53,8 +53,8 @@ def tiny_prm(tmp_path_factory):
     old = os.environ.get("RACE_CACHE_DIR")
     os.environ["RACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("prm-cache"))
     try:
-        recipe = WarmStartRecipe(model="tiny-m", max_steps=4, eval_every=2, greedy_every=2,
-                                 val_examples=8, target_accuracy=1.01, eval_examples=8)
+        recipe = WarmStartRecipe(model="tiny-m", steps=4, curve_every=2, curve_examples=8,
+                                 val_examples=8, eval_examples=8, warmup_steps=2)
         prm_recipe = PRMRecipe(model="prm-tiny-s", init_from="tiny-m", train_steps=2,
                                batch_size=8, eval_examples=16, warmup_steps=1)
         return build_tiny_prm("prm-tiny-s", recipe=prm_recipe, policy_recipe=recipe)

@@ -45,7 +45,7 @@ def test_command_line_value_fixes_an_axis_and_a_list_replaces_it():
 
 def test_steps_solve_the_pilot_budget_at_nominal_tokens():
     plan = plan_grid(["model=tiny-m", "reward=rule", "grid.group_size=8",
-                      "grid.update_epochs=1", "budget=1e13"])
+                      "grid.update_epochs=1", "budget=1e13", "selection.policy=flat"])
     (cell,) = plan.cells
     cfg = compose_config(["model=tiny-m", "reward=rule", "budget=1e13"])
     specs = to_specs(cfg)
@@ -61,7 +61,7 @@ def test_steps_solve_the_pilot_budget_at_nominal_tokens():
 def test_cells_that_cannot_buy_a_step_are_refused_with_the_reason():
     # tiny-s buys a step on this budget, tiny-l does not
     plan = plan_grid(["model=tiny-s,tiny-l", "reward=rule", "grid.group_size=8",
-                      "grid.update_epochs=1", "budget=2.5e11"])
+                      "grid.update_epochs=1", "budget=2.5e11", "selection.policy=flat"])
     refused = [c for c in plan.cells if c.refused]
     assert [c.spec.model for c in refused] == ["tiny-l"]
     assert "worst-case step costs" in refused[0].refused and refused[0].steps == 0
@@ -103,8 +103,12 @@ def test_plan_of_real_models_loads_neither_torch_nor_weights():
 
 
 def test_plan_summary_reports_pilot_cost_as_share_of_a_full_run():
-    plan = plan_grid([])
+    plan = plan_grid(["selection.policy=flat"])
     assert "100.0% of one full-budget run" in plan_summary(plan)
+    ladder = plan_summary(plan_grid([]))  # the default: a ladder, 16 configs of 2 sizes
+    # 16 x 1/64 + 4 x (1/16 - 1/64) + 2 x (1/4 - 1/16) = 0.25 + 0.1875 + 0.375 = 0.8125
+    assert "ladder 16 at F/64 -> 4 at F/16 -> 2 at F/4" in ladder
+    assert "81.2% of one full-budget run" in ladder and "pilot.fraction=0.0625: 100.0%" in ladder
 
 
 def test_conf_grid_rewards_that_do_not_fit_a_chosen_policy_are_refused_not_fatal():
@@ -124,10 +128,13 @@ def test_plan_warns_when_a_flat_grid_costs_more_than_one_full_run(capsys):
     from race import cli
 
     args = ["plan", "budget=1e18", "model=qwen2.5-0.5b,qwen2.5-1.5b", "reward=rule",
-            "grid.group_size=2,4,8,16,32"]  # x mu [1, 2] x seed [0]: 20 cells of 1/16
+            "grid.group_size=2,4,8,16,32", "selection.policy=flat"]  # x mu [1, 2]: 20 of 1/16
     assert cli.main(args) == 0
     err = capsys.readouterr().err
     assert ("warning: these 20 pilots cost 1.25 full-budget runs (each gets "
             "pilot.fraction=0.0625 of the budget)") in err and "pilot.fraction<=0.05" in err
-    assert cli.main(["plan", "budget=1e18", "model=qwen2.5-0.5b", "reward=rule"]) == 0
+    assert cli.main(["plan", "budget=1e18", "model=qwen2.5-0.5b", "reward=rule",
+                     "selection.policy=flat"]) == 0
     assert "warning" not in capsys.readouterr().err  # 4 cells: a quarter of a run
+    assert cli.main(args[:-1]) == 0  # the ladder spends at most one full run, whatever the grid
+    assert "warning" not in capsys.readouterr().err

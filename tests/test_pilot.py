@@ -163,9 +163,9 @@ def test_pilot_with_vllm_backend(tmp_path):
     os.environ["RACE_CACHE_DIR"] = str(tmp_path / "cache")
     try:
         # tiny-l: vLLM's CPU attention needs head size 32 or more
-        recipe = WarmStartRecipe(model="tiny-l", max_steps=20, eval_every=10,
-                                 greedy_every=10, val_examples=8, target_accuracy=1.01,
-                                 eval_examples=8)
+        recipe = WarmStartRecipe(model="tiny-l", steps=20, curve_every=10,
+                                 curve_examples=8, val_examples=8, eval_examples=8,
+                                 warmup_steps=2)
         folder = build_tiny_policy("tiny-l", recipe=recipe)
     finally:
         os.environ.pop("RACE_CACHE_DIR")

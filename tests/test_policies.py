@@ -5,7 +5,6 @@ accuracies are measured by bench/warmstart.py and bench/prm_quality.py.
 """
 
 import math
-from types import SimpleNamespace
 
 import pytest
 
@@ -17,17 +16,14 @@ from race.policies import (  # noqa: E402
     WarmStartRecipe,
     build_info,
     build_tiny_policy,
-    encode_example,
     greedy_accuracy,
-    teacher_forced_accuracy,
 )
 from race.rewards.tiny_prm import PRMRecipe, TinyPRM, build_tiny_prm, roc_auc  # noqa: E402
 from race.specs import RewardShape  # noqa: E402
 from race.tasks.arith import ArithTask  # noqa: E402
 from race.tokenizer import build_char_tokenizer  # noqa: E402
 
-SHORT = dict(max_steps=4, eval_every=2, greedy_every=2, val_examples=8, target_accuracy=1.01,
-             batch_size=8,
+SHORT = dict(steps=4, curve_every=2, curve_examples=8, val_examples=8, batch_size=8,
              eval_examples=8, warmup_steps=2)
 
 
@@ -58,7 +54,7 @@ def test_build_is_cached_loadable_and_accounted(cache, monkeypatch):
     # each split's accuracy is measured on its own fixed held-out sample (seed 10_000)
     expected = {split: _mean_steps(None, None, None,
                                    ArithTask(**recipe.task).sample(split, 8, seed=10_000))
-                for split in ("test", "ood")}
+                for split in ("val", "test", "ood")}
     assert expected["test"] < expected["ood"]  # the stand-in can tell a swap
     assert info["accuracy"] == pytest.approx(expected)
     assert info["pretrain_flops"]["executed"] >= info["pretrain_flops"]["model"] > 0
@@ -86,20 +82,41 @@ def test_warm_start_flops_match_the_sft_batches(cache):
     recipe = WarmStartRecipe(model="tiny-s", **SHORT)
     info = build_info(build_tiny_policy("tiny-s", recipe=recipe))
     tokenizer = build_char_tokenizer(64)
-    train = ArithTask(**recipe.task).sample("train", recipe.max_steps * recipe.batch_size)
+    train = ArithTask(**recipe.task).sample("train", recipe.steps * recipe.batch_size)
     shape = load_model_shape("tiny-s")
     expected = sum(flops.train_flops(shape, _sft_batch(tokenizer, train[i:i + 8])[3])
                    for i in range(0, len(train), 8))
     assert info["pretrain_flops"]["model"] == pytest.approx(expected)
 
 
-def test_warm_start_stops_at_its_target(cache):
-    quick = WarmStartRecipe(model="tiny-s", **(SHORT | {"target_accuracy": 0.0}))
-    info = build_info(build_tiny_policy("tiny-s", recipe=quick))
-    assert info["sft_steps"] == 2 and len(info["val_curve"]) == 1  # halfway to 0: at once
-    full = build_info(build_tiny_policy("tiny-s", recipe=WarmStartRecipe(model="tiny-s",
-                                                                        **SHORT)))
-    assert full["sft_steps"] == 4
+def test_every_size_is_warm_started_by_one_recipe(cache, monkeypatch):
+    import dataclasses
+
+    import race.policies
+
+    monkeypatch.setattr(race.policies, "greedy_accuracy", _mean_steps)
+    # the default recipe of each size differs only in the model's name: no per-size target
+    small, medium = (WarmStartRecipe(model=name) for name in ("tiny-s", "tiny-m"))
+    assert dataclasses.replace(small, model="tiny-m") == medium
+    assert not any("target" in f.name for f in dataclasses.fields(WarmStartRecipe))
+    built = {name: build_info(build_tiny_policy(name, recipe=WarmStartRecipe(model=name,
+                                                                             **SHORT)))
+             for name in ("tiny-s", "tiny-m")}
+    for info in built.values():  # the same steps, the same val curve points, every size
+        assert info["sft_steps"] == 4
+        assert [step for step, _ in info["val_curve"]] == [2, 4]
+        assert info["val_curve"][-1][1] == info["accuracy"]["val"]
+    recipes = [info["recipe"] | {"model": None} for info in built.values()]
+    assert recipes[0] == recipes[1]
+    assert built["tiny-s"]["params"] < built["tiny-m"]["params"]
+
+
+def test_learning_rate_warms_up_then_decays_to_zero():
+    recipe = WarmStartRecipe(model="tiny-s", steps=100, warmup_steps=10)
+    assert recipe.lr_factor(0) == pytest.approx(0.1)
+    assert recipe.lr_factor(9) == pytest.approx(1.0, abs=0.03)  # warm: cosine barely started
+    assert recipe.lr_factor(50) == pytest.approx(0.5)
+    assert recipe.lr_factor(100) == pytest.approx(0.0)
 
 
 def test_only_tiny_models_are_built():
@@ -193,42 +210,6 @@ def test_greedy_accuracy_counts_completions_with_the_right_final_answer():
     assert greedy_accuracy(model, tokenizer, task, examples, batch_size=2) == pytest.approx(0.6)
     assert len(model.calls) == 3
     assert all(call["do_sample"] is False for call in model.calls)  # greedy
-
-
-class ShiftOracle:
-    """Stands in for a causal LM whose logits at position t pick input token t + 1, except
-    at the (row, position) pairs in ``wrong``, where they pick another token."""
-
-    def __init__(self, vocab_size: int, wrong: set[tuple[int, int]]):
-        self.vocab_size, self.wrong = vocab_size, wrong
-
-    def eval(self):
-        return self
-
-    def __call__(self, input_ids, attention_mask):
-        following = torch.roll(input_ids, -1, dims=1)
-        for row, position in self.wrong:
-            following[row, position] = (following[row, position] + 1) % self.vocab_size
-        return SimpleNamespace(logits=torch.nn.functional.one_hot(following, self.vocab_size)
-                               .float())
-
-
-def test_teacher_forced_accuracy_checks_every_completion_token_and_only_those():
-    tokenizer = build_char_tokenizer(64)
-    examples = sorted(ArithTask().sample("test", 4), key=lambda ex: len(ex.trace))
-    encoded = [encode_example(tokenizer, ex) for ex in examples]
-    longest = max(len(tokens) for tokens, _ in encoded)
-    (short, short_prompt), (_, second_prompt), (third, _), _ = encoded
-    assert len(short) < longest  # row 0 is padded
-    # logits at t predict token t + 1: a miss at t = prompt_len - 2 is inside the prompt
-    # (not scored), at prompt_len - 1 it is the first completion token, at len - 2 the EOS
-    wrong = {(0, short_prompt - 2), (0, longest - 2),  # prompt and padding: still exact
-             (2, len(third) - 2),  # misses the EOS
-             (1, second_prompt - 1)}  # misses the first completion token
-    model = ShiftOracle(len(tokenizer), wrong)
-    assert teacher_forced_accuracy(model, tokenizer, examples) == pytest.approx(0.5)
-    assert teacher_forced_accuracy(ShiftOracle(len(tokenizer), set()), tokenizer,
-                                   examples) == 1.0
 
 
 def test_roc_auc_on_hand_computed_cases():

@@ -64,9 +64,9 @@ def policy(vllm_module, tmp_path_factory):
     from race.catalog import load_model_shape
     from race.policies import WarmStartRecipe, build_tiny_policy
 
-    recipe = WarmStartRecipe(model=MODEL, max_steps=40, eval_every=40, greedy_every=40,
-                             val_examples=8, target_accuracy=1.01, batch_size=8,
-                             eval_examples=8, warmup_steps=2)
+    recipe = WarmStartRecipe(model=MODEL, steps=80, curve_every=40, curve_examples=8,
+                             val_examples=8, batch_size=8, eval_examples=8,
+                             warmup_steps=2)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RACE_CACHE_DIR", str(tmp_path_factory.mktemp("race-cache")))
         folder = build_tiny_policy(MODEL, recipe=recipe)

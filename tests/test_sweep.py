@@ -17,7 +17,8 @@ pytest.importorskip("submitit", reason="launchers go through submitit")
 # A tiny pilot's knobs (each cell spends ~15 steps on 1.25e9 FLOPs).
 SMALL = ["model=tiny-s", "reward=rule", "grid.prompts_per_step=2", "grid.group_size=2",
          "grid.max_new_tokens=12", "grid.update_epochs=1", "grid.lora_rank=4",
-         "pilot.eval_examples=4", "pilot.eval_targets=[test]", "budget=2e10"]
+         "pilot.eval_examples=4", "pilot.eval_targets=[test]", "budget=2e10",
+         "selection.policy=flat"]
 
 
 

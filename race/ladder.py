@@ -1,0 +1,169 @@
+"""The successive-halving ladder: which configs get more pilot compute (pure, no IO).
+
+Every config runs to the first rung (a fraction of the full budget F, e.g. F/64); the
+best ``1/reduction`` of them continue from their checkpoints to the next rung (F/16),
+the best of those to the last (F/4). The same pilot compute as a flat grid of 1/16
+pilots is spent on fewer, longer runs, so the decision rests on curves 4x nearer the full
+budget (multi-fidelity search: successive halving, Hyperband, ASHA).
+
+Promotion ranks configs by a *lower confidence bound of their score at the next rung*,
+never at F: the accuracy at this rung, plus the trend of its last checkpoints carried
+one rung further (a line in log FLOPs), minus ``z`` standard errors of both. A config
+whose guards fired (:mod:`race.guards`) is never promoted, and each policy size keeps at
+least one config as long as it has an unguarded one, so that the size axis is decided
+at the last rung too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_RUNGS = (1 / 64, 1 / 16, 1 / 4)
+
+
+@dataclass(frozen=True, slots=True)
+class LadderPlan:
+    """A ladder's rungs and how many configs reach each.
+
+    Attributes:
+        rungs: budget of each rung as a fraction of the full budget F (ascending), after
+            any shrinking to fit ``share``.
+        counts: configs planned at each rung (the first: every config).
+        seeds: cells (seeds) per config.
+        cost_share: the whole ladder's pilot compute as a share of one full run (each
+            continued cell pays only its increment over the rung before).
+        scaled: the factor the requested rungs were multiplied by to fit ``share`` (1.0:
+            they fit as given).
+    """
+
+    rungs: tuple[float, ...]
+    counts: tuple[int, ...]
+    seeds: int
+    cost_share: float
+    scaled: float = 1.0
+
+
+def fmt_fraction(fraction: float) -> str:
+    """A budget fraction as ``F/64`` (or ``0.3 F`` when not a unit fraction)."""
+    inverse = 1 / fraction
+    return f"F/{inverse:.0f}" if abs(inverse - round(inverse)) < 1e-6 else f"{fraction:.3g} F"
+
+
+def rung_counts(n_configs: int, n_rungs: int, reduction: int, n_sizes: int = 1) -> tuple[int, ...]:
+    """Configs at each rung: all at the first, then ``ceil(n / reduction)`` but at least
+    one per policy size (never more than the rung before)."""
+    counts = [n_configs]
+    for _ in range(n_rungs - 1):
+        before = counts[-1]
+        counts.append(min(before, max(math.ceil(before / reduction), n_sizes, 1)))
+    return tuple(counts)
+
+
+def ladder_cost(rungs: Sequence[float], counts: Sequence[int], seeds: int) -> float:
+    """Pilot compute of a ladder as a share of one full run: each rung's cells pay only
+    their increment over the rung before (a continued cell resumes its checkpoint)."""
+    spent, before = 0.0, 0.0
+    for rung, count in zip(rungs, counts):
+        spent += count * seeds * (rung - before)
+        before = rung
+    return spent
+
+
+def plan_ladder(n_configs: int, *, seeds: int = 1, n_sizes: int = 1,
+                rungs: Sequence[float] = DEFAULT_RUNGS, reduction: int = 4,
+                share: float = 1.0) -> LadderPlan:
+    """The ladder for ``n_configs`` configs of ``seeds`` cells each.
+
+    When the rungs as given would cost more than ``share`` of one full run (a large
+    grid), every rung shrinks by one factor until the ladder costs exactly ``share``.
+    """
+    counts = rung_counts(n_configs, len(rungs), reduction, n_sizes)
+    cost = ladder_cost(rungs, counts, seeds)
+    scale = min(1.0, share / cost) if cost > 0 else 1.0
+    return LadderPlan(tuple(r * scale for r in rungs), counts, seeds, cost * scale, scale)
+
+
+def trend_per_log_flops(flops: Sequence[float], accuracy: Sequence[float],
+                        n_problems: Sequence[int], last: int = 4) -> tuple[float, float]:
+    """Slope of accuracy against ln(FLOPs) over the last ``last`` checkpoints (flops > 0),
+    weighted by each checkpoint's binomial variance, and its standard error.
+
+    (0, 0) with fewer than 2 such checkpoints: no trend is claimed.
+    """
+    points = [(f, a, n) for f, a, n in zip(flops, accuracy, n_problems) if f > 0][-last:]
+    if len(points) < 2:
+        return 0.0, 0.0
+    x = np.log([p[0] for p in points])
+    y = np.array([p[1] for p in points])
+    var = np.array([max(a * (1 - a), 1 / n) / n for _, a, n in points])
+    w = 1 / var
+    xm = np.sum(w * x) / np.sum(w)
+    sxx = np.sum(w * (x - xm) ** 2)
+    if sxx <= 0:
+        return 0.0, 0.0
+    slope = float(np.sum(w * (x - xm) * (y - np.sum(w * y) / np.sum(w))) / sxx)
+    return slope, float(math.sqrt(1 / sxx))
+
+
+def next_rung_bound(flops: Sequence[float], accuracy: Sequence[float],
+                    n_problems: Sequence[int], next_flops: float, *,
+                    z: float = 1.0) -> dict:
+    """A cell's score now and the lower confidence bound of its score at ``next_flops``.
+
+    The prediction is the last checkpoint's accuracy plus the trend of the last
+    checkpoints carried to ``next_flops`` (one rung, 4x by default: never to F), clipped
+    to [0, 1]. Its standard error adds the last checkpoint's binomial SE and the slope's,
+    times the log distance.
+
+    Returns ``{"score", "se", "predicted", "predicted_se", "lcb"}``.
+    """
+    p, n = float(accuracy[-1]), int(n_problems[-1])
+    se = math.sqrt(max(p * (1 - p), 1 / n) / n)
+    slope, slope_se = trend_per_log_flops(flops, accuracy, n_problems)
+    distance = math.log(next_flops / flops[-1]) if flops[-1] > 0 and next_flops > 0 else 0.0
+    predicted = min(1.0, max(0.0, p + slope * distance))
+    predicted_se = math.sqrt(se ** 2 + (slope_se * distance) ** 2)
+    return {"score": p, "se": se, "predicted": predicted, "predicted_se": predicted_se,
+            "lcb": predicted - z * predicted_se}
+
+
+def promote(candidates: list[dict], count: int) -> list[dict]:
+    """Choose ``count`` configs to continue, from one rung's candidates.
+
+    Args:
+        candidates: one dict per config: ``config``, ``model`` (its policy size),
+            ``lcb`` (seed-mean lower bound at the next rung; higher is better) and
+            ``guard`` (what fired, or a falsy value).
+        count: configs the next rung holds.
+
+    Returns every candidate, in rank order (unguarded by ``lcb``, then guarded), each
+    with ``promoted`` (bool) and ``why``: "top lcb", "best of its size" (kept so that
+    each size reaches the next rung), "guard fired: ...", or "below the cut".
+    """
+    clean = sorted((c for c in candidates if not c.get("guard")),
+                   key=lambda c: (-c["lcb"], c["config"]))
+    chosen = clean[:count]
+    for size in dict.fromkeys(c["model"] for c in clean):  # sizes in rank order
+        if any(c["model"] == size for c in chosen):
+            continue
+        best = next(c for c in clean if c["model"] == size)
+        counts = {m: sum(c["model"] == m for c in chosen) for m in {c["model"] for c in chosen}}
+        crowded = [c for c in reversed(chosen) if counts[c["model"]] > 1]
+        if crowded:  # give up the lowest-ranked config of a size that has several
+            chosen.remove(crowded[0])
+        chosen.append(best)
+    ranked = []
+    for cand in clean:
+        if cand in chosen:
+            top = clean.index(cand) < count and cand in clean[:count]
+            ranked.append(cand | {"promoted": True,
+                                  "why": "top lcb" if top else "best of its size"})
+        else:
+            ranked.append(cand | {"promoted": False, "why": "below the cut"})
+    ranked += [c | {"promoted": False, "why": f"guard fired: {c['guard']}"}
+               for c in candidates if c.get("guard")]
+    return ranked
