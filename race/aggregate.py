@@ -105,7 +105,7 @@ def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = 3,
             score, se = float(cand["score"]), float(cand["se"])
             chosen.append({
                 "config_id": cand["config"], "cell_ids": list(cand["cell_ids"]),
-                "rank": len(chosen) + 1, "score": score, "lo": max(0.0, score - z * se),
+                "score": score, "lo": max(0.0, score - z * se),
                 "hi": min(1.0, score + z * se), "se": se, "rung": rung["rung"],
                 "basis_used": f"observed at {where}", "interval_width": 2 * z * se,
                 "regime": regime.get(cand["config"]), "model": cand["model"],
@@ -113,7 +113,8 @@ def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = 3,
                 "reason": f"{why}: {score:.3f} +- {se:.3f} (SE) on the selection target at "
                           f"{where}" + (f"; guard fired: {guard}" if guard else "")})
     order = [c for c in chosen if not c["guard"]] + [c for c in chosen if c["guard"]]
-    return [{key: _plain(val) for key, val in c.items()} for c in order[:k]]
+    return [{key: _plain(val) for key, val in (c | {"rank": i + 1}).items()}
+            for i, c in enumerate(order[:k])]
 
 
 def targets(cells: pd.DataFrame) -> list[str]:

@@ -226,32 +226,75 @@ def _pilot_budget_key(cfg) -> str:
 
 
 def cmd_plan(overrides: list[str]) -> int:
-    """``race plan``: expand the grid, solve each cell, print the table. Loads no weights."""
-    from race.grid import cost_warning, plan_grid, plan_summary, plan_table
+    """``race plan``: expand the grid, solve each cell, print the table. Loads no weights.
 
-    plan = plan_grid(overrides, runnable=False)
-    print(plan_table(plan))
-    print()
-    print(plan_summary(plan))
-    if cost_warning(plan):
-        print(cost_warning(plan), file=sys.stderr)
+    A budget list (``budget=1e12,4e12``) plans one grid (one ladder) per budget.
+    """
+    from race.grid import budget_axis, cost_warning, plan_grid, plan_summary, plan_table
+
+    budgets, rest = budget_axis(overrides)
+    plans = ([plan_grid([*rest, f"budget={b!r}"], runnable=False) for b in budgets]
+             if budgets else [plan_grid(overrides, runnable=False)])
+    for plan in plans:
+        if budgets:
+            print(f"== budget={plan.budget_flops:.3g} ==")
+        print(plan_table(plan))
+        print()
+        print(plan_summary(plan))
+        if cost_warning(plan):
+            print(cost_warning(plan), file=sys.stderr)
+        if budgets:
+            print()
     return 0
 
 
 def cmd_sweep(overrides: list[str]) -> int:
-    """``race sweep``: plan, launch every cell without an ok summary, wait, summarise."""
+    """``race sweep``: plan, launch every cell without an ok summary, wait, summarise.
+
+    A budget list (``budget=1e12,4e12,1.6e13``) runs one sweep (one ladder) per budget in
+    ``<out_dir>/<name>/budget-<B>/``, then writes the budget-conditional report beside
+    them: the selected allocation at each budget and where it changes.
+    """
     from pathlib import Path
 
-    from race.grid import cell_label, cost_warning, fmt_flops, plan_grid, plan_summary
+    from race.grid import budget_axis, plan_grid
     from race.launch import check_slurm
-    from race.sweep import run_sweep, sweep_name
+    from race.sweep import sweep_name
 
-    plan = plan_grid(overrides)
-    base = plan.base
+    budgets, rest = budget_axis(overrides)
+    if not budgets:
+        plan = plan_grid(overrides)
+        base = plan.base
+        if base.launcher.name == "slurm":
+            check_slurm(base.launcher)
+        sweep_dir = Path(base.sweep.out_dir) / (base.sweep.name or sweep_name(plan))
+        return _sweep_one(plan, overrides, sweep_dir)
+    plans = [plan_grid([*rest, f"budget={b!r}"]) for b in budgets]  # all checked first
+    base = plans[0].base
     if base.launcher.name == "slurm":
         check_slurm(base.launcher)
+    name = base.sweep.name or "-".join([plans[0].task, "budgets", *(
+        sweep_name(p).rsplit("-", 1)[1] for p in plans)])[:80]
+    parent = Path(base.sweep.out_dir) / name
+    folders, failed = {}, 0
+    for plan in plans:
+        folder = parent / f"budget-{plan.budget_flops:.3g}".replace("+", "")
+        print(f"race sweep: == budget={plan.budget_flops:.3g} -> {folder} ==", file=sys.stderr)
+        failed += _sweep_one(plan, [*rest, f"budget={plan.budget_flops!r}"], folder) != 0
+        folders[plan.budget_flops] = folder
+    from race.report import write_budget_report
+
+    print(write_budget_report(parent, folders, level=base.report.level))
+    return 0 if failed == 0 else 1
+
+
+def _sweep_one(plan, overrides: list[str], sweep_dir) -> int:
+    """One budget's sweep of ``plan`` into ``sweep_dir``, then its report; the exit code."""
+    from race.grid import cell_label, cost_warning, fmt_flops, plan_summary
+    from race.sweep import run_sweep
+
+    base = plan.base
     refused = [c for c in plan.cells if c.refused]
-    sweep_dir = Path(base.sweep.out_dir) / (base.sweep.name or sweep_name(plan))
     print(f"race sweep: {plan_summary(plan)}", file=sys.stderr)
     if cost_warning(plan):
         print(f"race sweep: {cost_warning(plan)}", file=sys.stderr)

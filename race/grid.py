@@ -120,6 +120,24 @@ def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, list[str
     return fixed, axes
 
 
+def budget_axis(overrides: list[str]) -> tuple[list[float], list[str]]:
+    """A comma list of budgets on the command line: its values (ascending, FLOPs) and the
+    other overrides. ``([], overrides)`` when ``budget`` is one value or absent.
+
+    Each budget is planned, swept and selected on its own (one ladder per budget; the
+    warm start is shared through the cache); the report then says where the pick changes.
+    """
+    _, axes = split_overrides(overrides)
+    if "budget" not in axes:
+        return [], list(overrides)
+    try:
+        budgets = sorted(float(v) for v in axes["budget"])
+    except ValueError as error:
+        raise UsageError(f"budget={','.join(axes['budget'])}: not a list of numbers of "
+                         f"FLOPs; e.g. budget=1e12,4e12,1.6e13") from error
+    return budgets, [o for o in overrides if _key_of(o) != "budget"]
+
+
 def _once(key: str, values: list[str]) -> list[str]:
     """An axis's values, refused when one is listed twice (it would plan one cell twice)."""
     twice = sorted({v for v in values if values.count(v) > 1})
@@ -146,9 +164,9 @@ def grid_axes(overrides: list[str]):
 
     fixed, cli_axes = split_overrides(overrides)
     if "budget" in cli_axes:
-        raise UsageError(f"budget={','.join(cli_axes['budget'])}: one budget per sweep "
-                         f"(pilots of different budgets are not ranked together); run one "
-                         f"sweep per budget")
+        raise UsageError(f"budget={','.join(cli_axes['budget'])}: one budget per plan "
+                         f"(pilots of different budgets are not ranked together); split the "
+                         f"list with grid.budget_axis, as race plan and race sweep do")
     base = compose_config(fixed)
     given = {_key_of(o) for o in fixed}
     axes = {key: _once(f"grid.axes.{key}", [str(v) for v in values])

@@ -715,3 +715,108 @@ def validation_section(sweep_dir: Path | str, comparison: dict) -> str:
         text = text[:at + 1]
     results.write_text(board, text.rstrip("\n") + "\n\n" + section)
     return section
+
+
+# ------------------------------------------------------------------ budget axis
+
+
+def _budget_rows(budget: float, folder: Path, z: float) -> list[dict]:
+    """One budget's selected allocation on every target (the selection target: its pick
+    from ``selection.json``; the others: the best config of the last rung on them)."""
+    selection = results.read_json(folder / "selection.json")
+    frame = pd.read_csv(folder / "pilots.csv")
+    frame = frame[frame["status"] == "ok"]
+    ladder_path = folder / "ladder.json"
+    if ladder_path.is_file():
+        last = results.read_json(ladder_path)["rungs"][-1]
+        options = {c["config"]: (c["cell_ids"], c.get("guard"), last["fraction"])
+                   for c in last["candidates"]}
+    else:
+        options = {cid: (list(group["cell_id"]), None, float(group["budget_flops"].iloc[0])
+                         / budget) for cid, group in frame.groupby("config_id")}
+    specs = {cid: results.read_json(folder / "cells" / cid / "spec.json")
+             for ids, _, _ in options.values() for cid in ids}
+    primary = selection["target"]
+    rows = []
+    for target in aggregate.targets(frame):
+        scored = []
+        for config, (ids, guard, fraction) in options.items():
+            values = frame[frame["cell_id"].isin(ids)][f"final_{target}"].dropna()
+            if values.empty:
+                continue
+            spec = specs[ids[0]]
+            n = (max(spec["select_examples"], spec["eval_examples"])
+                 if target == spec["select_target"] else spec["eval_examples"])
+            p = float(values.mean())
+            se = math.sqrt(max(p * (1 - p), 1 / n) / n) / math.sqrt(len(values))
+            scored.append({"config": config, "score": p, "se": se, "guard": guard,
+                           "fraction": fraction, "spec": spec})
+        if not scored:
+            continue
+        if target == primary and selection["selected"]:
+            chosen = selection["selected"][0]
+            best = next((s for s in scored if s["config"] == chosen["config_id"]), None)
+        else:
+            best = None
+        best = best or min(scored, key=lambda s: (bool(s["guard"]), -s["score"], s["config"]))
+        spec = best["spec"]
+        rows.append({"budget_flops": budget, "target": target, "selection": target == primary,
+                     "config": best["config"], "model": spec["model"],
+                     "reward": spec["reward"]["name"], "group_size": spec["group_size"],
+                     "update_epochs": spec["update_epochs"], "score": best["score"],
+                     "lo": max(0.0, best["score"] - z * best["se"]),
+                     "hi": min(1.0, best["score"] + z * best["se"]),
+                     "read_at": aggregate.fmt_fraction(best["fraction"]),
+                     "guard": best["guard"] or ""})
+    return rows
+
+
+def write_budget_report(parent: Path | str, folders: dict[float, Path], *,
+                        level: float = 0.9) -> str:
+    """``budgets.md`` and ``budgets.csv`` of a multi-budget sweep: per target, the
+    selected allocation at each budget with its interval, and where it changes.
+
+    Args:
+        parent: the folder holding one sweep folder per budget.
+        folders: budget (FLOPs) -> that budget's sweep folder (with its report written).
+
+    Returns the terminal summary.
+    """
+    from scipy import stats
+
+    parent = Path(parent)
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    rows = [r for budget, folder in sorted(folders.items())
+            if (folder / "selection.json").is_file()
+            for r in _budget_rows(budget, folder, z)]
+    frame = pd.DataFrame(rows)
+    missing = [f"{b:.3g}" for b, f in folders.items() if not (f / "selection.json").is_file()]
+    text = [f"# Best allocation by budget: {parent.name}",
+            f"One ladder per budget (its own sweep folder, report and selection); the warm "
+            f"start is shared. Per target, the allocation selected at each budget, with a "
+            f"{level:.0%} normal interval from its standard error (binomial over the "
+            f"problems, pooled over seeds) where it was read (the ladder's last rung). "
+            f"Selection reads the first target; the others are reported, each with the "
+            f"last rung's best config on it."]
+    if missing:
+        text.append(f"No selection (no ok cell) at budget {', '.join(missing)}.")
+    lines = []
+    for target, group in (frame.groupby("target", sort=False) if len(frame) else []):
+        table, previous = [], None
+        for r in group.itertuples():
+            knobs = f"{r.model}/{r.reward} G{r.group_size} mu{r.update_epochs}"
+            changed = "-" if previous is None else ("**changes**" if r.config != previous
+                                                    else "same")
+            previous = r.config
+            table.append([fmt_flops(r.budget_flops), f"`{r.config}`", knobs,
+                          _interval(r.score, r.lo, r.hi), r.read_at, changed, r.guard])
+            lines.append(f"  {target} @ {fmt_flops(r.budget_flops)}: {knobs} "
+                         f"{_interval(r.score, r.lo, r.hi)} ({changed})")
+        tag = " (selection)" if group["selection"].iloc[0] else " (reported)"
+        text += [f"## Target: {target}{tag}",
+                 _md_table(["budget", "config", "allocation", f"{target} [{level:.0%}]",
+                            "read at", "vs the budget below", "guard"], table, "rllrlll")]
+    results.write_text(parent / "budgets.md", "\n\n".join(text) + "\n")
+    results.write_csv(parent / "budgets.csv", frame)
+    return "\n".join([f"RACE budgets: {parent}", *lines,
+                      f"wrote budgets.md, budgets.csv in {parent}"])

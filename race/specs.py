@@ -291,6 +291,13 @@ class RunSpec:
         return _short_hash(self._fields(lineage=True) | {"seed": None})
 
     @property
+    def selection_target(self) -> str:
+        """The target selection reads: ``select_target`` when it is evaluated, else the
+        first evaluated target."""
+        return (self.select_target if self.select_target in self.eval_targets
+                else self.eval_targets[0])
+
+    @property
     def lineage_id(self) -> str:
         """Every field but the budget, its checkpoints and what it continues: the rungs of
         one cell on a ladder share it (a rung may continue only its own lineage)."""

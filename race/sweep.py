@@ -304,7 +304,7 @@ def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
     from race import aggregate
 
     ids = {s.cell_id for s in specs}
-    target = specs[0].select_target
+    target = specs[0].selection_target
     cells, evals, examples, steps = results.load_results(sweep_dir, with_steps=True)
     evals = evals[evals["cell_id"].isin(ids) & (evals["target"] == target)]
     checks = aggregate.guard_cells(evals, examples[examples["cell_id"].isin(ids)]

@@ -138,3 +138,13 @@ def test_plan_warns_when_a_flat_grid_costs_more_than_one_full_run(capsys):
     assert "warning" not in capsys.readouterr().err  # 4 cells: a quarter of a run
     assert cli.main(args[:-1]) == 0  # the ladder spends at most one full run, whatever the grid
     assert "warning" not in capsys.readouterr().err
+
+
+def test_plan_of_a_budget_list_plans_one_ladder_per_budget(capsys):
+    from race import cli
+
+    assert cli.main(["plan", "budget=1e12,4e12", "model=tiny-s,tiny-m"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("== budget=1e+12 ==") < out.index("== budget=4e+12 ==")
+    assert out.count("ladder 16 at F/64 -> 4 at F/16 -> 2 at F/4") == 2
+    assert "full-run budget F = 1.00e+12" in out and "full-run budget F = 4.00e+12" in out

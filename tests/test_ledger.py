@@ -363,7 +363,8 @@ def plan_overrides(spec: RunSpec) -> list[str]:
     """``race plan`` overrides that compose ``spec`` as the grid's one cell."""
     return [f"model={spec.model}", f"reward={dict(spec.reward)['name']}",
             f"convention={spec.convention}", f"budget={int(spec.budget_flops)}",
-            "pilot.fraction=1", "selection.policy=flat", f"grid.prompts_per_step={spec.prompts_per_step}",
+            "pilot.fraction=1", "selection.policy=flat",
+            f"grid.prompts_per_step={spec.prompts_per_step}",
             f"grid.group_size={spec.group_size}", f"grid.max_new_tokens={spec.max_new_tokens}",
             f"grid.update_epochs={spec.update_epochs}", f"grid.lr={spec.lr}",
             f"grid.lora_rank={spec.lora_rank}", f"grid.lora_alpha={spec.lora_alpha}",

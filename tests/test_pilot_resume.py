@@ -147,3 +147,51 @@ def test_write_folder_is_all_or_nothing(tmp_path):
         results.write_folder(target, fill("broken"))
     assert (target / "a.txt").read_text() == "second"
     assert [p.name for p in target.parent.iterdir()] == ["step-000001"]  # no temp folders
+
+
+def test_a_ladder_rung_continues_the_rung_below_without_charging_a_flop_twice(tmp_path,
+                                                                             policy):
+    """A promoted cell resumes the final state of its rung: its steps, ledger and metrics
+    rows carry over, and its FLOPs grow only by the steps it adds."""
+    cells = tmp_path / "cells"
+    low = small_spec(4, checkpoints=(0.5, 1.0))
+    below = run(low, cells / low.cell_id, policy, checkpoint_every=0, keep_final_state=True)
+    assert below["status"] == "ok" and below["steps"] >= 3
+    assert load_state(cells / low.cell_id / "state", low).steps == below["steps"]  # kept
+    high = dataclasses.replace(low, budget_flops=low.budget_flops * 4, continues=low.cell_id)
+    assert high.lineage_id == low.lineage_id and high.cell_id != low.cell_id
+    above = run(high, cells / high.cell_id, policy, checkpoint_every=0)
+    assert above["status"] == "ok"
+    assert above["continued_from"] == {"cell_id": low.cell_id, "steps": below["steps"]}
+    assert above["resumed_from_step"] is None and above["redone_flops"] == 0
+    # the rung below's rows are the first rows of the rung above, unchanged
+    rows_below = (cells / low.cell_id / "metrics.jsonl").read_text().splitlines()
+    rows_above = (cells / high.cell_id / "metrics.jsonl").read_text().splitlines()
+    assert rows_above[:len(rows_below)] == rows_below
+    new = [json.loads(r) for r in rows_above[len(rows_below):]]
+    new_steps = [r for r in new if r["kind"] == "step"]
+    assert [r["step"] for r in new_steps] == list(range(below["steps"] + 1, above["steps"] + 1))
+    # the ledger: what the rung above adds is exactly the sum of its own steps' costs
+    charged = [below["total_flops"]] + [r["charged_flops"] for r in new_steps]
+    added = [b - a for a, b in zip(charged, charged[1:])]
+    assert all(x > 0 for x in added)  # every step adds its cost once, nothing is reset
+    assert above["total_flops"] == pytest.approx(below["total_flops"] + sum(added))
+    assert below["total_flops"] < above["total_flops"] <= high.budget_flops
+    # no eval repeated at the rung below's end: the first new eval is at 0.5 x 4 budgets
+    evals = [r for r in new if r["kind"] == "eval"]
+    assert {r["checkpoint"] for r in evals} == {0.5, 1.0}
+    assert evals[0]["flops"]["model"]["rollout"] > below["flops"]["rollout"]
+
+
+def test_a_rung_without_the_final_state_below_it_is_refused(tmp_path, policy):
+    from race.errors import UsageError
+
+    cells = tmp_path / "cells"
+    low = small_spec(2, checkpoints=(1.0,))
+    run(low, cells / low.cell_id, policy, checkpoint_every=0)  # not kept: a flat pilot
+    high = dataclasses.replace(low, budget_flops=low.budget_flops * 2, continues=low.cell_id)
+    with pytest.raises(UsageError, match=f"continues {low.cell_id}, which has no final state"):
+        run_pilot(high, cells / high.cell_id)
+    other = dataclasses.replace(high, lr=5e-3)  # another lineage: refused before anything runs
+    with pytest.raises(UsageError, match="another cell"):
+        run_pilot(other, cells / other.cell_id)

@@ -169,3 +169,34 @@ def test_claims_are_held_by_live_owners_and_taken_over_from_dead_ones(tmp_path):
     results.release_claims(tmp_path, ["a", "b", "c", "d"], me)
     assert results.claim_owner(tmp_path, "a") == parent  # another's claim stays
     assert all(results.claim_owner(tmp_path, c) is None for c in "bcd")
+
+
+def test_a_budget_list_runs_one_ladder_per_budget_and_reports_where_the_pick_changes(
+        tmp_path, policy):
+    small = [a for a in SMALL if not a.startswith(("budget=", "selection.policy=",
+                                                   "grid.group_size="))]
+    out = subprocess.run(
+        [sys.executable, "-m", "race.cli", "sweep", *small, f"model.hf_id={policy}",
+         "grid.group_size=2,4", "budget=3e10,6e10", "launcher=inline",
+         f"sweep.out_dir={tmp_path}", "sweep.name=b"],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    parent = tmp_path / "b"
+    for folder in ("budget-3e10", "budget-6e10"):  # one ladder (sweep folder) per budget
+        ladder = json.loads((parent / folder / "ladder.json").read_text())
+        rungs = ladder["rungs"]
+        assert len(rungs[0]["candidates"]) == 2 and ladder["planned_counts"] == [2, 1, 1]
+        for low, high in zip(rungs, rungs[1:]):  # a rung holds what the one below promoted
+            assert ({c["config"] for c in high["candidates"]}
+                    == {c["config"] for c in low["candidates"] if c["promoted"]})
+        assert "## Ladder (successive halving)" in (parent / folder / "leaderboard.md").read_text()
+        record = json.loads((parent / folder / "sweep.json").read_text())
+        assert record["budget_flops"] == float(folder.split("-")[1])
+    table = pd.read_csv(parent / "budgets.csv")
+    assert sorted(set(table["budget_flops"])) == [3e10, 6e10]
+    assert (table["lo"] <= table["score"]).all() and (table["score"] <= table["hi"]).all()
+    text = (parent / "budgets.md").read_text()
+    assert "## Target: test (selection)" in text and "vs the budget below" in text
+    changed = table["config"].iloc[0] != table["config"].iloc[1]
+    assert ("**changes**" in text) == changed and ("same" in text) == (not changed)
+    assert "RACE budgets:" in out.stdout

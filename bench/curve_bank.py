@@ -1,0 +1,82 @@
+"""Export a full-budget sweep's curves as the curve bank that selection replays read.
+
+The bank is the embedded default grid run at the *full* budget (``pilot.fraction=1``)
+with dense checkpoints, so that any pilot policy can be replayed on it by truncating the
+curves: a flat 1/16 pilot reads the curve up to F/16, a ladder rung up to F/64, F/16 or
+F/4, and the truth is the curve's end at F. The bank in ``bench/data/curve_bank.json.gz``
+was produced by (recorded in the file with the git sha of the code that ran it)::
+
+    race sweep selection.policy=flat pilot.fraction=1 grid.group_size=8 pilot.seed=0,1 \\
+        'pilot.checkpoints=[k/256 for k=1..3, 1/64, 3/64, k/32 for k=1..32]' \\
+        'pilot.eval_targets=[val,test]' pilot.eval_examples=300 sweep.name=curve-bank
+
+(the checkpoints written out as numbers: the ladder's rung-1 checkpoints F/256 ... F/64,
+a flat 1/16 pilot's F/64 ... F/16, then every F/32). ``val`` is scored on 300 problems
+at every checkpoint and on 1,000 at F; ``test`` on 300.
+
+Usage: ``python bench/curve_bank.py SWEEP_DIR [--out bench/data/curve_bank.json.gz]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from pathlib import Path
+
+from race import results
+
+DEFAULT_OUT = Path(__file__).parent / "data" / "curve_bank.json.gz"
+
+
+def cell_curves(cell_dir: Path) -> dict | None:
+    """One ok cell's knobs, checkpoint evals and per-step precursors (None if not ok)."""
+    summary = results.read_json(cell_dir / "summary.json")
+    if summary["status"] != "ok":
+        return None
+    spec = results.read_json(cell_dir / "spec.json")
+    convention = spec["convention"]
+    evals, steps = [], []
+    for row in results.read_jsonl(cell_dir / "metrics.jsonl"):
+        spent = row.get("flops", {}).get(convention, {})
+        charged = sum(spent.get(p, 0.0) for p in ("rollout", "learning", "feedback"))
+        if row["kind"] == "eval":
+            evals.append({"checkpoint": row["checkpoint"], "target": row["target"],
+                          "flops": charged, "eval_flops": spent.get("eval", 0.0),
+                          "accuracy": row["accuracy"], "n": len(row["correct"]),
+                          "mean_reward": row["mean_reward"]})
+        elif row["kind"] == "step":
+            steps.append({"step": row["step"], "flops": charged,
+                          "entropy": row.get("entropy"),
+                          "truncation_rate": row.get("truncation_rate"),
+                          "max_new_tokens": row.get("max_new_tokens"),
+                          "train_reward": row["train_reward"]})
+    return {"cell_id": spec["cell_id"], "config": spec["config_id"], "model": spec["model"],
+            "reward": spec["reward"]["name"], "group_size": spec["group_size"],
+            "update_epochs": spec["update_epochs"], "seed": spec["seed"],
+            "budget_flops": spec["budget_flops"], "evals": evals, "steps": steps}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", type=Path)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args()
+    record = results.read_json(args.sweep_dir / "sweep.json")
+    cells = [c for c in map(cell_curves, results.cell_dirs(args.sweep_dir)) if c]
+    missing = len(record["cells"]) - len(cells)
+    if missing:
+        sys.exit(f"{args.sweep_dir}: {missing} cell(s) not ok yet; rerun the sweep (it "
+                 f"resumes) before exporting")
+    bank = {"command": "race " + " ".join(record["argv"][1:]), "git_sha": record["git_sha"],
+            "versions": record["versions"], "budget_flops": record["budget_flops"],
+            "started": record["started"], "finished": record["finished"], "cells": cells}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(args.out, "wt") as f:
+        json.dump(bank, f)
+    print(f"wrote {args.out}: {len(cells)} cells, git {record['git_sha'][:10]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,331 @@
+"""Replay pilot selection policies on the curve bank and score their picks.
+
+The bank (``bench/data/curve_bank.json.gz``, see ``bench/curve_bank.py``) holds every
+config of the embedded default grid run at the full budget F with dense checkpoints, two
+seeds each. A policy sees only what its pilots would have seen (the curves truncated at
+its pilot budgets, one seed at a time: each seed is one replicate of a one-seed sweep)
+and picks one config. Its pick is scored against the truth: each config's ``val``
+accuracy at F, averaged over the seeds (1,000 problems per seed).
+
+Policies:
+- ``flat``: every config piloted to F/16; pick the best last value (val at F/16).
+- ``flat+sigmoid``: the same pilots; a sigmoid fitted to each curve and extrapolated to
+  F when its interval is at most 0.3 wide, else the last value (RACE's flat default).
+- ``ladder``: successive halving F/64 -> F/16 -> F/4 (``race.ladder``: promotion by the
+  lower confidence bound at the next rung, one config per size kept); pick the best at
+  F/4.
+- ``ladder+guards``: the ladder, with ``race.guards`` on every rung's curve (a guarded
+  config is neither promoted nor picked while an unguarded one is left).
+- ``random``: a uniformly random config (the expectation over configs).
+- ``oracle``: the truth's best (regret 0 by definition).
+
+Printed per policy: top-1 regret (truth of the best minus truth of the pick, averaged
+over replicates) with its standard error (the two configs' seed standard errors of the
+truth, combined), Kendall and Spearman between the policy's ranking and the truth's
+*within each policy size* (averaged over sizes and replicates, with a 90% bootstrap
+interval over configs), the rate of catastrophic picks (the pick ends at F below its
+warm start), and the pilot compute as a share of one full run, charged FLOPs only and
+with the evaluation a real pilot of that policy runs (``eval``: RACE's pilot eval plan,
+costed at the bank's measured eval FLOPs per problem).
+
+The guard thresholds are tuned on half of the configs (split by a hash of the config
+id) and reported on the other half, beside the all-config table with the defaults.
+
+Usage: ``python bench/selection_replay.py [--bank PATH] [--boot 2000]``.
+Last line: ``policy=ladder+guards top1_regret=R se=S within_size_kendall=K
+catastrophes=C pilot_cost_share=P``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import zlib
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from race import guards
+from race.aggregate import fit_curve
+from race.ladder import DEFAULT_RUNGS, next_rung_bound, promote, rung_counts
+
+BANK = Path(__file__).parent / "data" / "curve_bank.json.gz"
+TARGET = "val"
+FLAT = 1 / 16
+# RACE's pilot evaluation plan: val, test and ood on 128 problems at the start and at
+# 0.25/0.5/0.75 of the pilot budget, and at the end val on 1,000 (test, ood on 128)
+EVAL_PROBLEMS_PER_PILOT = 4 * 3 * 128 + 1000 + 2 * 128
+SIGMOID_MAX_WIDTH = 0.3
+
+
+class Curve:
+    """One cell of the bank on the selection target, readable up to a budget."""
+
+    def __init__(self, cell: dict, full: float):
+        rows = sorted((r for r in cell["evals"] if r["target"] == TARGET),
+                      key=lambda r: (r["flops"], r["checkpoint"]))
+        self.full = full
+        self.fraction = np.array([r["checkpoint"] for r in rows])
+        self.flops = np.array([r["flops"] for r in rows])
+        self.accuracy = np.array([r["accuracy"] for r in rows])
+        self.n = np.array([r["n"] for r in rows])
+        self.reward = np.array([r["mean_reward"] for r in rows])
+        self.eval_flops = np.array([r["eval_flops"] for r in rows])
+        self.steps = cell["steps"]
+        all_rows = [r for r in cell["evals"]]
+        problems = sum(r["n"] for r in all_rows)
+        self.eval_flops_per_problem = (max(r["eval_flops"] for r in all_rows) / problems
+                                       if problems else 0.0)
+
+    def upto(self, fraction: float) -> np.ndarray:
+        """Checkpoints at or below ``fraction`` of F (a pilot of that budget saw them)."""
+        return self.fraction <= fraction + 1e-9
+
+    def at(self, fraction: float) -> float:
+        return float(self.accuracy[self.upto(fraction)][-1])
+
+    def guard(self, fraction: float, t: guards.GuardThresholds) -> str | None:
+        keep = self.upto(fraction)
+        steps = [s for s in self.steps if s["flops"] <= fraction * self.full * (1 + 1e-9)]
+        caps = [s["max_new_tokens"] for s in steps]
+        full_cap = [s["truncation_rate"] for s in steps
+                    if caps and s["max_new_tokens"] == max(caps)]
+        fired = [v for v in guards.check_cell(
+            self.accuracy[keep].tolist(), self.reward[keep].tolist(),
+            self.n[keep].astype(int).tolist(), [s["entropy"] for s in steps], full_cap, t)
+            if v.fired]
+        return "; ".join(f"{v.guard}: {v.evidence}" for v in fired) or None
+
+
+def load_bank(path: Path) -> tuple[dict, dict[str, dict]]:
+    """The bank and its configs: config id -> knobs, seeds' curves, truth at F."""
+    with gzip.open(path, "rt") as f:
+        bank = json.load(f)
+    full = bank["budget_flops"]
+    configs: dict[str, dict] = {}
+    for cell in bank["cells"]:
+        config = configs.setdefault(cell["config"], {
+            "config": cell["config"], "model": cell["model"], "reward": cell["reward"],
+            "label": f"{cell['model']}/{cell['reward']} G{cell['group_size']} "
+                     f"mu{cell['update_epochs']}", "curves": {}})
+        config["curves"][cell["seed"]] = Curve(cell, full)
+    for config in configs.values():
+        finals = [c.accuracy[-1] for c in config["curves"].values()]
+        starts = [c.accuracy[0] for c in config["curves"].values()]
+        config["truth"] = float(np.mean(finals))
+        config["truth_se"] = (float(np.std(finals, ddof=1) / math.sqrt(len(finals)))
+                              if len(finals) > 1 else 0.0)
+        config["start"] = float(np.mean(starts))
+    return bank, configs
+
+
+# ------------------------------------------------------------------ policies
+# Each takes the configs and one seed, returns (ranking best first, charged share, number
+# of pilots run to each budget {fraction: pilots}).
+
+
+def flat(configs, seed, *, sigmoid=False, **_):
+    scores = {}
+    for cid, config in configs.items():
+        curve = config["curves"][seed]
+        observed = curve.at(FLAT)
+        score = observed
+        if sigmoid:
+            keep = curve.upto(FLAT)
+            fit = fit_curve(curve.flops[keep], curve.accuracy[keep], predict_at=curve.full)
+            if fit.method == "sigmoid" and fit.hi - fit.lo <= SIGMOID_MAX_WIDTH:
+                score = fit.prediction
+        scores[cid] = score
+    ranking = sorted(configs, key=lambda c: (-scores[c], c))
+    return ranking, len(configs) * FLAT, {FLAT: len(configs)}
+
+
+def ladder(configs, seed, *, use_guards=False, thresholds=guards.DEFAULT, z=1.0,
+           rungs=DEFAULT_RUNGS, reduction=4, **_):
+    sizes = {c["model"] for c in configs.values()}
+    counts = rung_counts(len(configs), len(rungs), reduction, len(sizes))
+    alive = list(configs)
+    stopped: list[list[str]] = []  # per rung, the configs it stopped, in rank order
+    charged, pilots, before = 0.0, {}, 0.0
+    guarded = set()
+    for index, fraction in enumerate(rungs):
+        charged += len(alive) * (fraction - before)
+        pilots[fraction] = len(alive)
+        before = fraction
+        candidates = []
+        for cid in alive:
+            curve = configs[cid]["curves"][seed]
+            keep = curve.upto(fraction)
+            nxt = rungs[index + 1] if index + 1 < len(rungs) else fraction
+            bound = next_rung_bound(curve.flops[keep].tolist(), curve.accuracy[keep].tolist(),
+                                    curve.n[keep].astype(int).tolist(), nxt * curve.full, z=z)
+            fired = curve.guard(fraction, thresholds) if use_guards else None
+            if fired:
+                guarded.add(cid)
+            candidates.append({"config": cid, "model": configs[cid]["model"],
+                               "lcb": bound["lcb"], "score": bound["score"], "guard": fired})
+        if index + 1 == len(rungs):
+            final = sorted(candidates, key=lambda c: (bool(c["guard"]), -c["score"],
+                                                      c["config"]))
+            stopped.append([c["config"] for c in final])
+            break
+        ranked = promote(candidates, counts[index + 1])
+        alive = [c["config"] for c in ranked if c["promoted"]]
+        stopped.append([c["config"] for c in ranked if not c["promoted"]])
+    ranking = [cid for rung in reversed(stopped) for cid in rung]
+    clean = [c for c in ranking if c not in guarded] + [c for c in ranking if c in guarded]
+    return clean, charged, pilots
+
+
+def random_policy(configs, seed, **_):
+    order = sorted(configs, key=lambda c: zlib.crc32(f"{c}-{seed}".encode()))
+    return order, 0.0, {}
+
+
+def oracle(configs, seed, **_):
+    return sorted(configs, key=lambda c: (-configs[c]["truth"], c)), 0.0, {}
+
+
+POLICIES = {
+    "flat": flat,
+    "flat+sigmoid": lambda configs, seed, **kw: flat(configs, seed, sigmoid=True, **kw),
+    "ladder": ladder,
+    "ladder+guards": lambda configs, seed, **kw: ladder(configs, seed, use_guards=True, **kw),
+    "random": random_policy,
+    "oracle": oracle,
+}
+
+
+# ------------------------------------------------------------------ scoring
+
+
+def _within_size(configs, ranking, method) -> float | None:
+    values = []
+    for size in sorted({c["model"] for c in configs.values()}):
+        members = [c for c in ranking if configs[c]["model"] == size]
+        if len(members) < 3:
+            continue
+        policy_rank = list(range(len(members)))  # 0 = the policy's best
+        truth = [-configs[c]["truth"] for c in members]
+        value = method(policy_rank, truth).statistic
+        if not math.isnan(value):
+            values.append(value)
+    return float(np.mean(values)) if values else None
+
+
+def score_policy(name, configs, seeds, *, boot=2000, **kw) -> dict:
+    best = max(configs, key=lambda c: configs[c]["truth"])
+    regrets, ses, kendalls, spearmans, catastrophes = [], [], [], [], []
+    charged_shares, eval_shares, rankings = [], [], []
+    for seed in seeds:
+        ranking, charged, pilots = POLICIES[name](configs, seed, **kw)
+        rankings.append(ranking)
+        pick = configs[ranking[0]]
+        if name == "random":  # the expectation over a uniformly random pick
+            regrets.append(configs[best]["truth"] - np.mean([c["truth"] for c in configs.values()]))
+            catastrophes.append(np.mean([c["truth"] < c["start"] for c in configs.values()]))
+        else:
+            regrets.append(configs[best]["truth"] - pick["truth"])
+            catastrophes.append(float(pick["truth"] < pick["start"]))
+        ses.append(math.hypot(configs[best]["truth_se"], pick["truth_se"]))
+        kendalls.append(_within_size(configs, ranking, stats.kendalltau))
+        spearmans.append(_within_size(configs, ranking, stats.spearmanr))
+        charged_shares.append(charged)
+        per_problem = np.mean([c["curves"][seed].eval_flops_per_problem for c in configs.values()])
+        full = next(iter(configs.values()))["curves"][seed].full
+        eval_flops = sum(pilots.values()) * EVAL_PROBLEMS_PER_PILOT * per_problem
+        eval_shares.append(charged + eval_flops / full)
+    rng = np.random.default_rng(0)
+    ids = list(configs)
+    boots = {"kendall": [], "spearman": []}
+    for _ in range(boot):  # resample configs (with their curves), keep the replicates
+        drawn = [ids[i] for i in rng.integers(0, len(ids), len(ids))]
+        sample = {f"{c}#{j}": configs[c] for j, c in enumerate(drawn)}
+        for key, method in (("kendall", stats.kendalltau), ("spearman", stats.spearmanr)):
+            values = []
+            for ranking in rankings:
+                order = {c: i for i, c in enumerate(ranking)}
+                resampled = sorted(sample, key=lambda k: order[k.split("#")[0]])
+                value = _within_size(sample, resampled, method)
+                if value is not None:
+                    values.append(value)
+            if values:
+                boots[key].append(np.mean(values))
+    mean = lambda xs: float(np.mean([x for x in xs if x is not None])) if any(  # noqa: E731
+        x is not None for x in xs) else float("nan")
+    interval = {k: (np.percentile(v, [5, 95]) if v else (math.nan, math.nan))
+                for k, v in boots.items()}
+    return {"policy": name, "top1_regret": float(np.mean(regrets)),
+            "se": float(np.mean(ses)), "kendall": mean(kendalls),
+            "kendall_ci": tuple(map(float, interval["kendall"])), "spearman": mean(spearmans),
+            "spearman_ci": tuple(map(float, interval["spearman"])),
+            "catastrophes": float(np.mean(catastrophes)),
+            "pilot_cost_share": float(np.mean(charged_shares)),
+            "with_eval": float(np.mean(eval_shares)),
+            "picks": [r[0] for r in rankings]}
+
+
+def tune_guards(configs, seeds) -> guards.GuardThresholds:
+    """The guard thresholds with the lowest ladder+guards regret on ``configs`` (the
+    tuning half), ties to the defaults' side (fewer guards firing)."""
+    grid = [replace(guards.DEFAULT, floor=floor, z=z, reward_rise=rise)
+            for floor in (0.02, 0.03, 0.05) for z in (1.0, 2.0, 3.0)
+            for rise in (0.05, 0.1)]
+    scored = [(score_policy("ladder+guards", configs, seeds, boot=1, thresholds=t)
+               ["top1_regret"], -t.floor, -t.z, -t.reward_rise, i)
+              for i, t in enumerate(grid)]
+    return grid[min(scored)[-1]]
+
+
+def table(rows: list[dict], configs: dict) -> str:
+    lines = [f"{'policy':<14}{'regret':>8}{'se':>7}{'kendall [90% CI]':>24}"
+             f"{'spearman [90% CI]':>24}{'catastr.':>10}{'cost':>7}{'+eval':>7}  picks"]
+    for r in rows:
+        picks = ", ".join(configs[p]["label"] for p in r["picks"])
+        lines.append(f"{r['policy']:<14}{r['top1_regret']:>8.3f}{r['se']:>7.3f}"
+                     f"{r['kendall']:>8.2f} [{r['kendall_ci'][0]:5.2f},{r['kendall_ci'][1]:5.2f}]"
+                     f"{r['spearman']:>8.2f} [{r['spearman_ci'][0]:5.2f},"
+                     f"{r['spearman_ci'][1]:5.2f}]{r['catastrophes']:>10.2f}"
+                     f"{r['pilot_cost_share']:>7.3f}{r['with_eval']:>7.3f}  {picks}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bank", type=Path, default=BANK)
+    parser.add_argument("--boot", type=int, default=2000)
+    args = parser.parse_args()
+    bank, configs = load_bank(args.bank)
+    seeds = sorted({s for c in configs.values() for s in c["curves"]})
+    sizes = sorted({c["model"] for c in configs.values()})
+    print(f"bank: {len(configs)} configs x {len(seeds)} seeds ({', '.join(sizes)}), full "
+          f"budget F = {bank['budget_flops']:.3g} FLOPs, git {bank['git_sha'][:10]}")
+    print(f"command: {bank['command']}")
+    print("truth (val at F, mean of seeds, SE over seeds; warm start in brackets):")
+    for c in sorted(configs.values(), key=lambda c: -c["truth"]):
+        print(f"  {c['label']:<24} {c['truth']:.3f} +- {c['truth_se']:.3f}  "
+              f"[start {c['start']:.3f}]")
+    print("\nall configs, default guard thresholds (replicates: one per seed)")
+    rows = [score_policy(name, configs, seeds, boot=args.boot) for name in POLICIES]
+    print(table(rows, configs))
+    half = {cid: zlib.crc32(cid.encode()) % 2 for cid in configs}
+    tune = {c: configs[c] for c in configs if half[c] == 0}
+    held = {c: configs[c] for c in configs if half[c] == 1}
+    thresholds = tune_guards(tune, seeds)
+    print(f"\nguard thresholds tuned on {len(tune)} configs (floor {thresholds.floor}, z "
+          f"{thresholds.z}, reward_rise {thresholds.reward_rise}); on the other {len(held)}:")
+    held_rows = [score_policy(name, held, seeds, boot=args.boot, thresholds=thresholds)
+                 for name in POLICIES]
+    print(table(held_rows, configs))
+    final = next(r for r in rows if r["policy"] == "ladder+guards")
+    print(f"\npolicy=ladder+guards top1_regret={final['top1_regret']:.4f} se={final['se']:.4f} "
+          f"within_size_kendall={final['kendall']:.3f} catastrophes={final['catastrophes']:.2f} "
+          f"pilot_cost_share={final['pilot_cost_share']:.4f}")
+
+
+if __name__ == "__main__":
+    main()
