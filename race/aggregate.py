@@ -236,28 +236,41 @@ def _target_evals(evals: pd.DataFrame, cells: pd.DataFrame, target: str) -> pd.D
     return ev.merge(ok[["cell_id", "config_id", "reward"]], on="cell_id", how="left")
 
 
-def frontier(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str) -> pd.DataFrame:
-    """Allocation frontier per reward system: best accuracy reached within each FLOP level.
+def frontier(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str,
+             level: float = 0.9) -> pd.DataFrame:
+    """Allocation frontier per reward system: the best accuracy reachable within each FLOP
+    level, with its interval.
+
+    The running maximum of noisy checkpoints is biased upward (the winner's curse), so the
+    frontier at a level is the checkpoint (at or below it) with the highest *lower* bound
+    of a ``level`` normal interval (binomial over its ``n`` problems), drawn as that
+    checkpoint's accuracy and interval.
 
     Returns:
-        Columns reward, flops (FLOPs), accuracy, cell_id, config_id: for each FLOP level in
-        a reward's checkpoint evals (sorted), the running max of accuracy over its ok
-        cells' checkpoints at flops <= that level, and the cell that first reached it.
+        Columns reward, flops (FLOPs), accuracy, lo, hi, cell_id, config_id: one row per
+        FLOP level in a reward's checkpoint evals (sorted).
     """
+    z = float(stats.norm.ppf(0.5 + level / 2))
     ev = _target_evals(evals, cells, target)
+    n = ev["n"].clip(lower=1) if "n" in ev else pd.Series(1, index=ev.index)
+    p = ev["accuracy"].clip(0, 1)
+    se = np.sqrt(np.maximum(p * (1 - p), 1 / n) / n)
+    ev = ev.assign(lo=(p - z * se).clip(lower=0), hi=(p + z * se).clip(upper=1))
     rows = []
     for reward, group in ev.groupby("reward", sort=True):
-        group = group.sort_values(["flops", "accuracy", "cell_id"],
-                                  ascending=[True, False, True], kind="stable")
+        group = group.sort_values(["flops", "lo", "cell_id"], ascending=[True, False, True],
+                                  kind="stable")
         best = None
-        for flops, level in group.groupby("flops", sort=True):
-            top = level.iloc[0]
-            if best is None or top["accuracy"] > best["accuracy"]:
+        for flops, at in group.groupby("flops", sort=True):
+            top = at.iloc[0]
+            if best is None or top["lo"] > best["lo"]:
                 best = top
             rows.append({"reward": reward, "flops": float(flops),
-                         "accuracy": float(best["accuracy"]), "cell_id": best["cell_id"],
+                         "accuracy": float(best["accuracy"]), "lo": float(best["lo"]),
+                         "hi": float(best["hi"]), "cell_id": best["cell_id"],
                          "config_id": best["config_id"]})
-    return pd.DataFrame(rows, columns=["reward", "flops", "accuracy", "cell_id", "config_id"])
+    return pd.DataFrame(rows, columns=["reward", "flops", "accuracy", "lo", "hi", "cell_id",
+                                       "config_id"])
 
 
 def same_flop_sizes(cells: pd.DataFrame) -> pd.DataFrame:

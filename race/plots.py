@@ -68,6 +68,8 @@ def frontier(path: Path, fronts: dict, evals: pd.DataFrame, ok: pd.DataFrame,
                 if len(line):
                     ax.step(line["flops"], line["accuracy"], where="post",
                             color=colors[reward], lw=2.2)
+                    ax.fill_between(line["flops"], line["lo"], line["hi"], step="post",
+                                    color=colors[reward], alpha=0.15, linewidth=0)
                 n = int((ok["reward"] == reward).sum())
                 handles.append(Line2D([], [], color=colors[reward], lw=2.2,
                                       label=f"{reward} frontier ({n} cells)"))
@@ -76,7 +78,8 @@ def frontier(path: Path, fronts: dict, evals: pd.DataFrame, ok: pd.DataFrame,
             ax.set_xscale("log")
             ax.set_ylabel(f"accuracy on {target}")
             tag = " (primary)" if target == primary else ""
-            ax.set_title(f"Allocation frontier on {target}{tag}: best accuracy within FLOPs")
+            ax.set_title(f"Allocation frontier on {target}{tag}: best lower bound within "
+                         f"FLOPs (band: its interval)")
             ax.grid(True, which="major", alpha=0.35)
             ax.grid(True, which="minor", alpha=0.12)
             ax.legend(handles=handles, loc="best", framealpha=0.85)

@@ -150,26 +150,37 @@ def test_rank_names_the_available_targets_on_a_typo():
 # ---------------------------------------------------------------- frontier
 
 
-def test_frontier_is_a_running_max_per_reward():
+def test_frontier_keeps_the_best_lower_bound_per_reward_with_its_interval():
     cells = make_cells(
         cell("r1", "R1", 0.3), cell("r2", "R2", 0.5),
-        cell("p1", "P1", 0.6, reward="prm-tiny"),
+        cell("p1", "P1", 0.6, reward="prm-tiny"), cell("p2", "P2", 0.65, reward="prm-tiny"),
         cell("x1", "X1", 0.99, status="failed"),  # failed: must not reach the frontier
     )
     evals = evals_from({"r1": [0.1, 0.4, 0.45, 0.35, 0.3],  # peaks then declines
                         "r2": [0.1, 0.2, 0.3, 0.4, 0.5],
                         "p1": [0.1, 0.3, 0.5, 0.55, 0.6],
-                        "x1": [0.9, 0.99, 0.99, 0.99, 0.99]}, cells)
-    front = frontier(evals, cells, target="test")
-    assert list(front.columns) == ["reward", "flops", "accuracy", "cell_id", "config_id"]
+                        "p2": [0.1, 0.1, 0.1, 0.1, 0.65],
+                        "x1": [0.9, 0.99, 0.99, 0.99, 0.99]}, cells).assign(n=1000)
+    evals.loc[(evals["cell_id"] == "p2") & (evals["checkpoint"] == 1.0), "n"] = 20
+    front = frontier(evals, cells, target="test", level=0.9)
+    assert list(front.columns) == ["reward", "flops", "accuracy", "lo", "hi", "cell_id",
+                                   "config_id"]
     rule = front[front["reward"] == "rule"]
     assert list(rule["flops"]) == [f * PILOT for f in CHECKPOINTS]
+    # on 1,000 problems a higher accuracy has the higher lower bound: r1 leads until r2's 0.5
     assert list(rule["accuracy"]) == [0.1, 0.4, 0.45, 0.45, 0.5]
     assert list(rule["cell_id"]) == ["r1", "r1", "r1", "r1", "r2"]
+    z = 1.6448536269514722  # the 95th percentile of the normal: a 90% interval
+    se = math.sqrt(0.5 * 0.5 / 1000)
+    assert rule["lo"].iloc[-1] == pytest.approx(0.5 - z * se)
+    assert rule["hi"].iloc[-1] == pytest.approx(0.5 + z * se)
     for _, group in front.groupby("reward"):
-        assert np.all(np.diff(group["accuracy"].to_numpy()) >= 0)
+        assert np.all(np.diff(group["lo"].to_numpy()) >= 0)  # the bound never falls
         assert np.all(np.diff(group["flops"].to_numpy()) > 0)
-    assert front[front["reward"] == "prm-tiny"]["accuracy"].iloc[-1] == 0.6
+    # p2's 0.65 rests on 20 problems: lower bound 0.65 - z sqrt(0.2275 / 20) = 0.475, below
+    # p1's 0.6 on 1,000 (0.6 - z sqrt(0.24 / 1000) = 0.575): the frontier stays with p1
+    last = front[front["reward"] == "prm-tiny"].iloc[-1]
+    assert (last["cell_id"], last["accuracy"]) == ("p1", 0.6)
     assert "x1" not in set(front["cell_id"])
 
 

@@ -1,0 +1,91 @@
+"""bench/selection_replay.py on a synthetic curve bank whose answer is known: a config
+that leads early and collapses late (visible by F/4), a steady one that is best at F, a
+slow one. The flat 1/16 pilots pick the early leader; the guarded ladder does not."""
+
+import gzip
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+SPEC = importlib.util.spec_from_file_location(
+    "selection_replay", Path(__file__).parents[1] / "bench" / "selection_replay.py")
+replay = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(replay)
+
+FULL = 1e12
+CHECKPOINTS = sorted({k / 256 for k in range(1, 4)} | {1 / 64, 3 / 64}
+                     | {k / 32 for k in range(1, 33)})
+
+
+def steady(f):  # 0.30 at the start, +0.05 per doubling of compute from F/256: 0.70 at F
+    return 0.30 if f == 0 else 0.30 + 0.05 * math.log2(f * 256)
+
+
+def leader_then_collapse(f):  # 0.60 by F/16, then falls from F/8 on: 0.10 at F
+    if f <= 1 / 8:
+        return min(0.60, 0.30 + 0.3 * (f * 16))
+    return max(0.10, 0.60 - 0.5 * (f - 1 / 8) / (7 / 8))
+
+
+def slow(f):  # 0.30 -> 0.45
+    return 0.30 + 0.15 * f
+
+
+def cell(config, model, seed, curve, offset):
+    evals = [{"checkpoint": f, "target": "val", "flops": f * FULL, "eval_flops": 1e6 * (i + 1),
+              "accuracy": min(1.0, max(0.0, curve(f) + offset)), "n": 1000,
+              "mean_reward": curve(f) + offset}
+             for i, f in enumerate([0.0, *CHECKPOINTS])]
+    steps = [{"step": i + 1, "flops": f * FULL, "entropy": 1.0, "truncation_rate": 0.0,
+              "max_new_tokens": 40, "train_reward": 0.5} for i, f in enumerate(CHECKPOINTS)]
+    return {"cell_id": f"{config}-{seed}", "config": config, "model": model, "reward": "rule",
+            "group_size": 8, "update_epochs": 1, "seed": seed, "budget_flops": FULL,
+            "evals": evals, "steps": steps}
+
+
+@pytest.fixture()
+def bank(tmp_path):
+    cells = []
+    for model, shift in (("tiny-s", 0.0), ("tiny-m", 0.05)):
+        for name, curve in (("steady", steady), ("collapse", leader_then_collapse),
+                            ("slow", slow)):
+            for seed, noise in ((0, 0.004), (1, -0.004)):
+                cells.append(cell(f"{model}-{name}", model, seed, curve, shift + noise))
+    path = tmp_path / "bank.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"command": "race sweep ...", "git_sha": "0" * 40, "versions": {},
+                   "budget_flops": FULL, "started": 0, "finished": 0, "cells": cells}, f)
+    return path
+
+
+def test_replay_scores_policies_against_the_full_budget_truth(bank):
+    _, configs = replay.load_bank(bank)
+    assert configs["tiny-m-steady"]["truth"] == pytest.approx(0.75)  # 0.70 + 0.05 shift
+    assert configs["tiny-m-collapse"]["truth"] < configs["tiny-m-collapse"]["start"]
+    seeds = [0, 1]
+    rows = {name: replay.score_policy(name, configs, seeds, boot=50)
+            for name in replay.POLICIES}
+    assert rows["oracle"]["top1_regret"] == 0 and rows["oracle"]["kendall"] == 1.0
+    # flat 1/16 pilots read 0.65 for tiny-m-collapse at F/16 (0.60 + shift): its pick
+    assert rows["flat"]["picks"] == ["tiny-m-collapse", "tiny-m-collapse"]
+    assert rows["flat"]["catastrophes"] == 1.0
+    assert rows["flat"]["top1_regret"] == pytest.approx(0.75 - 0.15)
+    # the guarded ladder sees the drawdown by F/4 and picks the steady config
+    guarded = rows["ladder+guards"]
+    assert guarded["picks"] == ["tiny-m-steady", "tiny-m-steady"]
+    assert guarded["top1_regret"] == 0 and guarded["catastrophes"] == 0
+    # costs: 6 configs x 1/16 flat; the ladder 6/64 + 2 x (1/16 - 1/64) + 2 x (1/4 - 1/16)
+    assert rows["flat"]["pilot_cost_share"] == pytest.approx(6 / 16)
+    assert guarded["pilot_cost_share"] == pytest.approx(6 / 64 + 2 * 3 / 64 + 2 * 3 / 16)
+    assert guarded["with_eval"] > guarded["pilot_cost_share"]
+
+
+def test_guard_thresholds_are_tuned_on_the_half_they_are_given(bank):
+    _, configs = replay.load_bank(bank)
+    tuned = replay.tune_guards(configs, [0, 1])
+    assert tuned.floor in (0.02, 0.03, 0.05) and tuned.z in (1.0, 2.0, 3.0)
+    row = replay.score_policy("ladder+guards", configs, [0, 1], boot=1, thresholds=tuned)
+    assert row["top1_regret"] == 0
