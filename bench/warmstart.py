@@ -20,7 +20,8 @@ import math
 import os
 import time
 
-from race.policies import build_family, build_info, build_tiny_policy
+from race.family import build_family
+from race.policies import build_info, build_tiny_policy
 
 NAMES = ("tiny-s", "tiny-m", "tiny-l")
 

@@ -13,6 +13,7 @@ import json
 import sys
 
 from race.errors import UsageError
+from race.fmt import fmt_flops
 
 USAGE_ERROR = 2
 INTERNAL_ERROR = 1
@@ -64,10 +65,6 @@ def _params(count: int) -> str:
     return f"{count / 1e9:.4g}B" if count >= 1e8 else f"{count / 1e6:.3g}M"
 
 
-def _fmt(flops: float) -> str:
-    return f"{flops:.3g}" if flops < 1000 else f"{flops:.2e}".replace("e+0", "e+")
-
-
 def _card_text(cfg, specs, cards: dict) -> str:
     from race.flops import head_flops_per_position, linear_forward_flops_per_token
 
@@ -86,7 +83,7 @@ def _card_text(cfg, specs, cards: dict) -> str:
         f"{cfg.convention})",
         f"  policy    {policy.name}: {_params(policy.total_params)} params "
         f"({_params(policy.non_embedding_params)} non-embedding), "
-        f"{_fmt(per_token)} FLOPs/token forward (no attention), {adapter}",
+        f"{fmt_flops(per_token)} FLOPs/token forward (no attention), {adapter}",
         f"  feedback  {reward.name}: {feedback}",
         f"  search    {kw['prompts_per_step']} prompts x G={kw['group_size']} = {rows} "
         f"completions/step; prompt {kw['prompt_tokens']} tok, completion "
@@ -99,14 +96,14 @@ def _card_text(cfg, specs, cards: dict) -> str:
     totals = {name: card.total for name, card in cards.items()}
     shares = {name: total.shares() for name, total in totals.items()}
     for phase in ("rollout", "learning", "feedback"):
-        lines.append(f"  {phase:<10}{_fmt(getattr(totals['model'], phase)):>14}"
+        lines.append(f"  {phase:<10}{fmt_flops(getattr(totals['model'], phase)):>14}"
                      f"{shares['model'][phase]:>8.1%}"
-                     f"{_fmt(getattr(totals['executed'], phase)):>17}"
+                     f"{fmt_flops(getattr(totals['executed'], phase)):>17}"
                      f"{shares['executed'][phase]:>8.1%}")
-    lines.append(f"  {'total':<10}{_fmt(totals['model'].total):>14}{'':>8}"
-                 f"{_fmt(totals['executed'].total):>17}")
-    lines.append(f"  per step  {_fmt(model_card.per_step.total):>12}{'':>8}"
-                 f"{_fmt(cards['executed'].per_step.total):>17}")
+    lines.append(f"  {'total':<10}{fmt_flops(totals['model'].total):>14}{'':>8}"
+                 f"{fmt_flops(totals['executed'].total):>17}")
+    lines.append(f"  per step  {fmt_flops(model_card.per_step.total):>12}{'':>8}"
+                 f"{fmt_flops(cards['executed'].per_step.total):>17}")
     lines.append("  (model: real tokens, causal attention; executed: what Hugging Face runs, "
                  "padded to the cap, full-square attention)")
     return "\n".join(lines)
@@ -170,8 +167,9 @@ class _Progress:
     def __call__(self, row: dict) -> None:
         done = min(1.0, row["charged_flops"] / self.budget)
         bar = "#" * int(done * self.width) + "." * (self.width - int(done * self.width))
-        print(f"\r[{bar}] {done:6.1%}  step {row['step']:>4}  spent {_fmt(row['charged_flops'])}"
-              f"  left {_fmt(self.budget - row['charged_flops'])}  train reward "
+        print(f"\r[{bar}] {done:6.1%}  step {row['step']:>4}  spent "
+              f"{fmt_flops(row['charged_flops'])}  left "
+              f"{fmt_flops(self.budget - row['charged_flops'])}  train reward "
               f"{row['train_reward']:.3f}", end="", file=sys.stderr, flush=True)
 
 
@@ -188,7 +186,7 @@ def cmd_pilot(overrides: list[str]) -> int:
     check_budget(spec, prompt_tokens=1, key=_pilot_budget_key(cfg))  # before any model loads
     cell_dir = Path(cfg.pilot.out_dir) / "cells" / spec.cell_id
     print(f"race pilot: {spec.model} x {dict(spec.reward)['name']}, G={spec.group_size}, "
-          f"mu={spec.update_epochs}, pilot budget {_fmt(spec.budget_flops)} FLOPs "
+          f"mu={spec.update_epochs}, pilot budget {fmt_flops(spec.budget_flops)} FLOPs "
           f"({spec.convention}) -> {cell_dir}", file=sys.stderr)
     summary = run_pilot(spec, cell_dir, progress=_Progress(spec.budget_flops))
     print(file=sys.stderr)
@@ -197,10 +195,10 @@ def cmd_pilot(overrides: list[str]) -> int:
     print(f"status     {summary['status']}" + (f": {summary['error']}" if summary["error"]
                                                  else ""))
     print(f"steps      {summary['steps']}")
-    print(f"FLOPs      {_fmt(summary['total_flops'])} of {_fmt(summary['budget_flops'])} "
+    print(f"FLOPs      {fmt_flops(summary['total_flops'])} of {fmt_flops(summary['budget_flops'])} "
           f"({summary['total_flops'] / summary['budget_flops']:.1%}); "
           + ", ".join(f"{k} {v:.1%}" for k, v in shares.items())
-          + f"; eval {_fmt(summary['flops']['eval'])} (not charged)")
+          + f"; eval {fmt_flops(summary['flops']['eval'])} (not charged)")
     print("wall s     " + ", ".join(f"{k} {v:.1f}" for k, v in summary["wall_s"].items()))
     for target, final in summary["final_eval"].items():
         start = summary["initial_eval"].get(target, {}).get("accuracy", float("nan"))
@@ -290,7 +288,7 @@ def cmd_sweep(overrides: list[str]) -> int:
 
 def _sweep_one(plan, overrides: list[str], sweep_dir) -> int:
     """One budget's sweep of ``plan`` into ``sweep_dir``, then its report; the exit code."""
-    from race.grid import cell_label, cost_warning, fmt_flops, plan_summary
+    from race.grid import cell_label, cost_warning, plan_summary
     from race.sweep import run_sweep
 
     base = plan.base
@@ -399,7 +397,7 @@ def _hydra_pilot(cfg) -> str:
     spec = to_run_spec(typed, typed.budget * typed.pilot.fraction)
     summary = run_pilot(spec, Path(typed.pilot.out_dir) / "cells" / spec.cell_id)
     print(f"race pilot: {spec.cell_id} {summary['status']}, {summary['steps']} steps, "
-          f"{_fmt(summary['total_flops'])} FLOPs", file=sys.stderr)
+          f"{fmt_flops(summary['total_flops'])} FLOPs", file=sys.stderr)
     return summary["status"]
 
 

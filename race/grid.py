@@ -22,6 +22,7 @@ from typing import Any
 from race import catalog, flops
 from race.budget import worst_step_flops
 from race.errors import RewardTokenizerMismatch, UsageError
+from race.fmt import fmt_flops
 from race.ladder import LadderPlan, fmt_fraction, plan_ladder
 from race.specs import PhaseFlops, RunSpec
 
@@ -296,11 +297,6 @@ def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True,
     planned = step.scale(steps)
     regime = regime_label(step.shares(), cfg.regime)
     return Cell(tuple(knobs), tuple(overrides), spec, steps, planned, regime, refused)
-
-
-def fmt_flops(value: float) -> str:
-    """FLOPs as ``3.2e+15`` (small counts as plain numbers)."""
-    return f"{value:.3g}" if value < 1000 else f"{value:.2e}".replace("e+0", "e+")
 
 
 def plan_table(plan: Plan) -> str:

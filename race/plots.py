@@ -14,8 +14,10 @@ import numpy as np
 import pandas as pd
 
 from race import aggregate, results
-from race.grid import fmt_flops
-from race.report import PHASE_NAMES, PHASES, _int, _label, _num
+from race.fmt import PHASE_NAMES, PHASES, fmt_flops
+from race.fmt import int_text as _int
+from race.fmt import label as _label
+from race.fmt import num as _num
 
 PHASE_COLORS = {"rollout": "#4C72B0", "learning": "#DD8452", "feedback": "#55A868"}
 DPI = 150

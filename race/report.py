@@ -15,65 +15,23 @@ from pathlib import Path
 
 import pandas as pd
 
-from race import aggregate, results
+from race import aggregate, plots, results
 from race.errors import UsageError
-from race.grid import fmt_flops
+from race.fmt import PHASE_NAMES, PHASES, fmt_flops
+from race.fmt import acc as _acc
+from race.fmt import flops_text as _flops
+from race.fmt import int_text as _int
+from race.fmt import interval as _interval
+from race.fmt import label as _label
+from race.fmt import num as _num
+from race.fmt import params as _params
+from race.fmt import share as _share
 
-PHASES = ("rollout", "learning", "feedback")  # charged to the budget; eval is not
-PHASE_NAMES = {"rollout": "rollout / search", "learning": "learning", "feedback": "feedback",
-               "eval": "eval (not charged)"}
 CONVENTIONS = {  # DESIGN.md, FLOP conventions
     "model": "2 per multiply-add on real tokens, causal attention, LoRA's cheaper backward",
     "executed": "what the backend ran: padded batches, full attention under a padding mask, "
                 "finished rows that keep decoding"}
 VALIDATION_HEADING = "## Validation: predicted vs realized"
-
-
-# ------------------------------------------------------------------ formatting
-
-
-def _num(value) -> float:
-    """A float, with None / NaN / missing as nan."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _int(value) -> str:
-    v = _num(value)
-    return "-" if math.isnan(v) else str(int(v))
-
-
-def _acc(value, digits: int = 3) -> str:
-    v = _num(value)
-    return "-" if math.isnan(v) else f"{v:.{digits}f}"
-
-
-def _interval(mean, lo, hi) -> str:
-    if math.isnan(_num(lo)) or math.isnan(_num(hi)):
-        return _acc(mean)
-    return f"{_acc(mean)} [{_acc(lo, 2)}, {_acc(hi, 2)}]"
-
-
-def _flops(value) -> str:
-    v = _num(value)
-    return "-" if math.isnan(v) else fmt_flops(v)
-
-
-def _share(part: float, total: float) -> str:
-    return f"{part / total:.1%}" if total > 0 else "-"
-
-
-def _params(n) -> str:
-    """Parameter counts as 152k, 494M, 1.54B."""
-    n = _num(n)
-    if math.isnan(n):
-        return "-"
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g}{unit}"
-    return f"{n:.0f}"
 
 
 def _latex_flops(value: float) -> str:
@@ -99,12 +57,6 @@ def _md_table(header: list[str], rows: list[list], align: str = "") -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
     lines += ["| " + " | ".join(_cell_text(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def _label(row) -> str:
-    """A config's knobs in one short label: ``tiny-s/rule G4 mu1``."""
-    return (f"{row['model']}/{row['reward']} G{_int(row.get('group_size'))} "
-            f"mu{_int(row.get('update_epochs'))}")
 
 
 # ------------------------------------------------------------------ tables
@@ -614,8 +566,6 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
                                         names)
     results.write_text(paths["compute_card_md"], card)
     results.write_text(paths["compute_card_tex"], latex)
-    from race import plots
-
     plots.frontier(paths["frontier_png"], fronts, evals, ok, names, primary, name)
     plots.curves(paths["curves_png"], primary_configs, fits_by[primary], evals, ok, primary,
                  name)

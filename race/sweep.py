@@ -23,7 +23,8 @@ from pathlib import Path
 
 from race import results
 from race.errors import UsageError
-from race.grid import Plan, fmt_flops
+from race.fmt import fmt_flops
+from race.grid import Plan
 from race.ladder import next_rung_bound, promote
 
 
@@ -94,7 +95,7 @@ def warm_start(specs, workers: int) -> list[str]:
     start = time.perf_counter()
     print(f"race sweep: warm start of {', '.join(policies + prms)} (cached after the first "
           f"sweep)...", file=sys.stderr, flush=True)
-    from race.policies import build_family
+    from race.family import build_family
 
     build_family(policies, prms=prms, workers=workers)
     print(f"race sweep: warm start ready in {time.perf_counter() - start:.0f} s",

@@ -6,7 +6,7 @@ import pytest
 
 from race import results
 from race.aggregate import compare_predictions, sigmoid
-from race.grid import fmt_flops
+from race.fmt import fmt_flops
 from race.report import VALIDATION_HEADING, validation_section, write_report
 
 PILOT = 1e12  # pilot budget per cell, FLOPs

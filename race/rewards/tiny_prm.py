@@ -30,6 +30,7 @@ from typing import Any
 from race import flops
 from race.catalog import load_model_shape
 from race.errors import RewardInputTooLong, UsageError
+from race.policies import build_tiny_policy, cached_build
 from race.rewards.base import FlopLedger, RewardFlops, check_rewards
 from race.rewards.qwen_prm import aggregate_scores
 from race.specs import ModelShape, RewardShape
@@ -282,8 +283,6 @@ def build_tiny_prm(name: str, *, seed: int = 0, rebuild: bool = False,
 
     Its body starts from the warm-started policy of the same shape (``recipe.init_from``).
     """
-    from race.policies import build_tiny_policy, cached_build
-
     shape = load_model_shape(name)
     if shape.head != "lm_verifier" or shape.tokenizer != "race-char":
         raise UsageError(f"reward.model={name}: not a tiny PRM (needs head lm_verifier and "
