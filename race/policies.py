@@ -76,7 +76,8 @@ def cache_dir() -> Path:
 def single_thread():
     """Run torch on one thread inside, restoring the caller's count after (even on error).
 
-    Builds of models this small are fastest and deterministic on one thread (DESIGN.md).
+    Builds of models this small are fastest and deterministic on one thread (docs/design.md,
+    environment facts).
     """
     import torch
 

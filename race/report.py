@@ -3,7 +3,7 @@
 Reads with ``race.results``, ranks and fits with the pure ``race.aggregate``, draws with
 ``race.plots`` and writes every file through ``race.results`` (atomic).
 
-Files written into the sweep folder (DESIGN.md, results contract): ``leaderboard.md`` /
+Files written into the sweep folder (docs/design.md, results contract): ``leaderboard.md`` /
 ``.csv``, ``compute_card.md`` / ``.tex``, ``frontier.png``, ``curves.png``, ``phases.png``,
 ``selection.json``.
 """
@@ -27,7 +27,7 @@ from race.fmt import num as _num
 from race.fmt import params as _params
 from race.fmt import share as _share
 
-CONVENTIONS = {  # DESIGN.md, FLOP conventions
+CONVENTIONS = {  # docs/accounting.md, FLOP conventions
     "model": "2 per multiply-add on real tokens, causal attention, LoRA's cheaper backward",
     "executed": "what the backend ran: padded batches, full attention under a padding mask, "
                 "finished rows that keep decoding"}

@@ -1,6 +1,6 @@
 """Every read and write under ``results/``: atomic (temp file, then rename).
 
-Layout (DESIGN.md, results contract)::
+Layout (docs/design.md, results contract)::
 
     results/<sweep_id>/cells/<cell_id>/spec.json      the frozen RunSpec
     results/<sweep_id>/cells/<cell_id>/metrics.jsonl  one row per step / checkpoint eval

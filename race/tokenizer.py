@@ -5,7 +5,7 @@ transformers 5 (and vLLM) rebuild a ``model_type: qwen2`` tokenizer as byte-leve
 BPE with no merges: every character is one token spelled in the byte-to-unicode alphabet
 (``Ġ`` for space, ``Ċ`` for newline), ByteLevel pre-tokenizer and decoder, and a
 vocabulary padded to the model's ``vocab_size`` with real characters (vLLM samples from
-every id; an id that decodes to nothing breaks it). See DESIGN.md, environment facts.
+every id; an id that decodes to nothing breaks it). See docs/design.md, environment facts.
 """
 
 from __future__ import annotations

@@ -73,3 +73,19 @@ def test_run_spec_refuses_what_only_accounting_accepts():
     assert to_run_spec(gsm8k, 1e12, runnable=False).task == (("name", "gsm8k"),)
     with pytest.raises(ValueError, match=re.escape("task=gsm8k: pilots run the embedded task")):
         to_run_spec(gsm8k, 1e12)
+
+
+@pytest.mark.parametrize("fixed, variants", [
+    ([], [["model=tiny-s", "grid.group_size=4", "grid.update_epochs=2", "reward=prm-tiny-s",
+           "pilot.seed=1"], ["model=tiny-m", "grid.group_size=8", "grid.update_epochs=1",
+                             "reward=rule", "pilot.seed=0"]]),
+    (["model.hf_id=/tmp/policy", "budget=1e12", "pilot.checkpoints=[0.5,1.0]",
+      "grid.lr=1e-3"],
+     [["model=tiny-s", "launcher=slurm", "launcher.partition=gpu"],
+      ["model=tiny-l", "grid.lr=2e-3", "pilot.eval_targets=[val,test]"],
+      ["task=gsm8k", "selection.rungs=[0.1,0.2]", "selection.policy=flat"], []]),
+])
+def test_composing_once_gives_what_hydra_composes_per_cell(fixed, variants):
+    from race.config import compose_config, compose_many
+
+    assert compose_many(fixed, variants) == [compose_config(fixed + v) for v in variants]

