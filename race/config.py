@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
-from race import catalog
+from race import catalog, guards
 from race.budget import reward_shape
 from race.errors import UnknownName, UsageError
 from race.flops import CONVENTIONS
@@ -200,6 +200,26 @@ class SweepConfig:
 
 
 @dataclass
+class GuardConfig:
+    # drawdown: the smallest drop below the running best that counts, accuracy points
+    floor: float = guards.DEFAULT.floor
+    # drawdown: the drop must also exceed this many standard errors of the best
+    z: float = guards.DEFAULT.z
+    # reward hacking: the proxy reward's rise over the window, reward points
+    reward_rise: float = guards.DEFAULT.reward_rise
+    # reward hacking: checkpoints compared (the last one against this many before it)
+    window: int = guards.DEFAULT.window
+    # entropy collapse: last step's sampled-token NLL below this share of the first's
+    entropy_floor: float = guards.DEFAULT.entropy_floor
+    # truncation: share of the last step's completions cut at the cap
+    max_truncation: float = guards.DEFAULT.max_truncation
+
+    def thresholds(self) -> guards.GuardThresholds:
+        return guards.GuardThresholds(**{f: getattr(self, f) for f in (
+            "floor", "z", "reward_rise", "window", "entropy_floor", "max_truncation")})
+
+
+@dataclass
 class SelectionConfig:
     # ladder: successive halving (every config to the first rung, the best continued from
     # their checkpoints to the next) | flat: every cell at pilot.fraction x budget
@@ -212,6 +232,8 @@ class SelectionConfig:
     share: float = 1.0
     # promotion ranks by the next rung's predicted score minus z standard errors
     z: float = 1.0
+    # when a config's guard fires (never promoted, extrapolated or preferred)
+    guards: GuardConfig = field(default_factory=GuardConfig)
 
 
 @dataclass
@@ -367,6 +389,34 @@ EXAMPLES = {"budget": "budget=1e15", "grid.lr": "grid.lr=5e-4", "grid.kl_coef": 
             "report.level": "report.level=0.9"}
 
 
+def selection_problems(selection: SelectionConfig) -> list[str]:
+    """What is wrong with ``selection.*`` (the ladder is planned from it before any cell
+    is composed), one message per problem."""
+    problems = []
+    if selection.policy not in ("ladder", "flat"):
+        problems.append(f"selection.policy={selection.policy!r}: use selection.policy=ladder "
+                        f"or selection.policy=flat")
+    rungs = list(selection.rungs)
+    if not rungs or rungs != sorted(set(rungs)) or not 0 < rungs[0] or rungs[-1] >= 1:
+        problems.append(f"selection.rungs={rungs}: need ascending, distinct fractions of "
+                        f"the full budget in (0, 1), e.g. selection.rungs=[0.015625,0.0625,0.25]")
+    if selection.reduction < 2:
+        problems.append(f"selection.reduction={selection.reduction}: must be >= 2 (each rung "
+                        f"keeps 1/reduction of the configs)")
+    if not selection.share > 0:
+        problems.append(f"selection.share={selection.share}: must be > 0 (the ladder's pilot "
+                        f"compute as a share of one full run, e.g. 1.0)")
+    if selection.z < 0:
+        problems.append(f"selection.z={selection.z}: must be >= 0")
+    g = selection.guards
+    for key in ("floor", "z", "reward_rise", "entropy_floor", "max_truncation"):
+        if not getattr(g, key) >= 0:
+            problems.append(f"selection.guards.{key}={getattr(g, key)}: must be >= 0")
+    if g.window < 1:
+        problems.append(f"selection.guards.window={g.window}: must be >= 1")
+    return problems
+
+
 def validate(cfg: RaceConfig) -> None:
     """Check the whole config and raise one UsageError listing every problem."""
     problems = _finite_problems(cfg)
@@ -431,22 +481,7 @@ def validate(cfg: RaceConfig) -> None:
             problems.append(f"launcher.{key}={getattr(launcher, key)}: must be >= 1")
     if launcher.slots < 0:
         problems.append(f"launcher.slots={launcher.slots}: must be >= 0 (0: one per core)")
-    selection = cfg.selection
-    if selection.policy not in ("ladder", "flat"):
-        problems.append(f"selection.policy={selection.policy!r}: use selection.policy=ladder "
-                        f"or selection.policy=flat")
-    rungs = list(selection.rungs)
-    if not rungs or rungs != sorted(set(rungs)) or not 0 < rungs[0] or rungs[-1] >= 1:
-        problems.append(f"selection.rungs={rungs}: need ascending, distinct fractions of "
-                        f"the full budget in (0, 1), e.g. selection.rungs=[0.015625,0.0625,0.25]")
-    if selection.reduction < 2:
-        problems.append(f"selection.reduction={selection.reduction}: must be >= 2 (each rung "
-                        f"keeps 1/reduction of the configs)")
-    if not selection.share > 0:
-        problems.append(f"selection.share={selection.share}: must be > 0 (the ladder's pilot "
-                        f"compute as a share of one full run, e.g. 1.0)")
-    if selection.z < 0:
-        problems.append(f"selection.z={selection.z}: must be >= 0")
+    problems += selection_problems(cfg.selection)
     if cfg.report.basis not in ("observed", "extrapolated"):
         problems.append(f"report.basis={cfg.report.basis!r}: use observed or extrapolated")
     if problems:

@@ -197,7 +197,7 @@ def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
     backend that is not installed, a task the pilots do not support yet).
     Raises UsageError for bad input (the CLI's exit code 2).
     """
-    from race.config import compose_many
+    from race.config import compose_many, selection_problems
 
     base, fixed, axes = grid_axes(overrides)
     budget = resolve_budget(base)
@@ -209,6 +209,9 @@ def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
             raise UsageError(f"budget=null: the embedded default budget fits the tiny family "
                              f"only; give the full-run budget for model={real[0]} in FLOPs, "
                              f"e.g. budget=1e18")
+    problems = selection_problems(base.selection)  # before the ladder is planned from it
+    if problems:
+        raise UsageError("; ".join(problems))
     cells = []
     ladder = grid_ladder(base, axes)
     fraction = ladder.rungs[0] if ladder else base.pilot.fraction

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class GuardThresholds:
-    """When each guard fires (``report.guards.*`` in the config)."""
+    """When each guard fires (``selection.guards.*`` in the config)."""
 
     # drawdown: the smallest drop that counts, accuracy points
     floor: float = 0.03

@@ -392,6 +392,16 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict]) -> str:
     return "\n\n".join(text) + "\n"
 
 
+def _guard_thresholds(sweep_dir: Path):
+    """The guard thresholds the sweep ran with (``sweep.json``), else the defaults."""
+    from race.guards import DEFAULT, GuardThresholds
+
+    path = sweep_dir / "sweep.json"
+    given = (results.read_json(path).get("config", {}).get("selection", {}).get("guards")
+             if path.is_file() else None)
+    return GuardThresholds(**given) if given else DEFAULT
+
+
 def _guards_markdown(checks: pd.DataFrame, target: str, n_cells: int) -> str:
     """The leaderboard's guard section: every guard that fired, with its evidence."""
     fired = checks[checks["fired"]]
@@ -533,7 +543,8 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
                           regimes)
         fronts[target] = aggregate.frontier(evals, cells, target=target)
     by_target = aggregate.best_by_target(raw)
-    checks = aggregate.guard_cells(evals, examples, steps, target=primary)
+    checks = aggregate.guard_cells(evals, examples, steps, target=primary,
+                                   thresholds=_guard_thresholds(sweep_dir))
     fired = checks[checks["fired"]]
     guarded = {cid: "; ".join(f"{g} ({c}: {e})" for g, c, e in
                               zip(group["guard"], group["cell_id"], group["evidence"]))

@@ -272,7 +272,7 @@ def run_ladder(plan: Plan, cfg, sweep_dir: Path, me: dict) -> dict:
         total["launched"] += outcome["launched"]
         next_flops = full * ladder.rungs[index + 1] if not last else None
         candidates = rung_candidates(sweep_dir, specs, config_of, next_flops,
-                                     z=selection.z)
+                                     z=selection.z, thresholds=selection.guards.thresholds())
         count = ladder.counts[index + 1] if not last else 0
         ranked = promote(candidates, count) if not last else sorted(
             candidates, key=lambda c: (c["guard"] is not None, -c["score"], c["config"]))
@@ -296,7 +296,7 @@ def run_ladder(plan: Plan, cfg, sweep_dir: Path, me: dict) -> dict:
 
 
 def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
-                    next_flops: float | None, *, z: float) -> list[dict]:
+                    next_flops: float | None, *, z: float, thresholds=None) -> list[dict]:
     """One rung's configs as promotion candidates: each config's ok cells (seeds) read on
     the selection target at the rung's end, their guards, and (below the last rung) the
     lower confidence bound of the seed mean at ``next_flops``."""
@@ -310,7 +310,8 @@ def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
     evals = evals[evals["cell_id"].isin(ids) & (evals["target"] == target)]
     checks = aggregate.guard_cells(evals, examples[examples["cell_id"].isin(ids)]
                                    if len(examples) else examples,
-                                   steps[steps["cell_id"].isin(ids)], target=target)
+                                   steps[steps["cell_id"].isin(ids)], target=target,
+                                   thresholds=thresholds)
     fired = checks[checks["fired"]]
     by_config: dict[str, list] = {}
     for spec in specs:

@@ -27,6 +27,12 @@ CASES = [
     pytest.param(["sweep", "model.hf_id=/nonexistent/policy"], "model.hf_id=/nonexistent",
                  id="missing-model-folder"),
     pytest.param(["sweep", "budget=1e12,1e12"], "listed more than once", id="budget-axis"),
+    pytest.param(["sweep", "selection.policy=best"], "selection.policy='best': use "
+                 "selection.policy=ladder or selection.policy=flat", id="selection-policy"),
+    pytest.param(["sweep", "selection.rungs=[0.25,0.0625]"], "selection.rungs=[0.25, 0.0625]: "
+                 "need ascending", id="selection-rungs"),
+    pytest.param(["sweep", "selection.guards.window=0"], "selection.guards.window=0: must be "
+                 ">= 1", id="guard-window"),
     pytest.param(["sweep", "reward=rule", "reward=prm-tiny-s"], "reward: given twice",
                  id="key-twice"),
     pytest.param(["sweep", "budget=1e400"], "budget=inf: not finite (a value beyond 1.8e308, "

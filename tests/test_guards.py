@@ -144,3 +144,17 @@ def test_drawdown_margin_uses_the_best_checkpoints_own_problem_count():
     assert not guards.drawdown(curve, [128, 128, 1000]).fired
     assert "n=128" in guards.drawdown(curve, [128, 128, 1000]).evidence
     assert guards.drawdown(curve, [1000, 1000, 1000]).fired
+
+
+def test_the_report_reads_the_guard_thresholds_the_sweep_ran_with(tmp_path):
+    from race import results
+    from race.config import GuardConfig, RaceConfig
+    from race.report import _guard_thresholds
+
+    assert _guard_thresholds(tmp_path) == guards.DEFAULT  # no sweep.json: the defaults
+    assert GuardConfig().thresholds() == guards.DEFAULT  # the config's defaults are these
+    looser = {"floor": 0.1, "z": 3.0, "reward_rise": 0.2, "window": 3, "entropy_floor": 0.1,
+              "max_truncation": 0.9}
+    results.write_json(tmp_path / "sweep.json", {"config": {"selection": {"guards": looser}}})
+    assert _guard_thresholds(tmp_path) == guards.GuardThresholds(**looser)
+    assert RaceConfig.__dataclass_fields__["selection"]  # the schema holds them
