@@ -21,7 +21,8 @@ Policies:
 
 Printed per policy: top-1 regret (truth of the best minus truth of the pick, averaged
 over replicates) with its standard error (the two configs' seed standard errors of the
-truth, combined), Kendall and Spearman between the policy's ranking and the truth's
+truth, combined), the same regret on ``test`` at F (problems selection never read),
+Kendall and Spearman between the policy's ranking and the truth's
 *within each policy size* (averaged over sizes and replicates, with a 90% bootstrap
 interval over configs), the rate of catastrophic picks (the pick ends at F below its
 warm start), and the pilot compute as a share of one full run, charged FLOPs only and
@@ -113,7 +114,14 @@ def load_bank(path: Path) -> tuple[dict, dict[str, dict]]:
             "label": f"{cell['model']}/{cell['reward']} G{cell['group_size']} "
                      f"mu{cell['update_epochs']}", "curves": {}})
         config["curves"][cell["seed"]] = Curve(cell, full)
+    tests = {}
+    for cell in bank["cells"]:
+        rows = [r for r in cell["evals"] if r["target"] == "test" and r["checkpoint"] == 1.0]
+        if rows:
+            tests.setdefault(cell["config"], []).append(rows[-1]["accuracy"])
     for config in configs.values():
+        config["truth_test"] = (float(np.mean(tests[config["config"]]))
+                                if config["config"] in tests else math.nan)
         finals = [c.accuracy[-1] for c in config["curves"].values()]
         starts = [c.accuracy[0] for c in config["curves"].values()]
         config["truth"] = float(np.mean(finals))
@@ -220,6 +228,8 @@ def _within_size(configs, ranking, method) -> float | None:
 def score_policy(name, configs, seeds, *, boot=2000, **kw) -> dict:
     best = max(configs, key=lambda c: configs[c]["truth"])
     regrets, ses, kendalls, spearmans, catastrophes = [], [], [], [], []
+    best_test = max(c["truth_test"] for c in configs.values())
+    test_regrets = []
     charged_shares, eval_shares, rankings = [], [], []
     for seed in seeds:
         ranking, charged, pilots = POLICIES[name](configs, seed, **kw)
@@ -228,9 +238,11 @@ def score_policy(name, configs, seeds, *, boot=2000, **kw) -> dict:
         if name == "random":  # the expectation over a uniformly random pick
             regrets.append(configs[best]["truth"] - np.mean([c["truth"] for c in configs.values()]))
             catastrophes.append(np.mean([c["truth"] < c["start"] for c in configs.values()]))
+            test_regrets.append(best_test - np.mean([c["truth_test"] for c in configs.values()]))
         else:
             regrets.append(configs[best]["truth"] - pick["truth"])
             catastrophes.append(float(pick["truth"] < pick["start"]))
+            test_regrets.append(best_test - pick["truth_test"])
         ses.append(math.hypot(configs[best]["truth_se"], pick["truth_se"]))
         kendalls.append(_within_size(configs, ranking, stats.kendalltau))
         spearmans.append(_within_size(configs, ranking, stats.spearmanr))
@@ -260,6 +272,7 @@ def score_policy(name, configs, seeds, *, boot=2000, **kw) -> dict:
     interval = {k: (np.percentile(v, [5, 95]) if v else (math.nan, math.nan))
                 for k, v in boots.items()}
     return {"policy": name, "top1_regret": float(np.mean(regrets)),
+            "test_regret": float(np.mean(test_regrets)),
             "se": float(np.mean(ses)), "kendall": mean(kendalls),
             "kendall_ci": tuple(map(float, interval["kendall"])), "spearman": mean(spearmans),
             "spearman_ci": tuple(map(float, interval["spearman"])),
@@ -282,11 +295,12 @@ def tune_guards(configs, seeds) -> guards.GuardThresholds:
 
 
 def table(rows: list[dict], configs: dict) -> str:
-    lines = [f"{'policy':<14}{'regret':>8}{'se':>7}{'kendall [90% CI]':>24}"
+    lines = [f"{'policy':<14}{'regret':>8}{'se':>7}{'test':>7}{'kendall [90% CI]':>24}"
              f"{'spearman [90% CI]':>24}{'catastr.':>10}{'cost':>7}{'+eval':>7}  picks"]
     for r in rows:
         picks = ", ".join(configs[p]["label"] for p in r["picks"])
         lines.append(f"{r['policy']:<14}{r['top1_regret']:>8.3f}{r['se']:>7.3f}"
+                     f"{r['test_regret']:>7.3f}"
                      f"{r['kendall']:>8.2f} [{r['kendall_ci'][0]:5.2f},{r['kendall_ci'][1]:5.2f}]"
                      f"{r['spearman']:>8.2f} [{r['spearman_ci'][0]:5.2f},"
                      f"{r['spearman_ci'][1]:5.2f}]{r['catastrophes']:>10.2f}"

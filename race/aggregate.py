@@ -22,7 +22,7 @@ from race.errors import UnknownName, UsageError
 from race.ladder import fmt_fraction
 
 # Knob columns copied from a config's first seed (they are shared by its seeds).
-KNOBS = ("model", "params", "reward", "task", "group_size", "prompts_per_step",
+CONFIG_COLUMNS = ("model", "params", "reward", "task", "group_size", "prompts_per_step",
          "max_new_tokens", "update_epochs", "lr", "lora_rank", "budget_flops",
          "full_budget_flops")
 REGIME_KEYS = ["model", "reward", "regime"]
@@ -197,7 +197,7 @@ def rank_regimes(cells: pd.DataFrame, examples: pd.DataFrame, *, target: str,
         group = group.sort_values("seed")
         values = group[column].dropna().to_numpy(dtype=float)
         row = {"config_id": config_id}
-        row.update({k: group[k].iloc[0] for k in KNOBS if k in group})
+        row.update({k: group[k].iloc[0] for k in CONFIG_COLUMNS if k in group})
         row.update(regime=_mode(group["regime"]), target=target, n_seeds=len(values),
                    mean=float(values.mean()) if len(values) else math.nan)
         flags = ex.loc[ex["cell_id"] == group["cell_id"].iloc[0], "correct"].to_numpy(float)

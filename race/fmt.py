@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-PHASES = ("rollout", "learning", "feedback")  # charged to the budget; eval is not
+CHARGED_PHASES = ("rollout", "learning", "feedback")  # charged to the budget; eval is not
 PHASE_NAMES = {"rollout": "rollout / search", "learning": "learning", "feedback": "feedback",
                "eval": "eval (not charged)"}
 

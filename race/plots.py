@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from race import aggregate, results
-from race.fmt import PHASE_NAMES, PHASES, fmt_flops
+from race.fmt import CHARGED_PHASES, PHASE_NAMES, fmt_flops
 from race.fmt import int_text as _int
 from race.fmt import label as _label
 from race.fmt import num as _num
@@ -199,7 +199,7 @@ def phases(path: Path, cells: pd.DataFrame, order: list[str], ranks: dict,
         fig, ax = plt.subplots(figsize=(PANEL_IN[0], max(3.0, 0.3 * len(shown) + 2.0)))
         left = np.zeros(len(shown))
         total = shown["total_flops"].to_numpy(float)
-        for phase in PHASES:
+        for phase in CHARGED_PHASES:
             column = f"flops_{phase}"
             values = shown[column].fillna(0).to_numpy(float) if column in shown else 0 * left
             share = values / total

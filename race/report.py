@@ -17,7 +17,7 @@ import pandas as pd
 
 from race import aggregate, plots, results
 from race.errors import UsageError
-from race.fmt import PHASE_NAMES, PHASES, fmt_flops
+from race.fmt import CHARGED_PHASES, PHASE_NAMES, fmt_flops
 from race.fmt import acc as _acc
 from race.fmt import flops_text as _flops
 from race.fmt import int_text as _int
@@ -27,7 +27,7 @@ from race.fmt import num as _num
 from race.fmt import params as _params
 from race.fmt import share as _share
 
-CONVENTIONS = {  # docs/accounting.md, FLOP conventions
+CONVENTION_TEXT = {  # docs/accounting.md, FLOP conventions
     "model": "2 per multiply-add on real tokens, causal attention, LoRA's cheaper backward",
     "executed": "what the backend ran: padded batches, full attention under a padding mask, "
                 "finished rows that keep decoding"}
@@ -87,11 +87,11 @@ def _fit_columns(fits: pd.DataFrame) -> pd.DataFrame:
 def _phase_totals(cells: pd.DataFrame) -> dict[str, float]:
     """Sweep FLOPs by phase (every cell that spent any, failed ones included) and total."""
     out = {}
-    for phase in (*PHASES, "eval"):
+    for phase in (*CHARGED_PHASES, "eval"):
         column = f"flops_{phase}"
         out[phase] = float(cells[column].fillna(0).sum()) if column in cells else 0.0
     out["total"] = (float(cells["total_flops"].fillna(0).sum()) if "total_flops" in cells
-                    else sum(out[p] for p in PHASES))
+                    else sum(out[p] for p in CHARGED_PHASES))
     out["redone"] = (float(cells["redone_flops"].fillna(0).sum()) if "redone_flops" in cells
                      else 0.0)
     out["used"] = out["total"] + out["redone"] + out["eval"]
@@ -248,7 +248,7 @@ def _latex_card(name: str, totals: dict, by_model: dict[str, tuple[float, float]
     lines = [f"% RACE compute card: sweep {name}, {n_cells} cells, {convention} FLOPs",
              "% needs \\usepackage{booktabs}",
              "\\begin{tabular}{lrr}", "\\toprule", "Phase & FLOPs & Share \\\\", "\\midrule"]
-    for phase in PHASES:
+    for phase in CHARGED_PHASES:
         label = {"rollout": "Rollout (search)"}.get(phase, phase.capitalize())
         share = f"{totals[phase] / charged:.1%}".replace("%", "\\%") if charged else "--"
         lines.append(f"{label} & {_latex_flops(totals[phase])} & {share} \\\\")
@@ -272,7 +272,8 @@ def _compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[
     spent = cells[cells["total_flops"].fillna(0) > 0] if "total_flops" in cells else cells
     failed = spent[spent["status"] != "ok"]
     convention = ok["convention"].iloc[0] if "convention" in ok else "model"
-    rows = [[PHASE_NAMES[p], fmt_flops(totals[p]), _share(totals[p], charged)] for p in PHASES]
+    rows = [[PHASE_NAMES[p], fmt_flops(totals[p]), _share(totals[p], charged)]
+            for p in CHARGED_PHASES]
     rows += [["**total charged**", f"**{fmt_flops(charged)}**", "100.0%"],
              [PHASE_NAMES["eval"], fmt_flops(totals["eval"]),
               f"+{_share(totals['eval'], charged)} on top"]]
@@ -281,7 +282,7 @@ def _compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[
                 for m, g in cells.groupby("model", sort=False)}
     by_model = dict(sorted(by_model.items(), key=lambda kv: (kv[1][1], kv[0])))  # by size
     text = [f"# Compute card: {name}",
-            f"{convention.capitalize()} FLOPs ({CONVENTIONS.get(convention, convention)}), "
+            f"{convention.capitalize()} FLOPs ({CONVENTION_TEXT.get(convention, convention)}), "
             "counted from the tokens each pilot actually processed. Phases: rollout / "
             "search (prefill + decode of G completions per prompt), learning (policy "
             "forward + backward per update epoch, old-policy and reference log-probs), "
@@ -322,7 +323,7 @@ def _compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[
         total = _num(c.get("total_flops"))
         total = 0.0 if math.isnan(total) else total
         phases = []
-        for p in (*PHASES, "eval"):
+        for p in (*CHARGED_PHASES, "eval"):
             v = _num(c.get(f"flops_{p}"))
             v = 0.0 if math.isnan(v) else v
             phases.append(f"{fmt_flops(v)} ({_share(v, total)})" if p != "eval"
@@ -333,7 +334,8 @@ def _compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[
                           fmt_flops(total)])
     cell_rows.append(["**sweep**", "", "", "", "", "", "", "",
                       *(f"{fmt_flops(totals[p])} ({_share(totals[p], charged)})"
-                        for p in PHASES), fmt_flops(totals["eval"]), f"**{fmt_flops(charged)}**"])
+                        for p in CHARGED_PHASES), fmt_flops(totals["eval"]),
+                      f"**{fmt_flops(charged)}**"])
     text += ["## Per cell",
              "Phase FLOPs with their share of the cell's charged total; cells in rank order "
              "on the primary target, failed and missing last.",
@@ -434,7 +436,7 @@ def _summary(name: str, sweep_dir: Path, cells: pd.DataFrame, ok: pd.DataFrame,
              paths: dict, ladder: dict | None = None) -> str:
     charged = totals["total"]
     n_missing = int((cells["status"] == "missing").sum())
-    split = ", ".join(f"{p} {_share(totals[p], charged)}" for p in PHASES)
+    split = ", ".join(f"{p} {_share(totals[p], charged)}" for p in CHARGED_PHASES)
     full = float(ok["full_budget_flops"].iloc[0])
     lines = [f"RACE report: {name}",
              f"cells: {len(ok)} ok, {len(cells) - len(ok) - n_missing} failed, {n_missing} "

@@ -156,7 +156,7 @@ def cell_dirs(sweep_dir: Path) -> list[Path]:
     return sorted(p.parent for p in (Path(sweep_dir) / "cells").glob("*/spec.json"))
 
 
-KNOBS = ("model", "seed", "prompts_per_step", "group_size", "max_new_tokens",
+SPEC_COLUMNS = ("model", "seed", "prompts_per_step", "group_size", "max_new_tokens",
          "update_epochs", "minibatch_size", "lr", "lora_rank", "kl_coef", "temperature",
          "backend", "convention", "config_id", "continues")
 
@@ -167,7 +167,7 @@ def pilot_row(cell_dir: Path) -> dict:
     A cell without ``summary.json`` (never finished) is reported as ``status: missing``.
     """
     spec = read_json(cell_dir / "spec.json")
-    row = {"cell_id": spec["cell_id"]} | {k: spec.get(k) for k in KNOBS}
+    row = {"cell_id": spec["cell_id"]} | {k: spec.get(k) for k in SPEC_COLUMNS}
     row["reward"] = spec["reward"].get("name")
     row["task"] = spec["task"].get("name")
     row["budget_flops"] = spec["budget_flops"]
