@@ -206,13 +206,38 @@ def executor(cfg, folder: Path):
     return ex
 
 
+SINFO_FORMAT = "%P|%c|%m|%G"  # partition (default marked *), CPUs, memory MB, generic resources
+
+
+def parse_sinfo(text: str) -> dict[str, tuple[int, int, int, bool]]:
+    """``sinfo -h -o "%P|%c|%m|%G"`` as partition -> (CPUs, memory MB, GPUs, default),
+    the largest node of each partition (a partition may list several node kinds; ``+``
+    marks a minimum, e.g. ``64+``).
+    """
+    partitions: dict[str, tuple[int, int, int, bool]] = {}
+    for line in text.split():
+        name, cpus, mem, gres = line.split("|")
+        default = name.endswith("*")
+        name = name.rstrip("*")
+        # gpu[:type]:count[(S:sockets)]: the count before any socket list
+        gpus = sum(int(g.split("(")[0].split(":")[-1]) for g in gres.split(",")
+                   if g.startswith("gpu"))
+        node = (int(cpus.rstrip("+")), int(mem.rstrip("+")), gpus)
+        seen = partitions.get(name)
+        if seen is not None:
+            node = tuple(max(a, b) for a, b in zip(node, seen[:3]))
+            default = default or seen[3]
+        partitions[name] = (*node, default)
+    return partitions
+
+
 def check_slurm(cfg) -> None:
     """Refuse, before anything is submitted, a partition or a request the cluster lacks.
 
     Raises ValueError naming the key and the fix (the CLI's exit code 2).
     """
     try:
-        out = subprocess.run(["sinfo", "-h", "-o", "%P|%c|%m|%G"], capture_output=True,
+        out = subprocess.run(["sinfo", "-h", "-o", SINFO_FORMAT], capture_output=True,
                              text=True, timeout=30)
     except FileNotFoundError:
         raise UsageError("launcher=slurm: `sinfo` is not on PATH; run on a SLURM login node, "
@@ -221,15 +246,7 @@ def check_slurm(cfg) -> None:
     if out.returncode != 0:
         raise UsageError(f"launcher=slurm: sinfo failed ({out.stderr.strip()}); check "
                          f"SLURM_CONF and that slurmctld is up")
-    partitions = {}
-    for line in out.stdout.split():
-        name, cpus, mem, gres = line.split("|")
-        default = name.endswith("*")
-        name = name.rstrip("*")
-        cpu_count = int(cpus.rstrip("+"))
-        gpu_count = sum(int(g.split(":")[-1].split("(")[0]) for g in gres.split(",")
-                        if g.startswith("gpu"))
-        partitions[name] = (cpu_count, int(mem.rstrip("+")), gpu_count, default)
+    partitions = parse_sinfo(out.stdout)
     name = cfg.partition or next((n for n, p in partitions.items() if p[3]), "")
     if name not in partitions:
         raise UsageError(f"launcher.partition={cfg.partition!r}: no such SLURM partition; "

@@ -202,3 +202,24 @@ def test_a_signal_during_a_pilots_last_evaluation_is_not_lost(tmp_path, name):
         assert f"returned ok [({int(signal.SIGUSR2)}, {int(signal.SIGUSR2)})]" in out.stdout
     else:
         assert out.returncode == -signal.SIGTERM and "returned" not in out.stdout
+
+
+# stored `sinfo -h -o "%P|%c|%m|%G"` outputs
+SINFO_LOCALHOST = "debug*|2|23000|(null)\n"
+SINFO_GPU_CLUSTER = """cpu*|64+|256000|(null)
+gpu|32|512000|gpu:a100:8(S:0-1)
+gpu|48|1024000|gpu:h100:4(S:0-1),gpu:a100:2
+short|8|32000|gpu:2
+"""
+
+
+def test_sinfo_is_parsed_from_stored_outputs():
+    from race.launch import parse_sinfo
+
+    assert parse_sinfo(SINFO_LOCALHOST) == {"debug": (2, 23000, 0, True)}
+    parsed = parse_sinfo(SINFO_GPU_CLUSTER)
+    assert parsed["cpu"] == (64, 256000, 0, True)  # "64+": at least 64
+    # two node kinds in one partition: its largest CPUs, memory and GPUs (4 + 2 = 6 < 8)
+    assert parsed["gpu"] == (48, 1024000, 8, False)
+    assert parsed["short"] == (8, 32000, 2, False)
+    assert parse_sinfo("") == {}

@@ -200,3 +200,16 @@ def test_a_budget_list_runs_one_ladder_per_budget_and_reports_where_the_pick_cha
     changed = table["config"].iloc[0] != table["config"].iloc[1]
     assert ("**changes**" in text) == changed and ("same" in text) == (not changed)
     assert "RACE budgets:" in out.stdout
+    # race validate runs the ladder's pick afresh at the full budget and compares
+    folder = parent / "budget-3e10"
+    pick = json.loads((folder / "selection.json").read_text())["selected"][0]
+    out = subprocess.run(
+        [sys.executable, "-m", "race.cli", "validate", str(folder), "validate.top_k=1",
+         "launcher=inline"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    comparison = json.loads((folder / "validate" / "comparison.json").read_text())
+    assert [r["config_id"] for r in comparison["rows"]] == [pick["config_id"]]
+    assert comparison["rows"][0]["predicted"] == pytest.approx(pick["score"])
+    [validated] = (folder / "validate" / "cells").iterdir()
+    spec = json.loads((validated / "spec.json").read_text())
+    assert spec["budget_flops"] == 3e10 and spec["continues"] == ""  # from the warm start
