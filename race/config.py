@@ -107,7 +107,7 @@ class GridConfig:
     # completions per optimizer step (null: the whole rollout batch)
     minibatch_size: int | None = None
     # AdamW learning rate (LoRA)
-    lr: float = 5e-4
+    lr: float = 5e-5
     # LoRA rank (0: full fine-tuning)
     lora_rank: int = 16
     lora_alpha: int = 32
@@ -383,7 +383,7 @@ def _finite_problems(cfg: RaceConfig) -> list[str]:
 
 
 # examples in messages about a key's value
-EXAMPLES = {"budget": "budget=1e15", "grid.lr": "grid.lr=5e-4", "grid.kl_coef": "grid.kl_coef=0",
+EXAMPLES = {"budget": "budget=1e15", "grid.lr": "grid.lr=5e-5", "grid.kl_coef": "grid.kl_coef=0",
             "pilot.fraction": "pilot.fraction=0.0625", "pilot.temperature":
             "pilot.temperature=1.0", "pilot.clip_eps": "pilot.clip_eps=0.2",
             "report.level": "report.level=0.9"}
@@ -441,7 +441,7 @@ def validate(cfg: RaceConfig) -> None:
                         f"batch prompts_per_step x group_size = {rows}")
     if "grid.lr" not in broken and not grid.lr > 0:
         problems.append(f"grid.lr={grid.lr}: the learning rate must be a positive number; "
-                        f"use e.g. grid.lr=5e-4")
+                        f"use e.g. grid.lr=5e-5")
     if grid.lora_rank < 0:
         problems.append(f"grid.lora_rank={grid.lora_rank}: must be >= 0 (0: full fine-tuning)")
     if grid.kl_coef < 0:

@@ -251,7 +251,7 @@ class RunSpec:
     temperature: float = 1.0
     update_epochs: int = 1
     minibatch_size: int = 0
-    lr: float = 5e-4
+    lr: float = 5e-5
     lora_rank: int = 16
     lora_alpha: int = 32
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj",
