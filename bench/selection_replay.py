@@ -29,8 +29,9 @@ warm start), and the pilot compute as a share of one full run, charged FLOPs onl
 with the evaluation a real pilot of that policy runs (``eval``: RACE's pilot eval plan,
 costed at the bank's measured eval FLOPs per problem).
 
-The guard thresholds are tuned on half of the configs (split by a hash of the config
-id) and reported on the other half, beside the all-config table with the defaults.
+The guard thresholds are tuned on half of the configs (the configs in the order of a hash
+of their ids, alternating) and reported on the other half, beside the all-config table
+with the defaults.
 
 Usage: ``python bench/selection_replay.py [--bank PATH] [--boot 2000]``.
 Last line: ``policy=ladder+guards top1_regret=R se=S within_size_kendall=K
@@ -326,9 +327,10 @@ def main() -> None:
     print("\nall configs, default guard thresholds (replicates: one per seed)")
     rows = [score_policy(name, configs, seeds, boot=args.boot) for name in POLICIES]
     print(table(rows, configs))
-    half = {cid: zlib.crc32(cid.encode()) % 2 for cid in configs}
-    tune = {c: configs[c] for c in configs if half[c] == 0}
-    held = {c: configs[c] for c in configs if half[c] == 1}
+    # two halves of equal size: configs in the order of a hash of their ids, alternating
+    order = sorted(configs, key=lambda c: zlib.crc32(c.encode()))
+    tune = {c: configs[c] for c in order[0::2]}
+    held = {c: configs[c] for c in order[1::2]}
     thresholds = tune_guards(tune, seeds)
     print(f"\nguard thresholds tuned on {len(tune)} configs (floor {thresholds.floor}, z "
           f"{thresholds.z}, reward_rise {thresholds.reward_rise}); on the other {len(held)}:")

@@ -140,7 +140,7 @@ def promote(candidates: list[dict], count: int) -> list[dict]:
             ``guard`` (what fired, or a falsy value).
         count: configs the next rung holds.
 
-    Returns every candidate, in rank order (unguarded by ``lcb``, then guarded), each
+    Returns every candidate, in rank order (unguarded by ``lcb``, then guarded by ``lcb``), each
     with ``promoted`` (bool) and ``why``: "top lcb", "best of its size" (kept so that
     each size reaches the next rung), "guard fired: ...", or "below the cut".
     """
@@ -164,6 +164,7 @@ def promote(candidates: list[dict], count: int) -> list[dict]:
                                   "why": "top lcb" if top else "best of its size"})
         else:
             ranked.append(cand | {"promoted": False, "why": "below the cut"})
-    ranked += [c | {"promoted": False, "why": f"guard fired: {c['guard']}"}
-               for c in candidates if c.get("guard")]
+    guarded = sorted((c for c in candidates if c.get("guard")),
+                     key=lambda c: (-c["lcb"], c["config"]))  # ranked too, after the rest
+    ranked += [c | {"promoted": False, "why": f"guard fired: {c['guard']}"} for c in guarded]
     return ranked

@@ -362,3 +362,14 @@ def test_ladder_selection_k_truncates():
     # the first three of c6, c1, c3, c4, c2, c5
     assert [p["config_id"] for p in picks] == ["c6", "c1", "c3"]
     assert [p["config_id"] for p in ladder_selection(make_ladder(), CONFIGS, k=1)] == ["c6"]
+
+
+def test_guarded_candidates_are_ranked_by_their_bound_after_the_rest():
+    from race.ladder import promote
+
+    candidates = [{"config": "low", "model": "s", "lcb": 0.1, "guard": "drawdown"},
+                  {"config": "high", "model": "s", "lcb": 0.8, "guard": "drawdown"},
+                  {"config": "clean", "model": "s", "lcb": 0.05, "guard": None}]
+    ranked = promote(candidates, 1)
+    assert [c["config"] for c in ranked] == ["clean", "high", "low"]
+    assert [c["promoted"] for c in ranked] == [True, False, False]
