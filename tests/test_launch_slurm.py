@@ -33,7 +33,7 @@ def test_slurm_sweep_two_cells_one_failing(tmp_path, policy, slurm_cluster):
     broken = tmp_path / "broken-policy"  # holds no model: that pilot fails, the other runs
     broken.mkdir()
     out = race(tmp_path, "sweep", *SMALL, f"model.hf_id={policy},{broken}",
-               "launcher=slurm", f"launcher.partition={slurm_cluster}",
+               "selection.policy=flat", "launcher=slurm", f"launcher.partition={slurm_cluster}",
                "launcher.poll_s=1", "launcher.timeout_min=10", f"sweep.out_dir={tmp_path}",
                "sweep.name=s")
     assert out.returncode == 1, out.stderr  # one failed cell: non-zero after writing all
