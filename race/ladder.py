@@ -53,6 +53,12 @@ def fmt_fraction(fraction: float) -> str:
     return f"F/{inverse:.0f}" if abs(inverse - round(inverse)) < 1e-6 else f"{fraction:.3g} F"
 
 
+def binomial_se(accuracy: float, n_problems: int) -> float:
+    """Standard error of an accuracy on ``n_problems`` problems, floored at 1/n so that a
+    score of 0 or 1 still carries its measurement's uncertainty."""
+    return math.sqrt(max(accuracy * (1 - accuracy), 1 / n_problems) / n_problems)
+
+
 def rung_counts(n_configs: int, n_rungs: int, reduction: int, n_sizes: int = 1) -> tuple[int, ...]:
     """Configs at each rung: all at the first, then ``ceil(n / reduction)`` but at least
     one per policy size (never more than the rung before)."""
@@ -99,7 +105,7 @@ def trend_per_log_flops(flops: Sequence[float], accuracy: Sequence[float],
         return 0.0, 0.0
     x = np.log([p[0] for p in points])
     y = np.array([p[1] for p in points])
-    var = np.array([max(a * (1 - a), 1 / n) / n for _, a, n in points])
+    var = np.array([binomial_se(a, n) ** 2 for _, a, n in points])
     w = 1 / var
     xm = np.sum(w * x) / np.sum(w)
     sxx = np.sum(w * (x - xm) ** 2)
@@ -122,7 +128,7 @@ def next_rung_bound(flops: Sequence[float], accuracy: Sequence[float],
     Returns ``{"score", "se", "predicted", "predicted_se", "lcb"}``.
     """
     p, n = float(accuracy[-1]), int(n_problems[-1])
-    se = math.sqrt(max(p * (1 - p), 1 / n) / n)
+    se = binomial_se(p, n)
     slope, slope_se = trend_per_log_flops(flops, accuracy, n_problems)
     distance = math.log(next_flops / flops[-1]) if flops[-1] > 0 and next_flops > 0 else 0.0
     predicted = min(1.0, max(0.0, p + slope * distance))

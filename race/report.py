@@ -26,6 +26,7 @@ from race.fmt import label as _label
 from race.fmt import num as _num
 from race.fmt import params as _params
 from race.fmt import share as _share
+from race.ladder import binomial_se
 
 CONVENTION_TEXT = {  # docs/accounting.md, FLOP conventions
     "model": "2 per multiply-add on real tokens, causal attention, LoRA's cheaper backward",
@@ -711,7 +712,7 @@ def _budget_rows(budget: float, folder: Path, z: float) -> list[dict]:
             n = (max(spec["select_examples"], spec["eval_examples"])
                  if target == spec["select_target"] else spec["eval_examples"])
             p = float(values.mean())
-            se = math.sqrt(max(p * (1 - p), 1 / n) / n) / math.sqrt(len(values))
+            se = binomial_se(p, n) / math.sqrt(len(values))
             scored.append({"config": config, "score": p, "se": se, "guard": guard,
                            "fraction": fraction, "spec": spec})
         if not scored:
