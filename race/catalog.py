@@ -6,6 +6,7 @@ YAML only (no Hydra, no torch), so ``race flops`` and the accounting core stay f
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
 import os
@@ -14,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from race.errors import UnknownName
+from race.errors import UnknownName, UsageError
 from race.specs import ModelShape
 
 
@@ -55,6 +56,22 @@ def _parsed(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
     return yaml.safe_load(Path(path).read_text()) or {}
 
 
+def is_model_folder(name: str) -> bool:
+    """Whether ``model=name`` names a local folder (a path: it holds a ``/`` or starts
+    with ``.`` or ``~``) rather than a catalog entry."""
+    return "/" in name or name.startswith((".", "~"))
+
+
 def load_model_shape(name: str) -> ModelShape:
-    """The :class:`ModelShape` of a shipped model, e.g. ``load_model_shape("qwen2.5-7b")``."""
-    return ModelShape.from_dict(load_entry("model", name))
+    """The :class:`ModelShape` of a shipped model (``load_model_shape("qwen2.5-7b")``) or
+    of a local Hugging Face model folder (``load_model_shape("/models/my-qwen")``: read
+    from its ``config.json``; ``hf_id`` is the folder)."""
+    if not is_model_folder(name):
+        return ModelShape.from_dict(load_entry("model", name))
+    folder = Path(name).expanduser()
+    if not (folder / "config.json").is_file():
+        raise UsageError(f"model={name}: no config.json in that folder; point model= at a "
+                         f"saved Hugging Face model folder or use a name from conf/model/ "
+                         f"({', '.join(names('model'))})")
+    shape = ModelShape.from_hf_config(folder, name=name)
+    return dataclasses.replace(shape, hf_id=str(folder))

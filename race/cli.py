@@ -200,6 +200,9 @@ def cmd_pilot(overrides: list[str]) -> int:
           + ", ".join(f"{k} {v:.1%}" for k, v in shares.items())
           + f"; eval {fmt_flops(summary['flops']['eval'])} (not charged)")
     print("wall s     " + ", ".join(f"{k} {v:.1f}" for k, v in summary["wall_s"].items()))
+    print(f"MFU        on {summary['device']} ({summary['dtype']}): " + ", ".join(
+        f"{phase} {use['mfu']:.1%}" for phase, use in summary["throughput"].items()
+        if use["mfu"] is not None and summary["flops"].get(phase)))
     for target, final in summary["final_eval"].items():
         start = summary["initial_eval"].get(target, {}).get("accuracy", float("nan"))
         print(f"{target:<10} accuracy {start:.3f} -> {final['accuracy']:.3f}, mean reward "
@@ -210,8 +213,9 @@ def cmd_pilot(overrides: list[str]) -> int:
 
 def _pilot_spec(cfg):
     """The one pilot ``race pilot`` runs: its spec at ``pilot.fraction x budget``."""
-    from race.config import to_run_spec
+    from race.config import check_device, to_run_spec
 
+    check_device(cfg)  # the device before the budget: a GPU run's first mistake
     if cfg.budget is None:
         raise UsageError("budget=null: race pilot needs the full-run budget in FLOPs (the "
                          "pilot spends pilot.fraction of it); e.g. budget=2e12")

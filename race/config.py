@@ -14,6 +14,7 @@ from omegaconf import MISSING, OmegaConf
 
 from race import catalog, guards
 from race.budget import reward_shape
+from race.devices import DEVICES, DTYPES
 from race.errors import UnknownName, UsageError
 from race.flops import CONVENTIONS
 from race.rewards import REWARD_KINDS as BUILT_REWARDS
@@ -143,6 +144,11 @@ class PilotConfig:
     select_examples: int = 1000
     # random seed of the pilot (rollouts, prompt order, adapter init)
     seed: int = 0
+    # auto (CUDA when visible) | cpu | cuda
+    device: str = "auto"
+    # frozen base weights: auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16; LoRA
+    # adapters and AdamW stay fp32
+    dtype: str = "auto"
     # where `race pilot` writes cells/<cell_id>/
     out_dir: str = "results/pilots"
 
@@ -258,6 +264,9 @@ class ValidateConfig:
 class AccountingConfig:
     # also count every HF phase with FlopCounterMode and record it beside the formulas
     measure: bool = False
+    # FLOP/s that MFU and HFU are reported against (null: a bf16 matmul on the pilot's
+    # GPU, or an fp32 one on CPU, measures it when the pilot starts)
+    peak_flops: float | None = None
 
 
 @dataclass
@@ -473,6 +482,14 @@ def validate(cfg: RaceConfig) -> None:
                         f"{pilot.select_examples}: must be >= 1")
     if pilot.temperature <= 0:
         problems.append(f"pilot.temperature={pilot.temperature}: must be > 0")
+    for key, value, choices in (("pilot.device", pilot.device, DEVICES),
+                                ("pilot.dtype", pilot.dtype, DTYPES)):
+        if value not in choices:
+            problems.append(f"{key}={value!r}: use one of {'|'.join(choices)}")
+    peak = cfg.accounting.peak_flops
+    if peak is not None and peak <= 0:
+        problems.append(f"accounting.peak_flops={peak}: must be > 0 FLOP/s (null: measure "
+                        f"it), e.g. accounting.peak_flops=989e12 for an H100's dense bf16")
     launcher = cfg.launcher
     if launcher.name not in LAUNCHERS:
         problems.append(f"launcher.name={launcher.name!r}: use launcher=local, slurm or inline")
@@ -539,6 +556,15 @@ def _check_paths(cfg: RaceConfig) -> None:
                              f"), or leave {key} empty for the default")
 
 
+def check_device(cfg: RaceConfig) -> None:
+    """``pilot.device=cuda`` on a machine where no CUDA device is visible: a UsageError
+    before anything runs (torch is imported only for that value)."""
+    if cfg.pilot.device == "cuda":
+        from race.devices import resolve_device
+
+        resolve_device("cuda")
+
+
 def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True) -> RunSpec:
     """The frozen, picklable spec of one pilot (``budget_flops``: its own budget).
 
@@ -565,6 +591,7 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True) 
                              "or use pilot.backend=hf")
     if runnable:
         _check_paths(cfg)
+        check_device(cfg)
     if runnable and cfg.task.name not in ("arith",):
         raise UsageError(f"task={cfg.task.name}: pilots run the embedded task (task=arith) "
                          f"in this version; GSM8K-format pilots need a Qwen2.5 policy")
@@ -582,4 +609,6 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True) 
         backend=pilot.backend, checkpoints=tuple(pilot.checkpoints),
         eval_examples=pilot.eval_examples, eval_targets=tuple(pilot.eval_targets),
         select_target=pilot.select_target, select_examples=pilot.select_examples,
-        measure=cfg.accounting.measure, policy_path=cfg.model.hf_id)
+        measure=cfg.accounting.measure, policy_path=cfg.model.hf_id,
+        device=pilot.device, dtype=pilot.dtype,
+        peak_flops=float(cfg.accounting.peak_flops or 0.0))

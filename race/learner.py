@@ -54,19 +54,28 @@ class LoraLearner:
     """A PEFT LoRA model trained with GRPO; ``model`` is shared with the HF rollout backend."""
 
     def __init__(self, model, shape: ModelShape, config: LearnerConfig, *, pad_id: int,
-                 seed: int = 0, measure: bool = False):
+                 seed: int = 0, measure: bool = False, device: str = "cpu"):
+        """Wrap ``model`` (on CPU) in fp32 LoRA adapters, then move it to ``device``:
+        adapters are initialised before the move, so a seed gives the same ones anywhere."""
         import torch
         from peft import LoraConfig, get_peft_model
 
         self.shape, self.config, self.pad_id, self.measure = shape, config, pad_id, measure
+        self.device = device
         self.lora = LoraShape(config.lora_rank, tuple(config.lora_targets))
         self.lora.validate(shape)
         torch.manual_seed(seed)
         peft_config = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
                                  lora_dropout=config.lora_dropout,
                                  target_modules=list(config.lora_targets))
-        self.model = get_peft_model(model, peft_config)
+        # autocast_adapter_dtype: adapters in fp32 under bf16 base weights
+        self.model = get_peft_model(model, peft_config, autocast_adapter_dtype=True)
+        self.model.to(device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        from race.measure import attention_backward_is_fused
+
+        # which attention backward this model runs on this device (executed convention)
+        self.fused_attention = attention_backward_is_fused(self.model, device=device)
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
         self.rng = random.Random(seed)
         self.flops = {"model": 0.0, "executed": 0.0, "measured": 0.0}
@@ -83,13 +92,15 @@ class LoraLearner:
         mask = torch.zeros((len(rows), ids.shape[1] - 1))  # over predicted positions 1..T-1
         for i, (r, seq) in enumerate(zip(rows, seqs)):
             mask[i, len(batch.prompt_ids[r]) - 1:len(seq) - 1] = 1
-        return ids, attention, mask, [len(s) for s in seqs]
+        return (ids.to(self.device), attention.to(self.device), mask.to(self.device),
+                [len(s) for s in seqs])
 
     def _charge(self, lengths: list[int], kind: str, counter) -> None:
         for convention in flops.CONVENTIONS:
             if kind == "train":
                 cost = flops.lora_train_flops(self.shape, lengths, self.lora,
-                                              convention=convention)
+                                              convention=convention,
+                                              fused_attention=self.fused_attention)
             else:
                 cost = flops.forward_flops(self.shape, lengths, convention=convention,
                                            lora=self.lora, adapters=kind == "policy")
@@ -106,7 +117,9 @@ class LoraLearner:
         from race.grpo import token_logprobs
 
         logits = self.model(input_ids=ids, attention_mask=attention).logits
-        return token_logprobs(logits / self.config.temperature, ids)
+        if self.config.temperature != 1.0:  # no copy of [B, T, V] logits at temperature 1
+            logits = logits / self.config.temperature
+        return token_logprobs(logits, ids)
 
     def logprobs(self, batch: Batch, *, adapters: bool = True) -> list:
         """Per-completion log-probs of ``batch`` (no gradients): old policy or reference."""
@@ -155,7 +168,7 @@ class LoraLearner:
         moves = cfg.update_epochs > 1 or len(minibatches) > 1
         old = self.logprobs(batch) if moves else None
         ref = self.logprobs(batch, adapters=False) if cfg.kl_coef > 0 else None
-        advantages = torch.tensor(batch.advantages, dtype=torch.float32)
+        advantages = torch.tensor(batch.advantages, dtype=torch.float32, device=self.device)
         stats: dict[str, float] = {}
         self.model.train()
         for _ in range(cfg.update_epochs):

@@ -1,9 +1,14 @@
-"""Measured FLOPs: FlopCounterMode with the CPU attention kernels registered.
+"""Measured FLOPs: FlopCounterMode with every SDPA kernel counted one way.
 
-torch 2.13's flop registry lacks ``aten._scaled_dot_product_flash_attention_for_cpu``
-and its backward, so on CPU the counter sees zero attention FLOPs. We map them to the
-counter's own SDPA formulas (the same ones it uses for the CUDA kernels), which is what
-the ``executed`` convention in :mod:`race.flops` reproduces.
+torch's flop registry lacks ``aten._scaled_dot_product_flash_attention_for_cpu`` and its
+backward (so on CPU the counter sees zero attention FLOPs), and older releases refuse
+grouped-query shapes (fewer key/value heads than query heads) in their SDPA formulas.
+:func:`flop_counter` maps every fused SDPA kernel -- CPU flash, CUDA flash, memory-
+efficient and cuDNN, forward and backward -- to the formulas below, which are torch's
+own (two bmm forward; five backward, the scores recomputed) with the query's heads
+counted, so GQA needs no repeated keys. The math path runs plain bmm, which the counter
+counts natively (backward: four bmm). The ``executed`` convention in :mod:`race.flops`
+reproduces these counts.
 """
 
 from __future__ import annotations
@@ -11,28 +16,62 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.flop_counter import FlopCounterMode
 
 from race.specs import ModelShape
 
 
-def _sdpa_cpu_forward(query, key, value, *args, out_shape=None, **kwargs) -> int:
-    return sdpa_flop_count(query, key, value)
+def _bmm(b: int, n: int, k: int, m: int) -> int:
+    return 2 * b * n * k * m
 
 
-def _sdpa_cpu_backward(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
-    return sdpa_backward_flop_count(grad_out, query, key, value)
+def sdpa_forward_flops(query_shape, key_shape, value_shape) -> int:
+    """QK^T and PV of ``[b, h_q, s_q, d]`` queries over ``[b, h_kv, s_k, d]`` keys and
+    values (any ``h_q`` multiple of ``h_kv``): every query head attends."""
+    b, h_q, s_q, d_q = query_shape
+    s_k, d_v = key_shape[2], value_shape[3]
+    return _bmm(b * h_q, s_q, d_q, s_k) + _bmm(b * h_q, s_q, s_k, d_v)
 
 
-CPU_SDPA_FLOPS = {
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_cpu_forward,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_cpu_backward,
-}
+def sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape) -> int:
+    """Fused SDPA backward: scores recomputed, then dP, dV, dQ and dK (five bmm, 2.5x the
+    forward at equal widths)."""
+    b, h_q, s_q, d_q = query_shape
+    s_k, d_v = key_shape[2], value_shape[3]
+    return (_bmm(b * h_q, s_q, d_q, s_k) + _bmm(b * h_q, s_q, d_v, s_k)
+            + _bmm(b * h_q, s_k, s_q, d_v) + _bmm(b * h_q, s_q, s_k, d_q)
+            + _bmm(b * h_q, d_q, s_q, s_k))
+
+
+def _forward(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_forward_flops(query, key, value)
+
+
+def _backward(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_backward_flops(grad_out, query, key, value)
+
+
+def _sdpa_ops() -> dict:
+    aten = torch.ops.aten
+    pairs = {"_scaled_dot_product_flash_attention_for_cpu": _forward,
+             "_scaled_dot_product_flash_attention_for_cpu_backward": _backward,
+             "_scaled_dot_product_flash_attention": _forward,
+             "_scaled_dot_product_flash_attention_backward": _backward,
+             "_scaled_dot_product_efficient_attention": _forward,
+             "_scaled_dot_product_efficient_attention_backward": _backward,
+             "_scaled_dot_product_cudnn_attention": _forward,
+             "_scaled_dot_product_cudnn_attention_backward": _backward}
+    return {getattr(aten, name): count for name, count in pairs.items()
+            if hasattr(aten, name)}  # a kernel this torch build lacks cannot run either
+
+
+SDPA_FLOPS = _sdpa_ops()
 
 
 def flop_counter() -> FlopCounterMode:
-    """A silent FlopCounterMode that also counts CPU SDPA; read ``get_total_flops()``."""
-    return FlopCounterMode(display=False, custom_mapping=CPU_SDPA_FLOPS)
+    """A silent FlopCounterMode counting every SDPA kernel (GQA included); read
+    ``get_total_flops()``."""
+    return FlopCounterMode(display=False, custom_mapping=SDPA_FLOPS)
 
 
 def qwen2_config(shape: ModelShape, **overrides: Any):
@@ -133,3 +172,19 @@ def count_generate(model, ids: torch.Tensor, mask: torch.Tensor | None, *,
     for row in new.tolist():
         lengths.append(row.index(eos_id) + 1 if eos_id in row else len(row))
     return counter.get_total_flops(), lengths, new.shape[1]
+
+
+def attention_backward_is_fused(model, *, device: str = "cpu") -> bool:
+    """Whether a training pass of ``model`` runs a fused SDPA backward (flash, efficient,
+    cuDNN or CPU flash: FlopCounterMode counts 5 bmm, 2.5x the forward) rather than the
+    math path (autograd over two bmm: 2x). Probed once with a 2-row right-padded batch,
+    as the learner's minibatches are; gradients are cleared afterwards."""
+    ids = torch.arange(1, 9, device=device).reshape(2, 4) % model.config.vocab_size
+    mask = torch.ones_like(ids)
+    mask[1, 3:] = 0
+    with flop_counter() as counter:
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        logits.float().mean().backward()
+    model.zero_grad(set_to_none=True)
+    ops = {str(op) for op in counter.get_flop_counts().get("Global", {})}
+    return any("scaled_dot_product" in op and "backward" in op for op in ops)

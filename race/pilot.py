@@ -40,6 +40,7 @@ from typing import Any
 from race import flops, results
 from race.budget import check_budget, last_step_cap, trace_token_limit, worst_step_flops
 from race.catalog import load_model_shape
+from race.devices import PhaseMeter, measure_peak_flops, resolve_device, resolve_dtype, throughput
 from race.errors import RewardFormatTooLong, UsageError
 from race.specs import RunSpec
 
@@ -114,16 +115,21 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
     """Load the policy, wrap it in the LoRA learner, and build backend, task and reward.
 
     ``policy_folder`` overrides where the policy loads from (default: ``spec.policy_path``,
-    else the warm-started tiny policy or the model's ``hf_id``).
+    else the warm-started tiny policy or the model's ``hf_id``). The base weights load in
+    the pilot's dtype; the adapters are initialised on CPU in fp32 and only then moved to
+    the pilot's device, so a seed gives the same adapters on every device.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from race.devices import resolve_device, resolve_dtype, torch_dtype
     from race.learner import LearnerConfig, LoraLearner
     from race.policies import build_tiny_policy
     from race.rewards import build_reward
     from race.tasks import build_task
 
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
     shape = load_model_shape(spec.model)
     folder = policy_folder or spec.policy_path or (
         build_tiny_policy(spec.model) if shape.tokenizer == "race-char" else shape.hf_id)
@@ -131,7 +137,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
         tokenizer = AutoTokenizer.from_pretrained(folder)
         tokenizer.padding_side = "left"
         torch.manual_seed(spec.seed)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(dtype))
     except (OSError, ValueError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         raise UsageError(f"model.hf_id={folder}: could not load the policy ({first}); point "
@@ -142,7 +148,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
                            minibatch_size=spec.minibatch_size, clip_eps=spec.clip_eps,
                            kl_coef=spec.kl_coef, temperature=spec.temperature)
     learner = LoraLearner(model, shape, config, pad_id=tokenizer.pad_token_id,
-                          seed=spec.seed, measure=spec.measure)
+                          seed=spec.seed, measure=spec.measure, device=device)
     if spec.backend == "hf":
         from race.rollout.hf import HFBackend
 
@@ -155,8 +161,8 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
     else:
         raise UsageError(f"pilot.backend={spec.backend!r}: use hf or vllm")
     task = build_task(dict(spec.task))
-    return Components(task, build_reward(dict(spec.reward), task), learner, backend,
-                      tokenizer)
+    reward = build_reward(dict(spec.reward), task, device=device, dtype=dtype)
+    return Components(task, reward, learner, backend, tokenizer)
 
 
 def _measuring(spec: RunSpec):
@@ -189,7 +195,8 @@ def score(spec: RunSpec, parts: Components, ledger: Ledger, phase: str, out,
                    counter.get_total_flops() if counter is not None else 0.0)
 
 
-def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float) -> list[dict]:
+def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
+             meter: PhaseMeter | None = None) -> list[dict]:
     """Greedy accuracy and mean reward on every held-out target (eval FLOPs, uncharged).
 
     Each row carries the ledger's cumulative FLOPs after it (``flops``), as step rows do.
@@ -198,8 +205,7 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float) 
     the decision rests on a small standard error; other checkpoints use ``eval_examples``.
     """
     rows = []
-    start = time.perf_counter()
-    try:
+    with (meter or PhaseMeter()).phase("eval", ledger.wall_s):
         for target in spec.eval_targets:
             n = (max(spec.select_examples, spec.eval_examples)
                  if target == spec.select_target and fraction >= 1.0 else spec.eval_examples)
@@ -215,8 +221,6 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float) 
                          "accuracy": sum(correct) / len(correct),
                          "mean_reward": sum(rewards) / len(rewards),
                          "correct": [int(c) for c in correct], "flops": ledger.snapshot()})
-    finally:
-        ledger.wall_s["eval"] += time.perf_counter() - start
     return rows
 
 
@@ -475,6 +479,9 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
                          f"never save a resumable state)")
     cell_dir, state_dir = Path(cell_dir), Path(cell_dir) / "state"
     check_budget(spec, prompt_tokens=1)  # before any model loads or any file is written
+    device = resolve_device(spec.device)  # pilot.device=cuda without CUDA: refused here
+    dtype = resolve_dtype(spec.dtype, device)
+    meter = PhaseMeter(device)
     wall_start = time.perf_counter()
     state = load_state(state_dir, spec)
     resumed_from = state.steps if state else None
@@ -515,7 +522,7 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
                 save(parts)  # the redone FLOPs survive a second interruption
         ledger.wall_s["load"] += time.perf_counter() - wall_start
         if resumed_from is None and continued_from is None:
-            evals += evaluate(spec, parts, ledger, 0.0)
+            evals += evaluate(spec, parts, ledger, 0.0, meter)
             rows += evals[-len(spec.eval_targets):]
         while True:
             examples = parts.task.sample("train", spec.prompts_per_step,
@@ -531,34 +538,27 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
                 cap = last_step_cap(spec, longest, remaining)
                 if cap < 1:
                     break
-            t0 = time.perf_counter()
-            out = parts.backend.generate(prompts, n=spec.group_size, max_new_tokens=cap,
-                                         temperature=spec.temperature,
-                                         seed=spec.seed * 7919 + steps)
+            with meter.phase("rollout", ledger.wall_s):
+                out = parts.backend.generate(prompts, n=spec.group_size, max_new_tokens=cap,
+                                             temperature=spec.temperature,
+                                             seed=spec.seed * 7919 + steps)
             ledger.add("rollout", out.flops_model, out.flops_executed,
                        out.flops_measured or 0.0)
-            t1 = time.perf_counter()
             answers = [examples[i].answer for i in out.prompt_index]
-            try:
+            with meter.phase("feedback", ledger.wall_s):
                 rewards = score(spec, parts, ledger, "feedback",
                                 out, [prompts[i] for i in out.prompt_index], answers)
-            finally:
-                t2 = time.perf_counter()
-                ledger.wall_s["rollout"] += t1 - t0
-                ledger.wall_s["feedback"] += t2 - t1
             advantages = group_advantages(torch.tensor(rewards), spec.group_size)
             before = dict(parts.learner.flops)
-            try:
-                stats = parts.learner.update(Batch(out.prompt_ids, out.completion_ids,
-                                                   tuple(advantages.tolist())), step=steps)
-            finally:  # a diverged update still ran its old/reference passes and minibatches
-                ledger.add("learning", *(parts.learner.flops[k] - before[k]
-                                         for k in ("model", "executed", "measured")))
-                ledger.wall_s["learning"] += time.perf_counter() - t2
-            t3 = time.perf_counter()
-            if parts.backend.name != "hf":  # hf samples from the live model already
-                parts.backend.load_adapter(parts.learner.save_adapter(cell_dir / "adapter"))
-            ledger.wall_s["learning"] += time.perf_counter() - t3
+            with meter.phase("learning", ledger.wall_s):
+                try:
+                    stats = parts.learner.update(Batch(out.prompt_ids, out.completion_ids,
+                                                       tuple(advantages.tolist())), step=steps)
+                finally:  # a diverged update still ran its old/reference passes
+                    ledger.add("learning", *(parts.learner.flops[k] - before[k]
+                                             for k in ("model", "executed", "measured")))
+                if parts.backend.name != "hf":  # hf samples from the live model already
+                    parts.backend.load_adapter(parts.learner.save_adapter(cell_dir / "adapter"))
             steps += 1
             correct = [parts.task.verify(t, a) for t, a in zip(out.texts, answers)]
             row = {"kind": "step", "step": steps, "train_reward": sum(rewards) / len(rewards),
@@ -572,7 +572,7 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
             timing.append({"step": steps, "wall_s": dict(ledger.wall_s)})
             fraction = ledger.charged(spec.convention) / spec.budget_flops
             while pending and fraction >= pending[0] and pending[0] < 1.0:
-                evals += evaluate(spec, parts, ledger, pending.pop(0))
+                evals += evaluate(spec, parts, ledger, pending.pop(0), meter)
                 rows += evals[-len(spec.eval_targets):]
             for new in rows[written:]:
                 results.append_jsonl(cell_dir / "metrics.jsonl", new)
@@ -586,7 +586,7 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
             if progress:
                 progress(row)
         if pending:  # the end of the budget is the last checkpoint
-            evals += evaluate(spec, parts, ledger, 1.0)
+            evals += evaluate(spec, parts, ledger, 1.0, meter)
             rows += evals[-len(spec.eval_targets):]
         status, error = "ok", None
         if keep_final_state:  # a later rung continues from here
@@ -606,8 +606,12 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
                          "flops": ledger.snapshot()})
     ledger = _settle_other(ledger, prior_s, time.perf_counter() - wall_start)
     results.write_jsonl(cell_dir / "metrics.jsonl", rows)  # the whole file, atomically
+    peak = spec.peak_flops or measure_peak_flops(device, dtype)
     summary = _summary(spec, ledger, steps, evals, status, error, resumed_from,
-                       continued_from=continued_from)
+                       continued_from=continued_from, device=device, dtype=dtype,
+                       peak_flops=peak, peak_measured=not spec.peak_flops,
+                       throughput=throughput(ledger.flops["model"], ledger.flops["executed"],
+                                             ledger.wall_s, peak, meter.peak_gib))
     results.write_json(cell_dir / "summary.json", summary)
     if status == "ok" and not keep_final_state:  # a failed pilot keeps its state (resume)
         shutil.rmtree(state_dir, ignore_errors=True)  # AdamW moments: twice the adapter

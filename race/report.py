@@ -351,9 +351,36 @@ def _compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[
              "What each policy size buys under the same pilot budget (means over its ok "
              "cells; rollouts = steps x prompts x G, updates = steps x mu):",
              _sizes_markdown(ok, names)]
+    text += _hardware_markdown(ok)
     latex = _latex_card(name, totals, by_model, len(cells), convention)
     text += ["## LaTeX (booktabs)", "```latex\n" + latex.rstrip("\n") + "\n```"]
     return "\n\n".join(text) + "\n", latex, totals
+
+
+def _hardware_markdown(ok: pd.DataFrame) -> list[str]:
+    """Achieved FLOP/s, MFU, HFU and peak memory per phase, by device and policy (medians
+    over ok cells; peak GiB is the largest). Empty for sweeps from before they were kept."""
+    if "mfu_rollout" not in ok or ok["mfu_rollout"].isna().all():
+        return []
+    rows = []
+    for (device, dtype, model), group in ok.groupby(["device", "dtype", "model"], sort=False):
+        for phase in (*CHARGED_PHASES, "eval"):
+            if not group[f"flops_per_s_{phase}"].fillna(0).any():
+                continue  # a phase that ran nothing (a rule verifier's feedback)
+            gib = group[f"peak_gib_{phase}"].dropna()
+            rows.append([model, f"{device} ({dtype})", PHASE_NAMES[phase],
+                         f"{fmt_flops(group[f'flops_per_s_{phase}'].median())}/s",
+                         f"{group[f'mfu_{phase}'].median():.2%}",
+                         f"{group[f'hfu_{phase}'].median():.2%}",
+                         f"{gib.max():.2f}" if len(gib) else "-"])
+    peak = ok["peak_flops"].dropna()
+    return ["## Hardware use",
+            "Model FLOPs (MFU) and executed FLOPs (HFU) per second of each phase's wall "
+            f"clock, against a peak of {fmt_flops(float(peak.median()))} FLOP/s "
+            "(accounting.peak_flops, or a matmul measured on the pilot's device); medians "
+            "over ok cells. Peak GiB: the most memory torch held on the GPU in that phase.",
+            _md_table(["model", "device", "phase", "FLOP/s", "MFU", "HFU", "peak GiB"],
+                      rows, "lllrrrr")]
 
 
 # ------------------------------------------------------------------ figures

@@ -184,6 +184,11 @@ def pilot_row(cell_dir: Path) -> dict:
         row[f"flops_{phase}"] = value
     for phase, value in summary.get("wall_s", {}).items():
         row[f"wall_s_{phase}"] = value
+    row |= {"device": summary.get("device"), "dtype": summary.get("dtype"),
+            "peak_flops": summary.get("peak_flops")}
+    for phase, use in (summary.get("throughput") or {}).items():
+        for key in ("flops_per_s", "mfu", "hfu", "peak_gib"):
+            row[f"{key}_{phase}"] = use.get(key)
     for when in ("initial", "final"):
         for target, metrics in summary.get(f"{when}_eval", {}).items():
             row[f"{when}_{target}"] = metrics.get("accuracy")

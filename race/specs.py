@@ -272,11 +272,21 @@ class RunSpec:
     # the cell (a sibling folder) whose final state this pilot continues: a ladder rung
     # resumes the rung below ("": starts from the warm start)
     continues: str = ""
+    # where and in what dtype the pilot runs: auto (CUDA when visible) | cpu | cuda, and
+    # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 for the frozen base weights
+    device: str = "auto"
+    dtype: str = "auto"
+    # the FLOP/s MFU is measured against (0: a matmul on the pilot's device measures it)
+    peak_flops: float = 0.0
 
     def _fields(self, *, lineage: bool = False) -> dict[str, Any]:
         values = asdict(self)
-        if lineage or not values["continues"]:  # so ids of fresh cells stay as they were
-            del values["continues"]
+        for key, default in _ID_DEFAULTS.items():  # ids of cells that set none stay as
+            if values[key] == default:             # they were before these fields existed
+                del values[key]
+        if lineage:
+            values.pop("continues", None)
+        values.pop("peak_flops", None)  # a reporting reference, not part of what ran
         return values
 
     @property
@@ -319,6 +329,10 @@ class RunSpec:
             if key in kept:
                 kept[key] = tuple(kept[key])
         return cls(**kept)
+
+
+# fields left out of cell ids while they hold these values (added after ids were in use)
+_ID_DEFAULTS = {"continues": "", "device": "auto", "dtype": "auto"}
 
 
 def _short_hash(fields: dict[str, Any]) -> str:

@@ -51,6 +51,12 @@ CASES = [
                  "same cell as", id="axis-same-cell"),
     pytest.param(["sweep", "reward.kind=orm"], "reward.kind='orm': no orm reward is built",
                  id="reward-kind-not-built"),
+    pytest.param(["sweep", "pilot.device=tpu"], "pilot.device='tpu': use one of auto|cpu|cuda",
+                 id="pilot-device"),
+    pytest.param(["sweep", "pilot.dtype=float16"], "pilot.dtype='float16': use one of "
+                 "auto|float32|bfloat16", id="pilot-dtype"),
+    pytest.param(["sweep", "accounting.peak_flops=-1"], "accounting.peak_flops=-1.0: must be "
+                 "> 0 FLOP/s", id="peak-flops"),
     pytest.param(["plan", "grid.update_epochs=0"], "grid.update_epochs=0", id="plan-epochs"),
     pytest.param(["report", "/nonexistent/sweep"], "SWEEP_DIR=/nonexistent/sweep",
                  id="report-not-a-sweep"),

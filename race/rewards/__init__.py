@@ -16,35 +16,41 @@ from race.rewards.base import Reward, RewardFlops, check_rewards
 __all__ = ["REWARD_KINDS", "Reward", "RewardFlops", "build_reward", "check_rewards"]
 
 
-def _rule(entry: Mapping[str, Any], task: Any) -> Reward:
+def _rule(entry: Mapping[str, Any], task: Any, **placement: str) -> Reward:
     from race.rewards.rule import RuleReward
 
     return RuleReward(entry["name"], task)
 
 
-def _prm(entry: Mapping[str, Any], task: Any) -> Reward:
+def _prm(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
+         dtype: str = "float32") -> Reward:
     shape = load_model_shape(entry["model"])
     aggregate = entry.get("aggregate", "min")
     if shape.head == "lm_verifier" and not shape.hf_id:  # the tiny PRM, built by RACE
         from race.rewards.tiny_prm import TinyPRM
 
-        return TinyPRM(entry["name"], entry["model"], aggregate=aggregate)
+        return TinyPRM(entry["name"], entry["model"], aggregate=aggregate, device=device,
+                       dtype=dtype)
+    from race.devices import torch_dtype
     from race.rewards.qwen_prm import QwenPRM
 
     return QwenPRM(shape.hf_id, shape, aggregate=aggregate, name=entry["name"],
                    step_tag=shape.step_tag or "<extra_0>",
-                   max_steps=int(entry.get("max_steps") or 0))
+                   max_steps=int(entry.get("max_steps") or 0), device=device,
+                   dtype=torch_dtype(dtype))
 
 
-REWARD_KINDS: dict[str, Callable[[Mapping[str, Any], Any], Reward]] = {
+REWARD_KINDS: dict[str, Callable[..., Reward]] = {
     "rule": _rule, "prm": _prm}
 
 
-def build_reward(entry: Mapping[str, Any], task: Any) -> Reward:
-    """The reward system of a ``conf/reward/*.yaml`` entry, for ``task``."""
+def build_reward(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
+                 dtype: str = "float32") -> Reward:
+    """The reward system of a ``conf/reward/*.yaml`` entry, for ``task``; a reward model
+    runs on ``device`` in ``dtype`` (the pilot's)."""
     kind = entry.get("kind")
     if kind not in REWARD_KINDS:
         raise UnknownName(f"reward.kind={kind}: no reward of this kind is built; valid "
                           f"kinds: {', '.join(REWARD_KINDS)}", group="reward.kind",
                           name=str(kind))
-    return REWARD_KINDS[kind](entry, task)
+    return REWARD_KINDS[kind](entry, task, device=device, dtype=dtype)

@@ -158,23 +158,27 @@ def verifier_logits(lm, head, ids, mask, starts: list[int]):
     token_logp = lm_logits[:, :-1].float().log_softmax(-1).gather(
         -1, ids[:, 1:, None])[..., 0]
     token_logp = torch.nn.functional.pad(token_logp, (1, 0))
-    positions = torch.arange(ids.shape[1])[None, :]
-    in_completion = positions >= torch.tensor(starts)[:, None]
+    positions = torch.arange(ids.shape[1], device=ids.device)[None, :]
+    in_completion = positions >= torch.tensor(starts, device=ids.device)[:, None]
     token_logp = torch.where(in_completion, token_logp, torch.zeros_like(token_logp))
     running_min = torch.cummin(token_logp, dim=1).values
-    features = torch.cat([hidden, token_logp[..., None], running_min[..., None]], dim=-1)
+    features = torch.cat([hidden.to(token_logp.dtype), token_logp[..., None],
+                          running_min[..., None]], dim=-1)
     return head(features), lm_logits
 
 
-def _load(folder: Path):
+def _load(folder: Path, device: str = "cpu", dtype: str = "float32"):
+    """Tokenizer, body in ``dtype`` and fp32 head of a built tiny PRM, on ``device``."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    lm = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    from race.devices import torch_dtype
+
+    lm = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(dtype))
     head = torch.nn.Linear(lm.config.hidden_size + 2, 2)
     head.load_state_dict(load_file(str(folder / "verifier_head.safetensors")))
-    return AutoTokenizer.from_pretrained(folder), lm, head.eval()
+    return AutoTokenizer.from_pretrained(folder), lm.to(device).eval(), head.to(device).eval()
 
 
 def step_scores(lm, head, tokenizer, prompts: list[str], completions: list[str],
@@ -197,6 +201,8 @@ def step_scores(lm, head, tokenizer, prompts: list[str], completions: list[str],
                 raise RewardInputTooLong(name, len(tokens), limit)
         starts = [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompt_chunk]
         ids, mask = _batch(tokenizer, rows)
+        device = lm.lm_head.weight.device
+        ids, mask = ids.to(device), mask.to(device)
         with torch.no_grad():
             logits, _ = verifier_logits(lm, head, ids, mask, starts)
         probs = logits.float().softmax(-1)[..., 1]
@@ -307,11 +313,13 @@ class TinyPRM(FlopLedger):
     value_range = (0.0, 1.0)
 
     def __init__(self, name: str, model_name: str, *, aggregate: str = "min",
-                 batch_size: int = 64, folder: Path | None = None):
+                 batch_size: int = 64, folder: Path | None = None, device: str = "cpu",
+                 dtype: str = "float32"):
         self.name, self.aggregate, self.batch_size = name, aggregate, batch_size
         aggregate_scores([1.0], aggregate)  # validates the name early
         self.shape = load_model_shape(model_name)
-        self.tokenizer, self.lm, self.head = _load(folder or build_tiny_prm(model_name))
+        self.tokenizer, self.lm, self.head = _load(folder or build_tiny_prm(model_name),
+                                                   device, dtype)
         self.last_step_scores: list[list[float]] = []
 
     def overhead_tokens(self) -> int:

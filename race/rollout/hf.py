@@ -33,6 +33,7 @@ class HFBackend:
         """
         self.model, self.tokenizer, self.shape, self.lora = model, tokenizer, shape, lora
         self.batch_rows, self.measure = batch_rows, measure
+        self.device = next(model.parameters()).device
 
     def load_adapter(self, adapter_dir: Path | None) -> None:
         """Load a saved adapter into a standalone backend (the live model needs nothing)."""
@@ -64,7 +65,7 @@ class HFBackend:
         torch.manual_seed(seed)
         for start in range(0, len(rows), step):
             batch = tok(rows[start:start + step], return_tensors="pt", padding=True,
-                        add_special_tokens=False)
+                        add_special_tokens=False).to(self.device)
             width = batch["input_ids"].shape[1]
             counter = flop_counter() if self.measure else contextlib.nullcontext()
             with torch.no_grad(), counter:
@@ -76,26 +77,41 @@ class HFBackend:
             if self.measure:
                 measured += counter.get_total_flops()
             new = out.sequences[:, width:]
-            scale = 1.0 if greedy else temperature
-            step_logp = torch.stack(out.logits, dim=1).float().div(scale).log_softmax(-1)
-            token_logp = step_logp.gather(-1, new[..., None])[..., 0]
+            token_logp = _sampled_logprobs(out.logits, new, 1.0 if greedy else temperature)
+            del out
             lengths = []
-            for row in range(new.shape[0]):
-                ids = new[row].tolist()
+            # one device-to-host copy per tensor, not one per row
+            rows_new, rows_logp = new.tolist(), token_logp.tolist()
+            rows_prompt = batch["input_ids"].tolist()
+            rows_mask = batch["attention_mask"].tolist()
+            for ids, logp, prompt, mask in zip(rows_new, rows_logp, rows_prompt, rows_mask):
                 done = tok.eos_token_id in ids
                 length = ids.index(tok.eos_token_id) + 1 if done else len(ids)
-                mask = batch["attention_mask"][row].bool()
-                prompt_ids.append(tuple(batch["input_ids"][row][mask].tolist()))
+                prompt_ids.append(tuple(t for t, keep in zip(prompt, mask) if keep))
                 completion_ids.append(tuple(ids[:length]))
-                logprobs.append(tuple(token_logp[row, :length].tolist()))
+                logprobs.append(tuple(logp[:length]))
                 finished.append(done)
                 lengths.append(length)
             executed += flops.generate_flops(
                 self.shape, [len(p) for p in prompt_ids[-len(lengths):]], lengths,
-                convention="executed", lora=self.lora, decode_steps=new.shape[1])
+                convention="executed", lora=self.lora, decode_steps=len(rows_new[0]))
         model_flops = flops.generate_flops(self.shape, [len(p) for p in prompt_ids],
                                            [len(c) for c in completion_ids], lora=self.lora)
         texts = tok.batch_decode([list(c) for c in completion_ids], skip_special_tokens=True)
         return Rollouts(tuple(index), tuple(prompt_ids), tuple(completion_ids),
                         tuple(logprobs), tuple(texts), tuple(finished), float(model_flops),
                         float(executed), measured if self.measure else None)
+
+
+def _sampled_logprobs(step_logits, new, temperature: float):
+    """``[B, T]`` log-prob of each sampled token, one decode step at a time: a float32
+    ``[B, V]`` slice at a time, never a stacked ``[B, T, V]`` copy of the logits."""
+    import torch
+
+    columns = []
+    for t, logits in enumerate(step_logits):
+        logits = logits.float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        columns.append(logits.log_softmax(-1).gather(-1, new[:, t:t + 1])[:, 0])
+    return torch.stack(columns, dim=1)
