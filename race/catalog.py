@@ -41,9 +41,12 @@ def did_you_mean(group: str, name: str) -> str:
 def load_entry(group: str, name: str) -> dict[str, Any]:
     """The YAML mapping of ``conf/<group>/<name>.yaml``; KeyError with a suggestion if absent.
 
-    Parsed once per file version (a plan of hundreds of cells reads each entry many
-    times); every call returns its own copy.
+    A ``model`` that names a local folder (:func:`is_model_folder`) gets the entry its
+    ``config.json`` describes (:func:`folder_entry`). Parsed once per file version (a plan
+    of hundreds of cells reads each entry many times); every call returns its own copy.
     """
+    if group == "model" and is_model_folder(name):
+        return folder_entry(name)
     path = conf_dir() / group / f"{name}.yaml"
     if not path.is_file():
         raise UnknownName(did_you_mean(group, name), group=group, name=name)
@@ -64,14 +67,36 @@ def is_model_folder(name: str) -> bool:
 
 def load_model_shape(name: str) -> ModelShape:
     """The :class:`ModelShape` of a shipped model (``load_model_shape("qwen2.5-7b")``) or
-    of a local Hugging Face model folder (``load_model_shape("/models/my-qwen")``: read
-    from its ``config.json``; ``hf_id`` is the folder)."""
-    if not is_model_folder(name):
-        return ModelShape.from_dict(load_entry("model", name))
+    of a local Hugging Face model folder (``load_model_shape("/models/my-qwen")``)."""
+    return ModelShape.from_dict(load_entry("model", name))
+
+
+# tokenizer classes whose vocabularies are one family (the catalog's ``tokenizer`` names)
+TOKENIZER_FAMILIES = {"Qwen2Tokenizer": "qwen2.5", "Qwen2TokenizerFast": "qwen2.5"}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def folder_entry(name: str) -> dict[str, Any]:
+    """A ``conf/model`` entry for a local Hugging Face model folder: its shape from
+    ``config.json``, ``hf_id`` the folder, and its tokenizer family when the folder's
+    ``tokenizer_config.json`` names a known class (else "": reward models are then
+    matched by vocabulary size)."""
+    import json
+
     folder = Path(name).expanduser()
     if not (folder / "config.json").is_file():
         raise UsageError(f"model={name}: no config.json in that folder; point model= at a "
                          f"saved Hugging Face model folder or use a name from conf/model/ "
                          f"({', '.join(names('model'))})")
     shape = ModelShape.from_hf_config(folder, name=name)
-    return dataclasses.replace(shape, hf_id=str(folder))
+    family = ""
+    config = folder / "tokenizer_config.json"
+    if config.is_file():
+        family = TOKENIZER_FAMILIES.get(json.loads(config.read_text()).get("tokenizer_class"),
+                                        "")
+    return dataclasses.asdict(shape) | {"hf_id": str(folder), "tokenizer": family}
+
+
+def has_tokenizer(folder: str | Path) -> bool:
+    """Whether a model folder holds tokenizer files (a policy needs them)."""
+    return any((Path(folder).expanduser() / f).is_file() for f in TOKENIZER_FILES)

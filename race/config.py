@@ -91,6 +91,12 @@ class TaskConfig:
     # data files (a .jsonl/.json/.parquet file or a folder of them); "" for the embedded
     # task or the hub
     source: str = ""
+    # GSM8K-format: a file of out-of-distribution problems (the ood target; "": none)
+    ood_source: str = ""
+    # GSM8K-format prompts in the policy's chat template: a system message ("": none) and
+    # the instruction after each question
+    system_prompt: str = ""
+    answer_format: str = ""
 
 
 @dataclass
@@ -315,8 +321,34 @@ def check_group_choices(overrides: list[str]) -> None:
         values = (list(override.sweep_string_iterator()) if override.is_sweep_override()
                   else [override.get_value_element_as_str()])
         for value in values:
-            if value not in catalog.names(group):
+            if group == "model" and catalog.is_model_folder(value):
+                catalog.folder_entry(value)  # a folder without config.json: UsageError
+            elif value not in catalog.names(group):
                 raise UnknownName(catalog.did_you_mean(group, value), group=group, name=value)
+
+
+def hydra_overrides(overrides: list[str]) -> list[str]:
+    """``overrides`` as Hydra composes them: ``model=<folder>`` becomes a catalog choice
+    whose every field is then set from the folder's entry (Hydra only knows YAML files)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    out = []
+    for text, o in zip(overrides, OverridesParser.create().parse_overrides(overrides)):
+        if (o.key_or_group != "model" or o.is_sweep_override() or o.is_delete()
+                or not catalog.is_model_folder(str(o.value()))):
+            out.append(text)
+            continue
+        entry = catalog.folder_entry(str(o.value()))
+        out.append(f"model={catalog.names('model')[0]}")
+        out += [f"model.{key}={_quoted(value)}" for key, value in entry.items()]
+    return out
+
+
+def _quoted(value) -> str:
+    """A value as a Hydra override reads it back (strings single-quoted)."""
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def compose_config(overrides: list[str]) -> RaceConfig:
@@ -326,7 +358,7 @@ def compose_config(overrides: list[str]) -> RaceConfig:
     check_group_choices(overrides)
     register_configs()
     with initialize_config_dir(config_dir=str(catalog.conf_dir()), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
+        cfg = compose(config_name="config", overrides=hydra_overrides(overrides))
     return OmegaConf.to_object(cfg)
 
 
@@ -346,7 +378,7 @@ def compose_many(fixed: list[str], variants: list[list[str]]) -> list[RaceConfig
     check_group_choices(fixed + [o for variant in variants for o in variant])
     register_configs()
     with initialize_config_dir(config_dir=str(catalog.conf_dir()), version_base="1.3"):
-        base = compose(config_name="config", overrides=fixed)
+        base = compose(config_name="config", overrides=hydra_overrides(fixed))
     parser = OverridesParser.create()
     under = [o for o in parser.parse_overrides(fixed) if o.key_or_group not in GROUPS]
     configs = []
@@ -548,12 +580,18 @@ def _check_paths(cfg: RaceConfig) -> None:
     """Local files the pilot will read must exist (before anything is launched)."""
     from pathlib import Path
 
-    for key, value in (("task.source", cfg.task.source), ("model.hf_id", cfg.model.hf_id)):
+    for key, value in (("task.source", cfg.task.source), ("task.ood_source", cfg.task.ood_source),
+                       ("model.hf_id", cfg.model.hf_id)):
         local = value.startswith(("/", "./", "../", "~"))
         if value and local and not Path(value).expanduser().exists():
             raise UsageError(f"{key}={value}: no such file or folder; check the path (a "
-                             f"local {'data file' if key == 'task.source' else 'model folder'}"
+                             f"local {'model folder' if key == 'model.hf_id' else 'data file'}"
                              f"), or leave {key} empty for the default")
+    folder = cfg.model.hf_id
+    if folder and Path(folder).expanduser().is_dir() and not catalog.has_tokenizer(folder):
+        raise UsageError(f"model={cfg.model.name}: no tokenizer in {folder} (none of "
+                         f"{', '.join(catalog.TOKENIZER_FILES)}); save it beside the weights "
+                         f"with tokenizer.save_pretrained('{folder}')")
 
 
 def check_device(cfg: RaceConfig) -> None:
@@ -592,11 +630,12 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True) 
     if runnable:
         _check_paths(cfg)
         check_device(cfg)
-    if runnable and cfg.task.name not in ("arith",):
-        raise UsageError(f"task={cfg.task.name}: pilots run the embedded task (task=arith) "
-                         f"in this version; GSM8K-format pilots need a Qwen2.5 policy")
+    if runnable and cfg.task.name == "gsm8k" and not cfg.task.source:
+        raise UsageError("task.source=: GSM8K-format pilots read a local data file; give "
+                         "task.source=<file.jsonl|.json|.parquet> (question, answer '#### N')")
     reward = {k: v for k, v in asdict(cfg.reward).items() if v is not None}
-    task = {"name": cfg.task.name}
+    task = {k: v for k, v in asdict(cfg.task).items()  # what the pilot's task reads
+            if k in ("name", "source", "ood_source", "system_prompt", "answer_format") and v}
     return RunSpec(
         model=cfg.model.name, reward=tuple(sorted(reward.items())),
         task=tuple(sorted(task.items())), budget_flops=float(budget_flops),

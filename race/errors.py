@@ -114,3 +114,15 @@ class RewardInputTooLong(UsageError):
             f"reward={reward}: a trace would be scored on {tokens} tokens, more than the "
             f"{limit} the budget's worst-case step allows; raise reward.overhead_tokens or "
             f"lower reward.max_steps (later steps then join the last one)")
+
+
+class PromptTooLong(UsageError):
+    """A prompt plus the generation cap does not fit the policy's context window."""
+
+    def __init__(self, model: str, prompt_tokens: int, max_new_tokens: int, context: int):
+        self.prompt_tokens, self.context = prompt_tokens, context
+        super().__init__(
+            f"model={model}: a prompt of {prompt_tokens} tokens plus grid.max_new_tokens="
+            f"{max_new_tokens} exceeds its context of {context} tokens; lower "
+            f"grid.max_new_tokens to {max(0, context - prompt_tokens)} or less, or drop "
+            f"the longer problems from task.source")

@@ -61,7 +61,12 @@ def params(n) -> str:
     return f"{n:.0f}"
 
 
+def model_label(model: str) -> str:
+    """A model as labels show it: a catalog name as is, a local folder by its last part."""
+    return model.rstrip("/").rsplit("/", 1)[-1] if "/" in model else model
+
+
 def label(row) -> str:
     """A config's knobs in one short label: ``tiny-s/rule G4 mu1``."""
-    return (f"{row['model']}/{row['reward']} G{int_text(row.get('group_size'))} "
-            f"mu{int_text(row.get('update_epochs'))}")
+    return (f"{model_label(row['model'])}/{row['reward']} "
+            f"G{int_text(row.get('group_size'))} mu{int_text(row.get('update_epochs'))}")

@@ -41,7 +41,7 @@ from race import flops, results
 from race.budget import check_budget, last_step_cap, trace_token_limit, worst_step_flops
 from race.catalog import load_model_shape
 from race.devices import PhaseMeter, measure_peak_flops, resolve_device, resolve_dtype, throughput
-from race.errors import RewardFormatTooLong, UsageError
+from race.errors import PromptTooLong, RewardFormatTooLong, UsageError
 from race.specs import RunSpec
 
 PHASES = ("rollout", "learning", "feedback", "eval")
@@ -126,7 +126,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
     from race.learner import LearnerConfig, LoraLearner
     from race.policies import build_tiny_policy
     from race.rewards import build_reward
-    from race.tasks import build_task
+    from race.tasks import build_task, with_chat_template
 
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
@@ -136,6 +136,8 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
         tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:  # many base checkpoints pad with their EOS
+            tokenizer.pad_token = tokenizer.eos_token
         torch.manual_seed(spec.seed)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(dtype))
     except (OSError, ValueError) as error:
@@ -160,7 +162,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
         backend = VLLMBackend(folder, shape, learner.lora, seed=spec.seed)
     else:
         raise UsageError(f"pilot.backend={spec.backend!r}: use hf or vllm")
-    task = build_task(dict(spec.task))
+    task = with_chat_template(build_task(dict(spec.task)), tokenizer)
     reward = build_reward(dict(spec.reward), task, device=device, dtype=dtype)
     return Components(task, reward, learner, backend, tokenizer)
 
@@ -195,6 +197,18 @@ def score(spec: RunSpec, parts: Components, ledger: Ledger, phase: str, out,
                    counter.get_total_flops() if counter is not None else 0.0)
 
 
+def _longest_prompt(parts: Components, spec: RunSpec, prompts: list[str]) -> int:
+    """Tokens of the longest prompt; PromptTooLong when it and the generation cap do not
+    fit the policy's context window."""
+    longest = max(len(parts.tokenizer(p, add_special_tokens=False)["input_ids"])
+                  for p in prompts)
+    context = getattr(getattr(parts.learner.model, "config", None),
+                      "max_position_embeddings", None)
+    if context and longest + spec.max_new_tokens > context:
+        raise PromptTooLong(spec.model, longest, spec.max_new_tokens, context)
+    return longest
+
+
 def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
              meter: PhaseMeter | None = None) -> list[dict]:
     """Greedy accuracy and mean reward on every held-out target (eval FLOPs, uncharged).
@@ -211,11 +225,13 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
                  if target == spec.select_target and fraction >= 1.0 else spec.eval_examples)
             examples = parts.task.sample(target, n, seed=10_000)
             prompts = [ex.prompt for ex in examples]
+            _longest_prompt(parts, spec, prompts)
             out = parts.backend.generate(prompts, n=1, max_new_tokens=spec.max_new_tokens,
                                          greedy=True)
             ledger.add("eval", out.flops_model, out.flops_executed, out.flops_measured or 0.0)
             answers = [ex.answer for ex in examples]
-            rewards = score(spec, parts, ledger, "eval", out, prompts, answers)
+            rewards = score(spec, parts, ledger, "eval", out,
+                            [ex.problem for ex in examples], answers)
             correct = [parts.task.verify(t, a) for t, a in zip(out.texts, answers)]
             rows.append({"kind": "eval", "checkpoint": fraction, "target": target,
                          "accuracy": sum(correct) / len(correct),
@@ -528,8 +544,7 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
             examples = parts.task.sample("train", spec.prompts_per_step,
                                          seed=spec.seed * 1_000_003 + steps)
             prompts = [ex.prompt for ex in examples]
-            longest = max(len(parts.tokenizer(p, add_special_tokens=False)["input_ids"])
-                          for p in prompts)
+            longest = _longest_prompt(parts, spec, prompts)
             remaining = spec.budget_flops - ledger.charged(spec.convention)
             cap = spec.max_new_tokens
             if worst_step_flops(spec, longest) > remaining:
@@ -546,8 +561,8 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
                        out.flops_measured or 0.0)
             answers = [examples[i].answer for i in out.prompt_index]
             with meter.phase("feedback", ledger.wall_s):
-                rewards = score(spec, parts, ledger, "feedback",
-                                out, [prompts[i] for i in out.prompt_index], answers)
+                rewards = score(spec, parts, ledger, "feedback", out,
+                                [examples[i].problem for i in out.prompt_index], answers)
             advantages = group_advantages(torch.tensor(rewards), spec.group_size)
             before = dict(parts.learner.flops)
             with meter.phase("learning", ledger.wall_s):

@@ -89,3 +89,30 @@ def build_standin(folder: str | Path, shape: ModelShape, texts: Iterable[str], *
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def build_prm_standin(folder: str | Path, shape: ModelShape, texts: Iterable[str], *,
+                      vocab_size: int = 512, step_tag: str = "<extra_0>", seed: int = 0
+                      ) -> Path:
+    """Save a random Qwen2.5-Math-PRM-style model (``Qwen2ForProcessRewardModel``: the body
+    and a value head scoring every position) of ``shape`` with a tokenizer trained on
+    ``texts`` that holds ``step_tag`` as one token; returns ``folder``.
+
+    With the same ``texts`` and ``vocab_size`` as a policy stand-in, its vocabulary is
+    the policy's plus the step tag. Its config carries no ``auto_map``, so RACE loads it
+    into its own copy of the architecture.
+    """
+    import torch
+
+    from race.measure import qwen2_config
+    from race.rewards.qwen_prm_modeling import Qwen2ForProcessRewardModel
+
+    tokenizer = train_tokenizer(texts, vocab_size=vocab_size, extra_tokens=(step_tag,))
+    config = qwen2_config(shape, pad_token_id=tokenizer.pad_token_id,
+                          eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    Qwen2ForProcessRewardModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

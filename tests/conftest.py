@@ -86,3 +86,19 @@ class Shaped:
     def pop_flops(self):
         return self.inner.pop_flops()
 
+
+
+@pytest.fixture
+def broken_policy(tmp_path, policy):
+    """A model folder with the policy's tokenizer and no weights: it passes the plan's
+    checks, and its pilot fails when the model loads."""
+    from pathlib import Path
+
+    from race import catalog
+
+    broken = tmp_path / "broken-policy"
+    broken.mkdir()
+    for name in catalog.TOKENIZER_FILES:
+        if (Path(policy) / name).is_file():
+            shutil.copy(Path(policy) / name, broken / name)
+    return broken

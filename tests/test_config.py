@@ -68,10 +68,10 @@ def test_run_spec_refuses_what_only_accounting_accepts():
     assert to_specs(full).lora is None
     with pytest.raises(ValueError, match=re.escape("grid.lora_rank=0: pilots train LoRA")):
         to_run_spec(full, 1e12, runnable=False)
-    # gsm8k is plannable (runnable=False) but not runnable here
+    # gsm8k is plannable without data (runnable=False); a pilot needs task.source
     gsm8k = compose_config(["task=gsm8k"])
     assert to_run_spec(gsm8k, 1e12, runnable=False).task == (("name", "gsm8k"),)
-    with pytest.raises(ValueError, match=re.escape("task=gsm8k: pilots run the embedded task")):
+    with pytest.raises(ValueError, match=re.escape("task.source=: GSM8K-format pilots read")):
         to_run_spec(gsm8k, 1e12)
 
 

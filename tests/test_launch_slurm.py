@@ -29,9 +29,8 @@ def race(tmp_path, *args, timeout=600):
                           text=True, timeout=timeout, cwd=tmp_path)
 
 
-def test_slurm_sweep_two_cells_one_failing(tmp_path, policy, slurm_cluster):
-    broken = tmp_path / "broken-policy"  # holds no model: that pilot fails, the other runs
-    broken.mkdir()
+def test_slurm_sweep_two_cells_one_failing(tmp_path, policy, slurm_cluster, broken_policy):
+    broken = broken_policy  # holds no weights: that pilot fails, the other runs
     out = race(tmp_path, "sweep", *SMALL, f"model.hf_id={policy},{broken}",
                "selection.policy=flat", "launcher=slurm", f"launcher.partition={slurm_cluster}",
                "launcher.poll_s=1", "launcher.timeout_min=10", f"sweep.out_dir={tmp_path}",

@@ -461,11 +461,14 @@ def test_measured_flops_match_the_ledger_with_the_qwen_prm_standin(tmp_path, pol
         assert abs(measured[phase] - executed[phase]) / measured[phase] <= 1e-3, phase
 
 
+@pytest.mark.parametrize("convention", flops.CONVENTIONS)
 def test_standin_format_longer_than_configured_fails_before_any_step(tmp_path, policy,
-                                                                     standin_conf):
+                                                                     standin_conf, convention):
+    """A PRM whose real input format is longer than the budget's bound never runs, so it
+    never overspends, whichever convention the budget is charged in."""
     standin = standin_conf
     entry = standin.entry | {"overhead_tokens": standin.overhead - 1}
-    spec = standin_spec(entry, "model")
+    spec = standin_spec(entry, convention)
     parts = build_components(dataclasses.replace(spec, reward=RULE), policy)
     parts.reward = load_standin(standin)
     summary = run_pilot(spec, tmp_path, components=parts)

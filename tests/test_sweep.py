@@ -32,9 +32,9 @@ def sweep(tmp_path, policy, *extra):
                           text=True, timeout=600, cwd=tmp_path)
 
 
-def test_local_sweep_failure_recorded_and_rerun_runs_only_unfinished(tmp_path, policy):
-    broken = tmp_path / "broken-policy"  # a folder that holds no model: that cell fails
-    broken.mkdir()
+def test_local_sweep_failure_recorded_and_rerun_runs_only_unfinished(tmp_path, policy,
+                                                                     broken_policy):
+    broken = broken_policy  # that cell fails
     axis = f"model.hf_id={policy},{broken}"
     out = sweep(tmp_path, policy, axis, "launcher.slots=2")
     assert out.returncode == 1, out.stderr  # a cell failed: non-zero, after writing all

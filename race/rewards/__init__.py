@@ -37,7 +37,20 @@ def _prm(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
     return QwenPRM(shape.hf_id, shape, aggregate=aggregate, name=entry["name"],
                    step_tag=shape.step_tag or "<extra_0>",
                    max_steps=int(entry.get("max_steps") or 0), device=device,
-                   dtype=torch_dtype(dtype))
+                   dtype=torch_dtype(dtype), trust_remote_code=_ships_code(shape.hf_id))
+
+
+def _ships_code(path_or_id: str) -> bool:
+    """Whether a PRM checkpoint brings its own modelling code (``auto_map`` in its
+    config.json; a hub id is assumed to, as Qwen2.5-Math-PRM does). A local folder
+    without it loads into RACE's copy of the architecture."""
+    import json
+    from pathlib import Path
+
+    config = Path(path_or_id).expanduser() / "config.json"
+    if not config.is_file():
+        return True
+    return "auto_map" in json.loads(config.read_text())
 
 
 REWARD_KINDS: dict[str, Callable[..., Reward]] = {

@@ -14,30 +14,74 @@ from race.errors import UnknownName
 from race.tasks.arith import ArithTask
 from race.tasks.base import Example
 
+# GSM8K-format pilots: the instruction that follows the question (the rule verifier reads
+# "#### N" first, then a final \\boxed{} or number)
+ANSWER_FORMAT = ("Solve it step by step, then give the final answer on its own line as "
+                 "'#### <number>'.")
+HELD_OUT = {0: "test", 1: "val"}  # crc32(question) % 10 -> split; the rest is train
+
 
 @dataclass(frozen=True, slots=True)
 class Gsm8kTask:
-    """GSM8K-format problems from a local JSONL/parquet file or a reachable dataset.
+    """GSM8K-format problems from a local JSONL/JSON/parquet file or a reachable dataset.
+
+    A single file is split by a hash of each question: 10% ``test``, 10% ``val``, the
+    rest ``train`` (stable whatever the file's order). A folder (or dataset) with one
+    file per split reads ``test`` from its test file and cuts ``val`` out of its train
+    file the same way. ``ood`` reads ``ood_source`` whole.
 
     Attributes:
         source: a file, a folder of split files, or a ``datasets`` name.
-        train_split, eval_splits: split names to read.
+        ood_source: a GSM8K-format file of out-of-distribution problems ("": none).
+        system_prompt, answer_format: what :class:`ChatPrompts` wraps each question in.
     """
 
     source: str
-    train_split: str = "train"
-    eval_splits: tuple[str, ...] = ("test",)
+    ood_source: str = ""
+    system_prompt: str = ""
+    answer_format: str = ANSWER_FORMAT
     name: str = "gsm8k"
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def rows(self, split: str) -> list[Example]:
+        """Every problem of ``split`` (loaded once)."""
+        if split not in self._cache:
+            self._cache[split] = self._load(split)
+        return self._cache[split]
+
+    def _load(self, split: str) -> list[Example]:
+        import dataclasses
+        import zlib
+        from pathlib import Path
+
+        from race.errors import UsageError
+        from race.tasks.gsm8k import load_gsm8k
+
+        if split == "ood":
+            if not self.ood_source:
+                raise UsageError("task.ood_source: unset, but ood is an evaluation target; "
+                                 "give a GSM8K-format file of out-of-distribution problems, "
+                                 "or drop ood from pilot.eval_targets")
+            return [dataclasses.replace(ex, split="ood")
+                    for ex in load_gsm8k(self.ood_source, split="test")]
+        if split not in ("train", "val", "test"):
+            raise UsageError(f"split={split!r}: GSM8K-format tasks have train, val, test, ood")
+        path = Path(self.source).expanduser()
+        by_file = path.is_dir() or not path.suffix  # one file per split (or a dataset)
+        if by_file and split == "test":
+            return load_gsm8k(self.source, split="test")
+        rows = load_gsm8k(self.source, split="train" if by_file else "test")
+        kept = [ex for ex in rows if HELD_OUT.get(
+            zlib.crc32(ex.problem.encode()) % 10, "train") == split]
+        if not kept:
+            raise UsageError(f"task.source={self.source}: no {split} problems (the split "
+                             f"takes a tenth of the questions by hash); give more rows")
+        return [dataclasses.replace(ex, split=split) for ex in kept]
 
     def sample(self, split: str, n: int, seed: int = 0) -> list[Example]:
         import random
 
-        from race.tasks.gsm8k import load_gsm8k
-
-        if split not in self._cache:
-            self._cache[split] = load_gsm8k(self.source, split=split)
-        rows = list(self._cache[split])
+        rows = list(self.rows(split))
         random.Random(f"{self.name}/{split}/{seed}").shuffle(rows)
         return [rows[i % len(rows)] for i in range(n)]
 
@@ -45,6 +89,47 @@ class Gsm8kTask:
         from race.rewards.verify import answers_match
 
         return answers_match(completion, answer)
+
+
+@dataclass(frozen=True)
+class ChatPrompts:
+    """A task whose prompts go through a tokenizer's chat template: an optional system
+    message, then the user's question followed by ``answer_format``, then the assistant's
+    turn. ``question`` keeps the bare problem (what a reward model reads)."""
+
+    task: Any
+    tokenizer: Any
+    system_prompt: str = ""
+    answer_format: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+    def format(self, question: str) -> str:
+        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt \
+            else []
+        content = f"{question}\n{self.answer_format}" if self.answer_format else question
+        messages.append({"role": "user", "content": content})
+        return self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=True)
+
+    def sample(self, split: str, n: int, seed: int = 0) -> list[Example]:
+        import dataclasses
+
+        return [dataclasses.replace(ex, prompt=self.format(ex.problem), question=ex.problem)
+                for ex in self.task.sample(split, n, seed)]
+
+    def verify(self, completion: str, answer: str) -> bool:
+        return self.task.verify(completion, answer)
+
+
+def with_chat_template(task: Any, tokenizer: Any) -> Any:
+    """``task`` with its prompts in the tokenizer's chat template, when the task asks for
+    one (GSM8K-format tasks) and the tokenizer has one; else ``task`` itself."""
+    if not hasattr(task, "answer_format") or not getattr(tokenizer, "chat_template", None):
+        return task
+    return ChatPrompts(task, tokenizer, task.system_prompt, task.answer_format)
 
 
 TASKS: dict[str, Callable[..., Any]] = {"arith": ArithTask, "gsm8k": Gsm8kTask}

@@ -15,6 +15,8 @@ class Example:
         trace: a reference solution: steps, then the final-answer line.
         steps: the reference solution's steps, each checkable on its own.
         split: the split it came from (``train``, ``test``, ``ood``, ...).
+        question: the bare problem when ``prompt`` wraps it (a chat template, an
+            instruction); "" when the prompt is the problem itself.
     """
 
     prompt: str
@@ -22,3 +24,9 @@ class Example:
     trace: str = ""
     steps: tuple[str, ...] = ()
     split: str = "train"
+    question: str = ""
+
+    @property
+    def problem(self) -> str:
+        """The problem as a reward model reads it: ``question``, else ``prompt``."""
+        return self.question or self.prompt

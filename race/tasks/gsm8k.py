@@ -108,7 +108,7 @@ def _example(row: Any, *, split: str, template: str, strip_calculator: bool) -> 
     number, steps, trace = parse_solution(row["answer"], strip_calculator=strip_calculator)
     question = row["question"].strip()
     return Example(prompt=template.format(question=question), answer=number, trace=trace,
-                   steps=steps, split=split)
+                   steps=steps, split=split, question=question)
 
 
 def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
