@@ -11,9 +11,12 @@
   never counted twice.
 - ``inline``: in this process, one after another (submitit's debug executor).
 
-Polling has a deadline: a job that leaves the scheduler without a result (killed, node
-lost) is noticed within ``launcher.lost_after_s`` and recorded as a failed cell instead
-of being waited on forever (submitit alone needs ``sacct`` for that).
+One loop polls them all: :func:`as_completed` yields each task as it ends, asking the
+launcher's watcher (:class:`InlineWatcher`, :class:`LocalWatcher`, :class:`SlurmWatcher`)
+only to start the work, which tasks ended since the last poll, how many run, and which can
+never finish. Polling has a deadline: a job that leaves the scheduler without a result
+(killed, node lost) is noticed within ``launcher.lost_after_s`` and recorded as a failed
+cell instead of being waited on forever (submitit alone needs ``sacct`` for that).
 
 The results contract is the cell folder: each job writes its own ``summary.json``; when a
 job dies before it can, :func:`record_lost` writes a failed summary for it.
@@ -25,10 +28,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from race import results
 from race.errors import UsageError
@@ -373,6 +377,99 @@ class Counts:
     running: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A task that a watcher's poll saw end.
+
+    ``submission``: its submitit job, asked why it ended when it left no summary; None
+    only for a task that has a summary or is ``lost`` (a local slot worker runs many
+    tasks, so no job is a task's own). ``lost``: what to record for a task that can never
+    finish (its job is gone without a summary; :func:`record_lost`), None otherwise.
+    """
+
+    task: Task
+    submission: Any = None
+    lost: str | None = None
+
+
+class Watcher(Protocol):
+    """One launcher's view of its work, polled by :func:`as_completed`.
+
+    ``pending`` is always the tasks not reported ended yet, in the order ``start`` got
+    them. A watcher neither counts nor writes summaries: :func:`as_completed` does both.
+    """
+
+    def start(self, tasks: list[Task]) -> None:
+        """Submit the work for ``tasks``."""
+
+    def poll(self, pending: list[Task]) -> list[Ended]:
+        """The tasks of ``pending`` that ended since the last poll, and those that never
+        will (``Ended.lost``), in the order to report them."""
+
+    def running(self, pending: list[Task]) -> int:
+        """How many of ``pending`` are running, as of the last poll."""
+
+    def stop(self) -> None:
+        """Leave none of the work running; called when the loop is left early (Ctrl-C,
+        ``kill``, a crash, the generator closed)."""
+
+
+def as_completed(watcher: Watcher, tasks: list[Task], *, counts: Counts, poll_s: float,
+                 on_change: Callable[[Counts], None] | None = None
+                 ) -> Iterator[tuple[Task, Any]]:
+    """Start ``tasks`` with ``watcher`` and yield ``(task, submission)`` as each one ends,
+    in the order its polls report them (submitit's ``helpers.as_completed``).
+
+    Every yielded task has a ``summary.json``: its own, or one :func:`record_lost` wrote
+    (for a task the watcher reports lost, or whose job ended without writing one).
+    ``counts`` is updated in place: ``done`` or ``failed`` (the summary's status) as each
+    task ends; ``running`` (the watcher's answer) after each poll, so a task is no longer
+    counted running once it has ended. ``on_change(counts)`` is called once the work has
+    started, after each ended task and after each poll; the loop then sleeps ``poll_s``
+    seconds while tasks are pending. On leaving early (an exception, Ctrl-C, the generator
+    closed) it calls ``watcher.stop()``.
+    """
+    pending = list(tasks)
+
+    def notify() -> None:
+        if on_change:
+            on_change(counts)
+
+    try:
+        watcher.start(tasks)
+        counts.running = watcher.running(pending)
+        notify()
+        while pending:
+            ends = watcher.poll(pending)
+            for end in ends:
+                pending.remove(end.task)
+            counts.running = watcher.running(pending)
+            for end in ends:
+                _count_end(end, counts)
+                notify()
+                yield end.task, end.submission
+            counts.running = watcher.running(pending)
+            notify()
+            if pending:
+                time.sleep(poll_s)
+    except BaseException:  # Ctrl-C, kill or a crash: stop what the watcher started
+        watcher.stop()
+        raise
+
+
+def _count_end(end: Ended, counts: Counts) -> None:
+    """Give ``end.task`` a summary if it has none, then count it done (status ok) or
+    failed."""
+    if end.lost is not None:
+        record_lost(end.task, end.lost)
+    summary_path = Path(end.task.cell_dir) / "summary.json"
+    if not summary_path.is_file():  # its job returned or died without writing one
+        record_lost(end.task, _job_error(end.submission, end.task).message)
+    ok = results.read_json(summary_path).get("status") == "ok"
+    counts.done += ok
+    counts.failed += not ok
+
+
 def launch(tasks: list[Task], cfg, folder: Path,
            on_change: Callable[[Counts], None] | None = None, job=None) -> Counts:
     """Run ``tasks`` through the launcher ``cfg``; return when every pilot has ended.
@@ -380,6 +477,7 @@ def launch(tasks: list[Task], cfg, folder: Path,
     Every task ends with a ``summary.json`` in its cell folder (written by the pilot, or
     by :func:`record_lost`). A failed pilot never stops the others. ``job`` is the
     picklable ``job(spec, cell_dir)`` each task runs (default: :class:`PilotJob`).
+    ``on_change(counts)`` is called as :func:`as_completed` describes.
     """
     folder = Path(folder)
     counts = Counts(total=len(tasks))
@@ -387,37 +485,29 @@ def launch(tasks: list[Task], cfg, folder: Path,
         return counts
     job = job or PilotJob(threads(cfg), cfg.checkpoint_every)
     ex = executor(cfg, folder)
-
-    def finished(task: Task, sub) -> None:
-        summary_path = Path(task.cell_dir) / "summary.json"
-        if not summary_path.is_file():
-            record_lost(task, _job_error(sub, task).message)  # (local workers record theirs)
-        ok = results.read_json(summary_path).get("status") == "ok"
-        counts.done += ok
-        counts.failed += not ok
-        if on_change:
-            on_change(counts)
-
-    if cfg.name == "inline":
-        for task in tasks:
-            sub = ex.submit(job, task.spec, task.cell_dir)
-            counts.running = 1
-            if on_change:
-                on_change(counts)
-            try:
-                sub.result()
-            except Exception as error:  # recorded, never stops the others
-                if not (Path(task.cell_dir) / "summary.json").is_file():
-                    record_lost(task, f"{type(error).__name__}: {error}")
-            counts.running = 0
-            finished(task, sub)
-        return counts
-    with _terminate_as_interrupt():
-        if cfg.name == "slurm":
-            _poll_slurm(ex, job, tasks, cfg, counts, finished, on_change)
-        else:
-            _poll_local(ex, job, tasks, cfg, counts, finished, on_change)
+    inline = cfg.name == "inline"
+    # an inline poll runs a pilot to its end: there is nothing to wait for between polls
+    ends = as_completed(watcher_for(cfg, ex, job), tasks, counts=counts, on_change=on_change,
+                        poll_s=0.0 if inline else cfg.poll_s)
+    # SIGTERM unwinds like Ctrl-C, so the watcher stops local pilots; an inline run keeps
+    # SIGTERM's default (its pilot saves on it, see StopSignals, and the process ends)
+    with (nullcontext() if inline else _terminate_as_interrupt()), closing(ends):
+        for _ in ends:  # counted and reported inside the generator
+            pass
     return counts
+
+
+def watcher_for(cfg, ex, job) -> Watcher:
+    """The watcher of launcher ``cfg`` (a ``LauncherConfig``), submitting ``job`` to the
+    submitit executor ``ex`` (:func:`executor`)."""
+    if cfg.name == "inline":
+        return InlineWatcher(ex, job)
+    if cfg.name == "slurm":
+        return SlurmWatcher(ex, job, lost_after_s=cfg.lost_after_s,
+                            max_requeues=cfg.max_requeues)
+    slot_ids = list(cfg.gpus) if cfg.gpus else list(range(slots(cfg)))
+    return LocalWatcher(ex, job, slot_ids=slot_ids, pin_gpus=bool(cfg.gpus),
+                        timeout_min=cfg.timeout_min)
 
 
 @contextmanager
@@ -438,6 +528,34 @@ def _terminate_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class InlineWatcher:
+    """Pilots in this process, one after another (submitit's debug executor): each poll
+    runs the next pending task to its end."""
+
+    def __init__(self, executor, job):
+        self.executor, self.job = executor, job
+
+    def start(self, tasks: list[Task]) -> None:
+        """Nothing runs ahead: each poll submits the task it runs."""
+
+    def poll(self, pending: list[Task]) -> list[Ended]:
+        task = pending[0]
+        sub = self.executor.submit(self.job, task.spec, task.cell_dir)
+        try:
+            sub.result()
+        except Exception as error:  # recorded, never stops the others
+            if not (Path(task.cell_dir) / "summary.json").is_file():
+                return [Ended(task, sub, lost=f"{type(error).__name__}: {error}")]
+        return [Ended(task, sub)]
+
+    def running(self, pending: list[Task]) -> int:
+        """One while tasks are pending: the next starts as soon as the last has ended."""
+        return min(1, len(pending))
+
+    def stop(self) -> None:
+        """Nothing to stop: a pilot in this process ends with it."""
 
 
 class SlotWorker:
@@ -488,46 +606,57 @@ def _finished_since(task: Task, since: float) -> bool:
         return False
 
 
-def _poll_local(ex, job, tasks, cfg, counts, finished, on_change) -> None:
-    import uuid
+class LocalWatcher:
+    """Slot workers on this machine (:class:`SlotWorker`), one per slot, sharing the tasks.
 
-    claims = Path(ex.folder) / f"claims-{uuid.uuid4().hex[:8]}"
-    claims.mkdir(parents=True)
-    started = time.time() - 1.0  # file times are coarse on some filesystems
-    # a worker runs many pilots: give it the time limit of all of them
-    ex.update_parameters(timeout_min=cfg.timeout_min * len(tasks))
-    workers = []
-    for slot in (list(cfg.gpus) if cfg.gpus else range(slots(cfg)))[:len(tasks)]:
-        if cfg.gpus:
-            ex.update_parameters(visible_gpus=[slot], gpus_per_node=1)
-        workers.append(ex.submit(SlotWorker(job, str(claims), slot), tasks))
-    pending = list(tasks)
-    try:
-        while pending:
-            done = [t for t in pending if _finished_since(t, started)]
-            for task in done:
-                pending.remove(task)
-            counts.running = sum(1 for t in pending if (claims / t.spec.cell_id).exists())
-            for task in done:
-                finished(task, None)
-            alive = [w for w in workers if not w.done()]
-            if not alive:  # every worker ended: what is left never finished
-                ends = [_job_error(w, None) for w in workers]
-                why = next((e for e in ends if e.crashed), ends[0]).message
-                for task in list(pending):
-                    pending.remove(task)
-                    record_lost(task, why)
-                    finished(task, None)
-                break
-            counts.running = sum(1 for t in pending if (claims / t.spec.cell_id).exists())
-            if on_change:
-                on_change(counts)
-            time.sleep(cfg.poll_s)
-    except BaseException:  # Ctrl-C, kill or a crash: local pilots are our children
-        for worker in workers:
+    A task has ended once its ``summary.json`` is written after the start (a worker
+    records the failures it catches); it runs while a worker holds its claim. When every
+    worker has ended, the pending tasks never will: they are lost, with the reason a
+    worker gave. :meth:`stop` kills the workers' process trees.
+    """
+
+    def __init__(self, executor, job, *, slot_ids: list[int], pin_gpus: bool,
+                 timeout_min: int):
+        """``slot_ids``: one worker per id, at most one per task; with ``pin_gpus`` each
+        id is the GPU its worker sees (``CUDA_VISIBLE_DEVICES``). ``timeout_min``: the
+        time limit of one pilot."""
+        self.executor, self.job = executor, job
+        self.slot_ids, self.pin_gpus, self.timeout_min = slot_ids, pin_gpus, timeout_min
+        self.workers: list = []
+        self.claims = Path()  # the claim files' folder, made by start()
+        self.start_epoch_s = 0.0  # time.time() at start(), less a second
+
+    def start(self, tasks: list[Task]) -> None:
+        import uuid
+
+        self.claims = Path(self.executor.folder) / f"claims-{uuid.uuid4().hex[:8]}"
+        self.claims.mkdir(parents=True)
+        self.start_epoch_s = time.time() - 1.0  # file times are coarse on some filesystems
+        # a worker runs many pilots: give it the time limit of all of them
+        self.executor.update_parameters(timeout_min=self.timeout_min * len(tasks))
+        for slot in self.slot_ids[:len(tasks)]:
+            if self.pin_gpus:
+                self.executor.update_parameters(visible_gpus=[slot], gpus_per_node=1)
+            self.workers.append(self.executor.submit(
+                SlotWorker(self.job, str(self.claims), slot), tasks))
+
+    def poll(self, pending: list[Task]) -> list[Ended]:
+        finished = [t for t in pending if _finished_since(t, self.start_epoch_s)]
+        ends = [Ended(task) for task in finished]
+        if not all(w.done() for w in self.workers):
+            return ends
+        # every worker ended: what is left never finishes
+        errors = [_job_error(w, None) for w in self.workers]
+        why = next((e for e in errors if e.crashed), errors[0]).message
+        return ends + [Ended(task, lost=why) for task in pending if task not in finished]
+
+    def running(self, pending: list[Task]) -> int:
+        return sum(1 for t in pending if (self.claims / t.spec.cell_id).exists())
+
+    def stop(self) -> None:
+        """Kill every worker's process tree: local pilots are our children."""
+        for worker in self.workers:
             _kill_tree(int(worker.job_id))  # a local job's id is its controller's pid
-        raise
-    counts.running = 0
 
 
 def _kill_tree(pid: int) -> None:
@@ -547,40 +676,57 @@ def _kill_tree(pid: int) -> None:
         pass
 
 
-def _poll_slurm(ex, job, tasks, cfg, counts, finished, on_change) -> None:
-    subs = ex.map_array(job, [t.spec for t in tasks], [t.cell_dir for t in tasks])
-    pending = dict(zip(subs, tasks))
-    missing_since: dict = {}
-    print(f"race sweep: submitted job array {subs[0].job_id.split('_')[0]} "
-          f"({len(subs)} pilots) to SLURM", file=sys.stderr)
+class SlurmWatcher:
+    """One SLURM job array, one array task per task, watched through ``squeue``.
 
-    def running(queue: dict[str, str] | None) -> int:  # started, not yet finished
-        if queue is None:
-            return len(pending)
-        return sum(1 for sub in pending if queue.get(sub.job_id) in ("R", "CG"))
+    A task has ended when submitit says its job is done. A job gone from the queue without
+    a result (cancelled, out of requeues, node lost) for ``lost_after_s`` seconds is lost:
+    submitit alone would need ``sacct`` to notice.
+    """
 
-    while pending:
-        queue = _squeue()
-        for sub in list(pending):
+    def __init__(self, executor, job, *, lost_after_s: float, max_requeues: int):
+        """``max_requeues``: the executor's requeue limit, named in a lost job's error."""
+        self.executor, self.job = executor, job
+        self.lost_after_s, self.max_requeues = lost_after_s, max_requeues
+        self.jobs: dict[str, Any] = {}  # cell folder -> its task's submitit job
+        self.queue: dict[str, str] | None = {}  # the last squeue; None: it did not answer
+        # cell folder -> time.monotonic() when its job was first seen gone from the queue
+        self.missing_since_s: dict[str, float] = {}
+
+    def start(self, tasks: list[Task]) -> None:
+        subs = self.executor.map_array(self.job, [t.spec for t in tasks],
+                                       [t.cell_dir for t in tasks])
+        self.jobs = {t.cell_dir: sub for t, sub in zip(tasks, subs)}
+        print(f"race sweep: submitted job array {subs[0].job_id.split('_')[0]} "
+              f"({len(subs)} pilots) to SLURM", file=sys.stderr)
+
+    def poll(self, pending: list[Task]) -> list[Ended]:
+        self.queue = _squeue()
+        ends = []
+        for task in pending:
+            sub = self.jobs[task.cell_dir]
             if sub.done():
-                task = pending.pop(sub)
-                counts.running = running(queue)
-                finished(task, sub)
+                ends.append(Ended(task, sub))
                 continue
-            if queue is None or sub.job_id in queue:
-                missing_since.pop(sub, None)
+            if self.queue is None or sub.job_id in self.queue:
+                self.missing_since_s.pop(task.cell_dir, None)
                 continue
-            # Gone from the queue without a result: killed, out of requeues, node lost.
-            first = missing_since.setdefault(sub, time.monotonic())
-            if time.monotonic() - first >= cfg.lost_after_s:
-                task = pending.pop(sub)
-                record_lost(task, f"job {sub.job_id} left the SLURM queue without a result "
-                                  f"(cancelled, timed out after {cfg.max_requeues} requeues, "
-                                  f"or its node failed); log: {sub.paths.stderr}")
-                counts.running = running(queue)
-                finished(task, sub)
-        counts.running = running(queue)
-        if on_change:
-            on_change(counts)
-        if pending:
-            time.sleep(cfg.poll_s)
+            first_s = self.missing_since_s.setdefault(task.cell_dir, time.monotonic())
+            if time.monotonic() - first_s >= self.lost_after_s:
+                ends.append(Ended(task, sub, lost=(
+                    f"job {sub.job_id} left the SLURM queue without a result (cancelled, "
+                    f"timed out after {self.max_requeues} requeues, or its node failed); "
+                    f"log: {sub.paths.stderr}")))
+        return ends
+
+    def running(self, pending: list[Task]) -> int:
+        """Started and not ended (R, or CG: completing); all of them when squeue did not
+        answer."""
+        if self.queue is None:
+            return len(pending)
+        return sum(1 for t in pending
+                   if self.queue.get(self.jobs[t.cell_dir].job_id) in ("R", "CG"))
+
+    def stop(self) -> None:
+        """Nothing: the jobs are SLURM's and run on, each writing its own summary
+        (``scancel`` stops them)."""

@@ -14,7 +14,7 @@ cloudpickle = pytest.importorskip("cloudpickle", reason="submitit pickles jobs w
 pytest.importorskip("submitit", reason="launchers go through submitit")
 
 from race.config import compose_config, to_run_spec  # noqa: E402
-from race.launch import Task, launch, slots, threads  # noqa: E402
+from race.launch import Counts, Ended, Task, as_completed, launch, slots, threads  # noqa: E402
 
 # the stand-in jobs travel by value: this test module is not importable in a job process
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -91,6 +91,97 @@ def test_a_job_that_dies_without_output_is_recorded_as_failed(tmp_path):
     assert summary["error"].startswith("job ")
     assert json.loads((Path(task.cell_dir) / "spec.json").read_text())["cell_id"] \
         == task.spec.cell_id
+
+
+class DeadJob:
+    """A submission whose job died without a result (what a killed process leaves)."""
+
+    job_id = "7"
+
+    def result(self):
+        raise RuntimeError("killed")
+
+
+class ScriptedWatcher:
+    """A launcher without processes: poll ``i`` ends the tasks ``script[i]`` names, by
+    index and how: "ok" or "failed" (the job writes that summary), "dead" (its job died
+    without one), "lost" (it can never finish). Every pending task counts as running."""
+
+    def __init__(self, tasks, script):
+        self.tasks, self.script = tasks, script
+        self.polls, self.started, self.stopped = 0, False, False
+        self.dead = DeadJob()
+
+    def start(self, tasks):
+        self.started = True
+
+    def poll(self, pending):
+        step = self.script[self.polls]
+        self.polls += 1
+        ends = []
+        for index, how in step:
+            task = self.tasks[index]
+            if how == "lost":
+                ends.append(Ended(task, lost="its worker died"))
+            elif how == "dead":
+                ends.append(Ended(task, submission=self.dead))
+            else:
+                Path(task.cell_dir).mkdir(parents=True, exist_ok=True)
+                (Path(task.cell_dir) / "summary.json").write_text(json.dumps(
+                    {"status": how, "error": None, "total_flops": 0.0, "steps": 0}))
+                ends.append(Ended(task, submission=f"job-{index}"))
+        return ends
+
+    def running(self, pending):
+        return len(pending)
+
+    def stop(self):
+        self.stopped = True
+
+
+def test_as_completed_yields_tasks_as_they_end_and_records_the_lost(tmp_path):
+    four = tasks(tmp_path, 4)
+    script = [[], [(3, "ok")], [(1, "failed"), (0, "dead"), (2, "lost")]]
+    watcher = ScriptedWatcher(four, script)
+    counts, seen, ended = Counts(total=4), [], []
+    for task, submission in as_completed(
+            watcher, four, counts=counts, poll_s=0.0,
+            on_change=lambda c: seen.append((c.done, c.failed, c.running))):
+        ended.append((task, submission, counts.done + counts.failed))
+    assert watcher.started and watcher.polls == 3 and not watcher.stopped
+    # in the order the polls ended them, each counted before it is yielded
+    assert [(four.index(t), s, n) for t, s, n in ended] == [
+        (3, "job-3", 1), (1, "job-1", 2), (0, watcher.dead, 3), (2, None, 4)]
+    # (done, failed, running): started; poll 1 ends nothing; poll 2 ends task 3; poll 3
+    # ends the other three (running drops to 0 before they are counted)
+    assert seen == [(0, 0, 4), (0, 0, 4), (1, 0, 3), (1, 0, 3), (1, 1, 0), (1, 2, 0),
+                    (1, 3, 0), (1, 3, 0)]
+    assert (counts.done, counts.failed, counts.running) == (1, 3, 0)
+    summaries = [json.loads((Path(t.cell_dir) / "summary.json").read_text()) for t in four]
+    assert summaries[1]["status"] == "failed" and summaries[1]["error"] is None  # its own
+    assert summaries[0]["status"] == "failed"
+    assert summaries[0]["error"].startswith("job 7 ended without a result (killed)")
+    assert summaries[2]["status"] == "failed" and summaries[2]["error"] == "its worker died"
+    assert summaries[2]["cell_id"] == four[2].spec.cell_id
+
+
+def test_as_completed_stops_the_watcher_when_interrupted_or_closed(tmp_path):
+    two = tasks(tmp_path, 2)
+    watcher = ScriptedWatcher(two, [[], [], []])
+
+    def interrupt(counts):  # Ctrl-C while the display updates after the second poll
+        if watcher.polls == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        list(as_completed(watcher, two, counts=Counts(total=2), poll_s=0.0,
+                          on_change=interrupt))
+    assert watcher.stopped and watcher.polls == 2
+    closed = ScriptedWatcher(two, [[(0, "ok")], []])
+    ends = as_completed(closed, two, counts=Counts(total=2), poll_s=0.0)
+    assert next(ends)[0] == two[0] and not closed.stopped
+    ends.close()  # the caller gave up on the rest
+    assert closed.stopped
 
 
 STAND_IN = '''
