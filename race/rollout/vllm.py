@@ -7,8 +7,16 @@ it). On a machine without a CUDA device the engine runs in-process
 in seconds instead of ~40 s), with an explicit KV-cache size. See docs/design.md,
 environment facts.
 
-Adapters: each :meth:`VLLMBackend.load_adapter` gets a fresh ``lora_int_id``. vLLM caches
-adapters by id, so reusing an id may serve the previous weights of a rewritten folder.
+Adapters: each :meth:`VLLMBackend.load_adapter` gets a fresh ``lora_int_id`` (one counter
+per process). vLLM caches adapters by id, so reusing an id may serve the previous weights
+of a rewritten folder.
+
+Engines: one per process (:func:`shared_engine`). The pilots a launcher slot runs back to
+back reuse it when their engine arguments are the same (every sampled request carries its
+own seed, so the engine's seed does not matter), and a pilot that needs another engine
+closes the old one first; :func:`close_engine` ends a slot. :func:`engine_size` sizes the
+engine from the cell: ``max_model_len`` is the longest prompt plus the generation cap,
+and the KV cache holds one GRPO step's P x G sequences at that length.
 
 FLOPs come from the token counts that happened (:func:`race.flops.generate_flops`).
 """
@@ -34,6 +42,12 @@ INSTALL_HINT = ("on GPU machines `pip install vllm`; on CPU machines "
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # CPU defaults: sized for the tiny policies (64 MiB holds ~32k tokens of tiny-l's cache).
 CPU_KV_CACHE_BYTES = 64 << 20
+
+
+# one engine per process, reused by the pilots of a slot; lora ids unique across them
+_ENGINE: dict[str, Any] = {"key": None, "llm": None, "built": 0, "closed": 0}
+_LORA_IDS = itertools.count(1)
+KV_BLOCK_TOKENS = 16  # vLLM allocates the KV cache in blocks of this many tokens
 
 
 class VLLMNotAvailableError(ImportError):
@@ -81,6 +95,72 @@ def prompt_seed(seed: int, prompt_index: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 2  # a non-negative int64
 
 
+def kv_bytes_per_token(shape: ModelShape, dtype: str) -> int:
+    """KV-cache bytes one token occupies: keys and values of every layer's KV heads."""
+    width = 4 if dtype == "float32" else 2
+    return 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * width
+
+
+def engine_size(shape: ModelShape, dtype: str, *, prompt_tokens: int, max_new_tokens: int,
+                sequences: int) -> dict[str, int]:
+    """``max_model_len`` (the longest prompt plus the cap) and ``kv_cache_memory_bytes``
+    (``sequences`` of that length, each rounded up to whole KV blocks) for one cell."""
+    max_model_len = prompt_tokens + max_new_tokens
+    blocks = -(-max_model_len // KV_BLOCK_TOKENS)
+    tokens = max(sequences, 1) * blocks * KV_BLOCK_TOKENS
+    return {"max_model_len": max_model_len,
+            "kv_cache_memory_bytes": tokens * kv_bytes_per_token(shape, dtype)}
+
+
+def shared_engine(args: dict[str, Any]):
+    """The process's ``vllm.LLM`` for ``args``: the open one when its arguments are the
+    same, else a new one (the old one closed first, so two never hold memory at once)."""
+    import torch
+    from vllm import LLM
+
+    key = json.dumps(args, sort_keys=True, default=str)
+    if _ENGINE["llm"] is not None and _ENGINE["key"] == key:
+        return _ENGINE["llm"]
+    close_engine()
+    # An in-process engine changes its host process: it seeds the global RNGs and its CPU
+    # worker replaces torch.set_num_threads with a no-op. Undo both, so that building an
+    # engine leaves the learner's randomness and threads alone.
+    set_num_threads, rng_state = torch.set_num_threads, _global_rng_state()
+    try:
+        llm = LLM(**args)
+    finally:
+        torch.set_num_threads = set_num_threads
+        _restore_global_rng_state(rng_state)
+    _ENGINE.update(key=key, llm=llm, built=_ENGINE["built"] + 1)
+    return llm
+
+
+def close_engine() -> None:
+    """Shut the process's engine down and free its memory (a slot's last pilot ended, or
+    the next pilot needs another engine). Nothing to do when none is open."""
+    import gc
+
+    llm, _ENGINE["llm"], _ENGINE["key"] = _ENGINE["llm"], None, None
+    if llm is None:
+        return
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+    del llm, core
+    gc.collect()
+    _ENGINE["closed"] += 1
+    if _cuda_available():
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def engine_counts() -> dict[str, int]:
+    """Engines this process built and closed so far (what tests and logs read)."""
+    return {"built": _ENGINE["built"], "closed": _ENGINE["closed"],
+            "open": int(_ENGINE["llm"] is not None)}
+
+
 def _cuda_available() -> bool:
     import torch
 
@@ -109,21 +189,21 @@ class VLLMBackend:
             shape: the model's architecture numbers (what FLOPs are counted for).
             lora: adapter settings; not None enables LoRA, with ``max_lora_rank`` the
                 smallest rank vLLM accepts that is >= ``lora.rank``.
-            seed: engine seed (sampling uses the per-call ``seed`` of :meth:`generate`).
+            seed: engine seed; unused by sampling, whose every request carries a seed
+                derived from the per-call ``seed`` of :meth:`generate` (so pilots of any
+                seed share one engine).
             dtype: weights and activations; default ``float32`` without CUDA (the learner's
                 numerics), vLLM's ``auto`` on GPUs (float32 checkpoints run in bf16/fp16
                 there, so log-probs differ from the learner's).
             max_model_len: longest prompt + completion in tokens (default: the config's).
-            kv_cache_memory_bytes: KV-cache size; default 64 MiB without CUDA, and on GPUs
-                vLLM's ``gpu_memory_utilization`` (pass e.g. ``gpu_memory_utilization=0.4``
-                to leave room for a learner on the same device).
+            kv_cache_memory_bytes: KV-cache size (pilots size it from the cell with
+                :func:`engine_size`); default 64 MiB without CUDA, and on GPUs vLLM's
+                ``gpu_memory_utilization`` (e.g. ``gpu_memory_utilization=0.4`` leaves room
+                for a learner on the same device).
             **engine_kwargs: passed to ``vllm.LLM`` as is (they override the defaults).
         """
-        import torch
-
         import_vllm()
         from transformers import AutoTokenizer
-        from vllm import LLM
 
         self.model_dir, self.shape, self.lora = Path(model_dir), shape, lora
         if not (self.model_dir / "config.json").is_file():
@@ -141,7 +221,7 @@ class VLLMBackend:
             _check_cpu_head_dim(shape)
             # in-process engine: starts in ~2 s instead of spawning an engine-core process
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        args: dict[str, Any] = dict(model=str(self.model_dir), seed=seed,
+        args: dict[str, Any] = dict(model=str(self.model_dir), seed=0,
                                     dtype=dtype or ("auto" if cuda else "float32"),
                                     # report log-probs of the distribution sampled from
                                     # (after temperature), as the HF backend does
@@ -157,16 +237,8 @@ class VLLMBackend:
                         max_loras=1)
         args.update(engine_kwargs)
         self.max_lora_rank = args.get("max_lora_rank", 0)
-        # An in-process engine changes its host process: it seeds the global RNGs with
-        # ``seed`` and its CPU worker replaces torch.set_num_threads with a no-op. Undo both,
-        # so that building a backend leaves the learner's randomness and threads alone.
-        set_num_threads, rng_state = torch.set_num_threads, _global_rng_state()
-        try:
-            self.llm = LLM(**args)
-        finally:
-            torch.set_num_threads = set_num_threads
-            _restore_global_rng_state(rng_state)
-        self._lora_ids = itertools.count(1)
+        self.engine_args = args
+        self.llm = shared_engine(args)
         self._lora_request = None
 
     def load_adapter(self, adapter_dir: Path | None) -> None:
@@ -194,7 +266,7 @@ class VLLMBackend:
             raise ValueError(f"adapter {path}: rank {rank} > the engine's max_lora_rank "
                              f"{self.max_lora_rank} (from lora.rank={self.lora.rank}); build "
                              f"the backend with lora=LoraShape(rank={rank})")
-        lora_id = next(self._lora_ids)
+        lora_id = next(_LORA_IDS)
         self._lora_request = LoRARequest(f"race-adapter-{lora_id}", lora_id, str(path))
 
     def generate(self, prompts: list[str], *, n: int, max_new_tokens: int,

@@ -124,6 +124,20 @@ class ChatPrompts:
         return self.task.verify(completion, answer)
 
 
+def prompt_bound(task: Any, tokenizer: Any, splits: tuple[str, ...], sample: int = 512) -> int:
+    """Tokens of the longest prompt the pilot may send from ``splits``: over every problem
+    of a task with fixed rows (GSM8K-format), else over ``sample`` drawn problems per
+    split plus a quarter for the ones not drawn (the embedded task's chains)."""
+    inner = getattr(task, "task", task)
+    fixed = hasattr(inner, "rows")
+    longest = 0
+    for split in splits:
+        n = len(inner.rows(split)) if fixed else sample
+        longest = max(longest, *(len(tokenizer(ex.prompt, add_special_tokens=False)
+                                     ["input_ids"]) for ex in task.sample(split, n, seed=0)))
+    return longest if fixed else longest + longest // 4 + 1
+
+
 def with_chat_template(task: Any, tokenizer: Any) -> Any:
     """``task`` with its prompts in the tokenizer's chat template, when the task asks for
     one (GSM8K-format tasks) and the tokenizer has one; else ``task`` itself."""
