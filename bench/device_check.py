@@ -7,9 +7,11 @@ Qwen2.5-0.5B shape, and the tiny family on CUDA vs CPU.
    forward, a reference pass (adapters off), a LoRA train pass and a sampled ``generate``
    with left padding, each measured with FlopCounterMode and compared with the
    ``executed`` ledger (relative error must be <= 1e-3).
-2. **Pilot** (``pilot``): ``run_pilot`` of that stand-in for a few GRPO steps on the
-   embedded task: tokens/s of rollouts, and per phase achieved FLOP/s, MFU, HFU and peak
-   GiB (the stand-in's weights are random: cost, not accuracy).
+2. **Pilot** (``pilot``, ``pilot_micro``): ``run_pilot`` of that stand-in for a few GRPO
+   steps on the embedded task, in one pass per minibatch and in micro-batches of 8:
+   tokens/s of rollouts, and per phase achieved FLOP/s, MFU, HFU and peak GiB beside
+   ``race plan``'s memory estimate (the stand-in's weights are random: cost, not
+   accuracy).
 3. **Tiny family** (``tiny``): the default cell (G=8, mu=1, rule reward) of tiny-s and
    tiny-m at F/64 on CUDA (bf16) and on CPU (fp32): wall seconds, steps, val accuracy.
 
@@ -39,6 +41,7 @@ from race.catalog import load_model_shape
 from race.specs import RunSpec
 
 TOL = 1e-3
+SECTIONS = ("flops", "pilot", "pilot_micro", "tiny")
 FULL_BUDGET = 3.5e12  # the embedded default's full-run budget F (FLOPs)
 
 
@@ -122,22 +125,38 @@ def run_cell(spec: RunSpec, out_dir: Path) -> dict:
     return summary
 
 
-def check_pilot(folder: Path, device: str, dtype: str, out_dir: Path, smoke: bool) -> dict:
-    """A few GRPO steps of the stand-in through run_pilot."""
+def check_pilot(folder: Path, device: str, dtype: str, out_dir: Path, smoke: bool,
+                micro_batch_size: int = 0) -> dict:
+    """A few GRPO steps of the stand-in through run_pilot, beside race plan's memory
+    estimate for the same cell (resident + each phase, GiB)."""
+    from transformers import AutoTokenizer
+
+    from race.memory import plan_memory
+    from race.specs import LoraShape
+    from race.tasks import build_task, prompt_bound
+
     base = dict(model=str(folder), reward=(("kind", "rule"), ("name", "rule")),
                 task=(("name", "arith"),), budget_flops=1.0, prompts_per_step=8,
                 group_size=8, max_new_tokens=32 if smoke else 128, device=device,
-                dtype=dtype,
-                checkpoints=(1.0,), eval_examples=16 if smoke else 64,
-                eval_targets=("val",), select_examples=16 if smoke else 64)
+                dtype=dtype, micro_batch_size=micro_batch_size,
+                checkpoints=(1.0,), eval_examples=16 if smoke else 32,
+                eval_targets=("val",), select_examples=16 if smoke else 32)
     probe = RunSpec(**base)
     steps = 2 if smoke else 4
     budget = steps * worst_step_flops(probe, 16) * 1.01
     summary = run_cell(dataclasses.replace(probe, budget_flops=budget), out_dir)
+    prompt = prompt_bound(build_task({"name": "arith"}), AutoTokenizer.from_pretrained(folder),
+                          ("train", "val"))
+    rows = probe.prompts_per_step * probe.group_size
+    plan = plan_memory(load_model_shape(str(folder)), LoraShape(probe.lora_rank),
+                       dtype=dtype, rows=rows, micro_rows=micro_batch_size or rows,
+                       prompt_tokens=prompt, max_new_tokens=probe.max_new_tokens).gib()
+    planned = {phase: plan["resident"] + plan[phase] for phase in ("rollout", "learning")}
     return {k: summary[k] for k in ("status", "error", "steps", "budget_flops", "total_flops",
                                     "device", "dtype", "peak_flops", "peak_measured",
-                                    "throughput", "wall_s", "wall_total_s",
-                                    "completion_tokens", "rollout_tokens_per_s")}
+                                    "throughput", "wall_s", "wall_total_s", "padding",
+                                    "completion_tokens", "rollout_tokens_per_s")
+            } | {"micro_batch_size": micro_batch_size, "planned_gib": planned}
 
 
 def check_tiny(devices: list[str], out_dir: Path, smoke: bool) -> list[dict]:
@@ -187,21 +206,27 @@ def markdown(report: dict) -> str:
             else:
                 lines.append(f"| {r['phase']} | fused kernel: {r['fused']} | | | |")
         lines.append("")
-    pilot = report.get("pilot")
-    if isinstance(pilot, dict) and "throughput" in pilot:
-        lines += [f"pilot: {pilot['status']} {pilot['steps']} steps on {pilot['device']} "
-                  f"({pilot['dtype']}), {pilot['total_flops']:.3e} of {pilot['budget_flops']:.3e}"
-                  f" FLOPs, rollout {pilot['rollout_tokens_per_s']:.0f} tokens/s, peak "
+    for key in ("pilot", "pilot_micro"):
+        pilot = report.get(key)
+        if not (isinstance(pilot, dict) and "throughput" in pilot):
+            continue
+        lines += [f"{key}: {pilot['status']} {pilot['steps']} steps on {pilot['device']} "
+                  f"({pilot['dtype']}, micro_batch_size={pilot['micro_batch_size']}), "
+                  f"{pilot['total_flops']:.3e} of {pilot['budget_flops']:.3e} FLOPs, rollout "
+                  f"{pilot['rollout_tokens_per_s']:.0f} tokens/s, peak "
                   f"{pilot['peak_flops']:.3e} FLOP/s "
-                  f"({'measured' if pilot['peak_measured'] else 'given'})",
-                  "", "| phase | wall s | FLOP/s (model) | MFU | HFU | peak GiB |",
-                  "|---|---|---|---|---|---|"]
+                  f"({'measured' if pilot['peak_measured'] else 'given'}), executed/model "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in pilot["padding"].items()),
+                  "", "| phase | wall s | FLOP/s (model) | MFU | HFU | peak GiB | plan GiB |",
+                  "|---|---|---|---|---|---|---|"]
         for phase, t in pilot["throughput"].items():
             mfu = f"{t['mfu']:.4f}" if t["mfu"] is not None else "-"
             hfu = f"{t['hfu']:.4f}" if t["hfu"] is not None else "-"
             gib = f"{t['peak_gib']:.2f}" if t["peak_gib"] is not None else "-"
+            plan = pilot["planned_gib"].get(phase)
             lines.append(f"| {phase} | {pilot['wall_s'][phase]:.2f} | "
-                         f"{t['flops_per_s']:.3e} | {mfu} | {hfu} | {gib} |")
+                         f"{t['flops_per_s']:.3e} | {mfu} | {hfu} | {gib} | "
+                         f"{f'{plan:.2f}' if plan is not None else '-'} |")
         lines.append("")
     tiny = report.get("tiny")
     if isinstance(tiny, list):
@@ -212,7 +237,7 @@ def markdown(report: dict) -> str:
             lines.append(f"| {r['model']} | {r['device']} | {r['dtype']} | {r['status']} | "
                          f"{r['steps']} | {r['wall_total_s']:.1f} | {acc} | "
                          f"{r['rollout_tokens_per_s']:.0f} |")
-    for name in ("flops", "pilot", "tiny"):
+    for name in SECTIONS:
         if isinstance(report.get(name), dict) and "failed" in report[name]:
             lines.append(f"{name}: FAILED (traceback in the JSON)")
     return "\n".join(lines)
@@ -243,16 +268,19 @@ def main(argv: list[str] | None = None) -> int:
     _section(report, "flops", lambda: check_flops(folder, device, dtype))
     _section(report, "pilot", lambda: check_pilot(folder, device, dtype, work / "pilot",
                                                    args.smoke))
+    _section(report, "pilot_micro", lambda: check_pilot(folder, device, dtype,
+                                                         work / "pilot-micro", args.smoke,
+                                                         micro_batch_size=8))
     devices = ["cuda", "cpu"] if cuda else ["cpu"]
     _section(report, "tiny", lambda: check_tiny(devices, work / "tiny", args.smoke))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2, default=str))
     print(markdown(report))
-    failed = [k for k in ("flops", "pilot", "tiny") if isinstance(report[k], dict)
-              and "failed" in report[k]]
+    failed = [k for k in SECTIONS if isinstance(report[k], dict) and "failed" in report[k]]
     bad_flops = isinstance(report["flops"], list) and not all(
         r.get("ok", True) for r in report["flops"])
     broken = (not failed and (report["pilot"]["status"] != "ok"
+                              or report["pilot_micro"]["status"] != "ok"
                               or any(r["status"] != "ok" for r in report["tiny"])))
     ok = not failed and not bad_flops and not broken
     print(f"device_check: {'ok' if ok else 'FAILED'} on {device}"

@@ -113,6 +113,9 @@ class GridConfig:
     update_epochs: int = 1
     # completions per optimizer step (null: the whole rollout batch)
     minibatch_size: int | None = None
+    # completions per forward/backward pass (gradient accumulation inside a minibatch,
+    # grouped by length); bounds activation memory, not the update (0: one pass)
+    micro_batch_size: int = 0
     # AdamW learning rate (LoRA)
     lr: float = 5e-5
     # LoRA rank (0: full fine-tuning)
@@ -181,8 +184,13 @@ class LauncherConfig:
     # slurm: partition ("" for the cluster's default)
     partition: str = ""
     gpus_per_node: int = 0
-    cpus_per_task: int = 1
-    mem_gb: int = 4
+    # GPU memory per pilot, GiB: race plan refuses cells whose estimated peak exceeds it
+    # (null: no check; the estimate is printed either way)
+    gpu_mem_gb: float | None = None
+    # slurm: CPUs and host memory per pilot (null: 1 CPU and 4 GB, or 8 CPUs and 32 GB
+    # per GPU when gpus_per_node > 0)
+    cpus_per_task: int | None = None
+    mem_gb: int | None = None
     # slurm: wall-clock limit of one job, minutes (a timed-out pilot is requeued)
     timeout_min: int = 60
     # slurm: array tasks running at once
@@ -480,6 +488,9 @@ def validate(cfg: RaceConfig) -> None:
     if grid.minibatch_size is not None and (grid.minibatch_size < 1 or rows % grid.minibatch_size):
         problems.append(f"grid.minibatch_size={grid.minibatch_size}: must divide the rollout "
                         f"batch prompts_per_step x group_size = {rows}")
+    if grid.micro_batch_size < 0:
+        problems.append(f"grid.micro_batch_size={grid.micro_batch_size}: must be >= 0 (0: "
+                        f"each minibatch in one pass)")
     if "grid.lr" not in broken and not grid.lr > 0:
         problems.append(f"grid.lr={grid.lr}: the learning rate must be a positive number; "
                         f"use e.g. grid.lr=5e-5")
@@ -526,7 +537,7 @@ def validate(cfg: RaceConfig) -> None:
     if launcher.name not in LAUNCHERS:
         problems.append(f"launcher.name={launcher.name!r}: use launcher=local, slurm or inline")
     for key in ("cpus_per_task", "mem_gb", "timeout_min", "array_parallelism"):
-        if getattr(launcher, key) < 1:
+        if getattr(launcher, key) is not None and getattr(launcher, key) < 1:
             problems.append(f"launcher.{key}={getattr(launcher, key)}: must be >= 1")
     if launcher.slots < 0:
         problems.append(f"launcher.slots={launcher.slots}: must be >= 0 (0: one per core)")
@@ -642,7 +653,8 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True) 
         convention=cfg.convention, prompts_per_step=grid.prompts_per_step,
         group_size=grid.group_size, max_new_tokens=grid.max_new_tokens,
         temperature=pilot.temperature, update_epochs=grid.update_epochs,
-        minibatch_size=grid.minibatch_size or 0, lr=grid.lr, lora_rank=grid.lora_rank,
+        minibatch_size=grid.minibatch_size or 0, micro_batch_size=grid.micro_batch_size,
+        lr=grid.lr, lora_rank=grid.lora_rank,
         lora_alpha=grid.lora_alpha, lora_targets=tuple(grid.lora_targets),
         kl_coef=grid.kl_coef, clip_eps=pilot.clip_eps, seed=pilot.seed,
         backend=pilot.backend, checkpoints=tuple(pilot.checkpoints),

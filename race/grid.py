@@ -24,7 +24,8 @@ from race.budget import worst_step_flops
 from race.errors import RewardTokenizerMismatch, UsageError
 from race.fmt import fmt_flops
 from race.ladder import LadderPlan, fmt_fraction, plan_ladder
-from race.specs import PhaseFlops, RunSpec
+from race.memory import GIB, MemoryPlan, plan_memory
+from race.specs import LoraShape, PhaseFlops, RunSpec
 
 # Axes print in this order (then any other key, then seeds last).
 AXIS_ORDER = ("model", "grid.group_size", "grid.prompts_per_step", "grid.max_new_tokens",
@@ -43,6 +44,7 @@ class Cell:
         planned: FLOPs by phase of those steps (model convention unless configured).
         regime: the regime label from the planned shares.
         refused: why the cell cannot run ("" when it can).
+        memory: its estimated pilot memory (:func:`race.memory.plan_memory`).
     """
 
     knobs: tuple[tuple[str, str], ...]
@@ -52,6 +54,7 @@ class Cell:
     planned: PhaseFlops
     regime: str
     refused: str = ""
+    memory: MemoryPlan | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +303,38 @@ def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True,
         steps = 0
     planned = step.scale(steps)
     regime = regime_label(step.shares(), cfg.regime)
-    return Cell(tuple(knobs), tuple(overrides), spec, steps, planned, regime, refused)
+    memory = cell_memory(cfg, specs)
+    limit = cfg.launcher.gpu_mem_gb
+    if limit and not refused and memory.peak / GIB > limit:
+        refused = (f"estimated peak GPU memory {memory.peak / GIB:.1f} GiB > "
+                   f"launcher.gpu_mem_gb={limit:g}; lower grid.micro_batch_size or "
+                   f"grid.group_size, or use a larger GPU")
+        steps = 0
+    return Cell(tuple(knobs), tuple(overrides), spec, steps, planned, regime, refused,
+                memory)
+
+
+def uses_gpus(cfg) -> bool:
+    """Whether the pilots will run on GPUs: pilot.device=cuda, or the launcher gives
+    each one a GPU (``race plan`` cannot ask torch, and must not import it)."""
+    return (cfg.pilot.device == "cuda"
+            or (cfg.pilot.device == "auto"
+                and bool(cfg.launcher.gpus or cfg.launcher.gpus_per_node)))
+
+
+def cell_memory(cfg, specs) -> MemoryPlan:
+    """A cell's estimated pilot memory, in the dtype it will run in."""
+    dtype = cfg.pilot.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if uses_gpus(cfg) else "float32"
+    grid = cfg.grid
+    rows = grid.prompts_per_step * grid.group_size
+    micro = min(grid.micro_batch_size or rows, grid.minibatch_size or rows, rows)
+    reward = specs.reward.model if specs.reward.kind != "rule" else None
+    return plan_memory(specs.policy, specs.lora or LoraShape(grid.lora_rank or 16),
+                       dtype=dtype, rows=rows, micro_rows=micro,
+                       prompt_tokens=cfg.task.prompt_tokens,
+                       max_new_tokens=grid.max_new_tokens, reward_model=reward)
 
 
 def plan_table(plan: Plan) -> str:
@@ -312,16 +346,18 @@ def plan_table(plan: Plan) -> str:
     shown = [_knobs(c) for c in plan.cells]
     widths = {k: max(len(short[k]), *(len(str(kn.get(k, ""))) for kn in shown)) for k in keys}
     header = (f"{'cell':<13}" + "".join(f"{short[k]:<{widths[k] + 2}}" for k in keys)
-              + f"{'steps':>6}{'rollout':>19}{'learning':>19}{'feedback':>19}  regime")
+              + f"{'steps':>6}{'rollout':>19}{'learning':>19}{'feedback':>19}"
+              + f"{'mem GiB':>9}  regime")
     lines = [header]
     for cell in plan.runnable:
         knobs = _knobs(cell)
         shares = cell.planned.shares()
         phases = "".join(f"{fmt_flops(getattr(cell.planned, p)):>11} {shares[p]:>6.1%}"
                          for p in ("rollout", "learning", "feedback"))
+        memory = f"{cell.memory.peak / GIB:>9.2f}" if cell.memory else f"{'-':>9}"
         lines.append(f"{cell.spec.cell_id:<13}"
                      + "".join(f"{knobs[k]:<{widths[k] + 2}}" for k in keys)
-                     + f"{cell.steps:>6}{phases}  {cell.regime}")
+                     + f"{cell.steps:>6}{phases}{memory}  {cell.regime}")
     refused = [c for c in plan.cells if c.refused]
     if refused:
         lines.append("")

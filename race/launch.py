@@ -177,11 +177,26 @@ def slots(cfg) -> int:
 
 
 def threads(cfg) -> int:
+    """Torch threads per pilot: ``threads_per_pilot``, else the SLURM task's CPUs, else
+    this machine's cores shared by the slots (one slot per GPU with ``gpus``)."""
     if cfg.threads_per_pilot:
         return cfg.threads_per_pilot
     if cfg.name == "slurm":
-        return cfg.cpus_per_task
-    return max(1, cores() // (1 if cfg.gpus else slots(cfg)))
+        return slurm_resources(cfg)[0]
+    return max(1, cores() // slots(cfg))
+
+
+# SLURM defaults per pilot when cpus_per_task / mem_gb are null: (CPUs, GB) without a GPU,
+# and per GPU (data loading, tokenization and the checkpoint's host copy)
+SLURM_CPU_DEFAULTS, SLURM_GPU_DEFAULTS = (1, 4), (8, 32)
+
+
+def slurm_resources(cfg) -> tuple[int, int]:
+    """(CPUs, host GB) each SLURM pilot asks for: the configured values, else defaults
+    that scale with ``gpus_per_node``."""
+    cpus, gb = (tuple(n * cfg.gpus_per_node for n in SLURM_GPU_DEFAULTS)
+                if cfg.gpus_per_node else SLURM_CPU_DEFAULTS)
+    return (cfg.cpus_per_task or cpus, cfg.mem_gb or gb)
 
 
 def executor(cfg, folder: Path):
@@ -195,8 +210,9 @@ def executor(cfg, folder: Path):
         ex.update_parameters(timeout_min=cfg.timeout_min, signal_delay_s=cfg.signal_delay_s)
         return ex
     ex = submitit.AutoExecutor(folder, cluster="slurm", slurm_max_num_timeout=cfg.max_requeues)
-    params = dict(timeout_min=cfg.timeout_min, cpus_per_task=cfg.cpus_per_task,
-                  mem_gb=cfg.mem_gb, slurm_array_parallelism=cfg.array_parallelism,
+    cpus, mem_gb = slurm_resources(cfg)
+    params = dict(timeout_min=cfg.timeout_min, cpus_per_task=cpus,
+                  mem_gb=mem_gb, slurm_array_parallelism=cfg.array_parallelism,
                   slurm_signal_delay_s=cfg.signal_delay_s, name="race-pilot")
     if cfg.partition:
         params["slurm_partition"] = cfg.partition
@@ -256,11 +272,12 @@ def check_slurm(cfg) -> None:
         raise UsageError(f"launcher.partition={cfg.partition!r}: no such SLURM partition; "
                          f"valid: {', '.join(sorted(partitions))}")
     cpus, mem_mb, gpus, _ = partitions[name]
-    for key, asked, has, unit in (("cpus_per_task", cfg.cpus_per_task, cpus, "CPUs"),
-                                  ("mem_gb", cfg.mem_gb * 1024, mem_mb, "MB"),
+    want_cpus, want_gb = slurm_resources(cfg)
+    for key, asked, has, unit in (("cpus_per_task", want_cpus, cpus, "CPUs"),
+                                  ("mem_gb", want_gb * 1024, mem_mb, "MB"),
                                   ("gpus_per_node", cfg.gpus_per_node, gpus, "GPUs")):
         if asked > has:
-            shown = cfg.mem_gb if key == "mem_gb" else asked
+            shown = want_gb if key == "mem_gb" else asked
             raise UsageError(f"launcher.{key}={shown}: larger than a node of partition "
                              f"{name!r} ({has} {unit}); request at most that")
 

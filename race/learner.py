@@ -34,6 +34,9 @@ class LearnerConfig:
     max_grad_norm: float = 1.0
     update_epochs: int = 1
     minibatch_size: int = 0  # completions per optimizer step (0: the whole batch)
+    # completions per forward/backward pass inside a minibatch, grouped by length;
+    # gradients accumulate over them (0: the whole minibatch in one pass)
+    micro_batch_size: int = 0
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
     kl_coef: float = 0.0
@@ -127,7 +130,9 @@ class LoraLearner:
 
         rows = list(range(len(batch.completion_ids)))
         out: list = [None] * len(rows)
-        for chunk in self._minibatches(rows, shuffle=False):
+        chunks = [part for minibatch in self._minibatches(rows, shuffle=False)
+                  for part in self._micro_batches(batch, minibatch)]
+        for chunk in chunks:
             ids, attention, mask, lengths = self._padded(batch, chunk)
             counter = self._counter()
             disable = contextlib.nullcontext() if adapters else self.model.disable_adapter()
@@ -148,6 +153,16 @@ class LoraLearner:
             self.rng.shuffle(order)
         return [order[i:i + size] for i in range(0, len(order), size)]
 
+    def _micro_batches(self, batch: Batch, rows: list[int]) -> list[list[int]]:
+        """``rows`` in passes of ``micro_batch_size`` completions, shortest sequences
+        first so each pass pads little (one pass of ``rows`` as given when 0)."""
+        size = self.config.micro_batch_size
+        if not size or size >= len(rows):
+            return [rows]
+        by_length = sorted(rows, key=lambda r: (len(batch.prompt_ids[r])
+                                                + len(batch.completion_ids[r]), r))
+        return [by_length[i:i + size] for i in range(0, len(by_length), size)]
+
     # ------------------------------------------------------------------ update
 
     def update(self, batch: Batch, *, step: int) -> dict[str, float]:
@@ -160,8 +175,6 @@ class LoraLearner:
         """
         import torch
 
-        from race.grpo import grpo_loss
-
         cfg = self.config
         rows = list(range(len(batch.completion_ids)))
         minibatches = self._minibatches(rows, shuffle=False)
@@ -173,31 +186,55 @@ class LoraLearner:
         self.model.train()
         for _ in range(cfg.update_epochs):
             for chunk in self._minibatches(rows, shuffle=True):
-                ids, attention, mask, lengths = self._padded(batch, chunk)
-                counter = self._counter()
-                with counter or contextlib.nullcontext():
-                    logp = self._logprobs(ids, attention)
-                    old_logp = (self._stack(old, chunk, mask) if old is not None
-                                else logp.detach())
-                    ref_logp = self._stack(ref, chunk, mask) if ref is not None else None
-                    loss, stats = grpo_loss(logp, old_logp, ref_logp, advantages[chunk], mask,
-                                            clip_eps=cfg.clip_eps,
-                                            clip_eps_high=cfg.clip_eps_high,
-                                            kl_coef=cfg.kl_coef, aggregation=cfg.aggregation)
-                    diverged = not torch.isfinite(loss)
-                    if not diverged:
-                        loss.backward()
-                # a diverged minibatch ran its forward pass only: charge that much
-                self._charge(lengths, "policy" if diverged else "train", counter)
-                if diverged:
-                    raise TrainingDiverged(f"step {step}: loss is {float(loss.detach())}")
+                parts = self._micro_batches(batch, chunk)
+                # each pass's share of the minibatch's loss: its tokens (token-mean) or
+                # its completions (sequence-mean), so the summed gradient is the same
+                weights = [len(part) / len(chunk) for part in parts]
+                if cfg.aggregation == "token" and len(parts) > 1:
+                    tokens = [sum(len(batch.completion_ids[r]) for r in part)
+                              for part in parts]
+                    weights = [n / max(1, sum(tokens)) for n in tokens]
+                loss_sum, stats_sum = 0.0, {}
+                for part, weight in zip(parts, weights):
+                    loss, part_stats = self._backward(batch, part, old, ref, advantages,
+                                                      weight, step)
+                    loss_sum += weight * loss
+                    for key, value in part_stats.items():
+                        stats_sum[key] = stats_sum.get(key, 0.0) + weight * value
                 norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
                 if not torch.isfinite(norm):
                     raise TrainingDiverged(f"step {step}: gradient norm is {float(norm)}")
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
-                stats = stats | {"loss": float(loss.detach()), "grad_norm": float(norm)}
+                stats = stats_sum | {"loss": loss_sum, "grad_norm": float(norm)}
         return stats
+
+    def _backward(self, batch: Batch, part: list[int], old, ref, advantages, weight: float,
+                  step: int) -> tuple[float, dict[str, float]]:
+        """Forward and backward of one pass over ``part``, its loss scaled by ``weight``
+        (gradients accumulate); returns its unscaled loss and stats."""
+        import torch
+
+        from race.grpo import grpo_loss
+
+        cfg = self.config
+        ids, attention, mask, lengths = self._padded(batch, part)
+        counter = self._counter()
+        with counter or contextlib.nullcontext():
+            logp = self._logprobs(ids, attention)
+            old_logp = self._stack(old, part, mask) if old is not None else logp.detach()
+            ref_logp = self._stack(ref, part, mask) if ref is not None else None
+            loss, stats = grpo_loss(logp, old_logp, ref_logp, advantages[part], mask,
+                                    clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
+                                    kl_coef=cfg.kl_coef, aggregation=cfg.aggregation)
+            diverged = not torch.isfinite(loss)
+            if not diverged:
+                (loss * weight if weight != 1.0 else loss).backward()
+        # a diverged pass ran its forward only: charge that much
+        self._charge(lengths, "policy" if diverged else "train", counter)
+        if diverged:
+            raise TrainingDiverged(f"step {step}: loss is {float(loss.detach())}")
+        return float(loss.detach()), stats
 
     def _stack(self, per_row: list, chunk: list[int], mask):
         import torch

@@ -147,7 +147,8 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
     config = LearnerConfig(lora_rank=spec.lora_rank, lora_alpha=spec.lora_alpha,
                            lora_targets=spec.lora_targets, lr=spec.lr,
                            update_epochs=spec.update_epochs,
-                           minibatch_size=spec.minibatch_size, clip_eps=spec.clip_eps,
+                           minibatch_size=spec.minibatch_size,
+                           micro_batch_size=spec.micro_batch_size, clip_eps=spec.clip_eps,
                            kl_coef=spec.kl_coef, temperature=spec.temperature)
     learner = LoraLearner(model, shape, config, pad_id=tokenizer.pad_token_id,
                           seed=spec.seed, measure=spec.measure, device=device)
@@ -155,7 +156,10 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
     if spec.backend == "hf":
         from race.rollout.hf import HFBackend
 
-        backend = HFBackend(learner.model, tokenizer, shape, learner.lora,
+        # on a GPU, evaluation generates in batches no larger than a step's (the memory
+        # plan's); on CPU in one batch (memory is plentiful, each call costs overhead)
+        rows = spec.prompts_per_step * spec.group_size if device != "cpu" else 0
+        backend = HFBackend(learner.model, tokenizer, shape, learner.lora, batch_rows=rows,
                             measure=spec.measure)
     elif spec.backend == "vllm":
         from race.rollout.vllm import VLLMBackend, engine_size
@@ -634,7 +638,9 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
                        continued_from=continued_from, device=device, dtype=dtype, engine=engine,
                        peak_flops=peak, peak_measured=not spec.peak_flops,
                        throughput=throughput(ledger.flops["model"], ledger.flops["executed"],
-                                             ledger.wall_s, peak, meter.peak_gib))
+                                             ledger.wall_s, peak, meter.peak_gib),
+                       padding={p: ledger.flops["executed"][p] / ledger.flops["model"][p]
+                                for p in PHASES if ledger.flops["model"][p]})
     results.write_json(cell_dir / "summary.json", summary)
     if status == "ok" and not keep_final_state:  # a failed pilot keeps its state (resume)
         shutil.rmtree(state_dir, ignore_errors=True)  # AdamW moments: twice the adapter

@@ -251,6 +251,7 @@ class RunSpec:
     temperature: float = 1.0
     update_epochs: int = 1
     minibatch_size: int = 0
+    micro_batch_size: int = 0  # completions per forward/backward pass (0: the minibatch)
     lr: float = 5e-5
     lora_rank: int = 16
     lora_alpha: int = 32
@@ -332,7 +333,7 @@ class RunSpec:
 
 
 # fields left out of cell ids while they hold these values (added after ids were in use)
-_ID_DEFAULTS = {"continues": "", "device": "auto", "dtype": "auto"}
+_ID_DEFAULTS = {"continues": "", "device": "auto", "dtype": "auto", "micro_batch_size": 0}
 
 
 def _short_hash(fields: dict[str, Any]) -> str:

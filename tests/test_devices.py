@@ -250,3 +250,65 @@ def test_device_check_smoke_passes_on_cpu(tmp_path):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "device_check: ok on cpu (smoke)"
     assert (tmp_path / "check.json").is_file()
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def test_micro_batches_accumulate_the_same_update_with_less_padding(standin):
+    """Passes of 2 completions, grouped by length, give the minibatch's gradient (token-mean
+    weights) while the padded work the executed ledger counts shrinks."""
+    from transformers import AutoModelForCausalLM
+
+    from race.learner import Batch, LearnerConfig, LoraLearner
+
+    shape = load_model_shape(str(standin))
+    batch = Batch(prompt_ids=((1, 2, 3),) * 4,
+                  completion_ids=((5, 6), (7, 8, 9, 10, 11, 12, 13, 14), (15,), (16, 17, 18)),
+                  advantages=(1.0, -1.0, 0.5, -0.5))
+    learners, spent = [], []
+    for micro in (0, 2):
+        model = AutoModelForCausalLM.from_pretrained(standin)
+        config = LearnerConfig(lora_rank=4, lr=1e-2, micro_batch_size=micro, kl_coef=0.1,
+                               update_epochs=2)
+        learner = LoraLearner(model, shape, config, pad_id=0, seed=3)
+        learner.update(batch, step=0)
+        learners.append(dict(learner.model.named_parameters()))
+        spent.append(dict(learner.flops))
+    whole, micro = learners
+    for name, param in whole.items():
+        if param.requires_grad:
+            torch.testing.assert_close(micro[name], param, rtol=1e-4, atol=1e-6)
+    assert spent[1]["model"] == spent[0]["model"]  # the same real tokens
+    assert spent[1]["executed"] < spent[0]["executed"]  # less padding
+
+
+def test_memory_plan_by_hand_and_race_plan_refuses_what_cannot_fit(tmp_path):
+    from race.memory import GIB, kv_bytes_per_token, lora_params, plan_memory
+    from race.specs import LoraShape
+
+    shape = load_model_shape("qwen2.5-0.5b")
+    lora = LoraShape(16)
+    plan = plan_memory(shape, lora, dtype="bfloat16", rows=64, micro_rows=8,
+                       prompt_tokens=100, max_new_tokens=156)
+    d, i, L, V = 896, 4864, 24, 151936
+    assert kv_bytes_per_token(shape, "bfloat16") == 2 * L * 2 * 64 * 2
+    assert lora_params(shape, lora) == L * 16 * (2 * d + 2 * (d + 128) + 2 * d
+                                                 + 2 * (d + i) + (i + d))
+    assert plan.resident == shape.total_params * 2 + 16 * lora_params(shape, lora)
+    assert plan.rollout == 64 * 256 * 12288 + 64 * 156 * V * 2 + 64 * V * 4
+    per_layer = 6 * d + 3 * 896 + 3 * 128 + 4 * i
+    assert plan.learning == L * 8 * 256 * per_layer * 2 + 2 * 8 * 256 * V * 2 + 8 * 256 * V * 4
+    assert plan.peak == plan.resident + plan.learning  # the larger of the two phases
+    smaller = plan_memory(shape, lora, dtype="bfloat16", rows=64, micro_rows=2,
+                          prompt_tokens=100, max_new_tokens=156)
+    assert smaller.learning < plan.learning and smaller.rollout == plan.rollout
+
+    out = subprocess.run([sys.executable, "-m", "race.cli", "plan", "budget=1e18",
+                          "model=qwen2.5-0.5b,qwen2.5-7b", "task=gsm8k",
+                          "launcher.gpus_per_node=1", "launcher.gpu_mem_gb=40"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "mem GiB" in out.stdout
+    assert "model=qwen2.5-7b" in out.stdout and "> launcher.gpu_mem_gb=40" in out.stdout
+    assert plan.peak / GIB < 40

@@ -314,3 +314,20 @@ def test_sinfo_is_parsed_from_stored_outputs():
     assert parsed["gpu"] == (48, 1024000, 8, False)
     assert parsed["short"] == (8, 32000, 2, False)
     assert parse_sinfo("") == {}
+
+
+def test_gpu_pilots_get_their_share_of_cores_and_slurm_gpu_defaults(monkeypatch):
+    from types import SimpleNamespace
+
+    from race import launch
+
+    monkeypatch.setattr(launch, "cores", lambda: 16)
+    local = SimpleNamespace(name="local", threads_per_pilot=0, gpus=[0, 1, 2, 3], slots=0)
+    assert launch.slots(local) == 4 and launch.threads(local) == 4  # cores // gpus
+    slurm = SimpleNamespace(name="slurm", threads_per_pilot=0, gpus_per_node=0,
+                            cpus_per_task=None, mem_gb=None)
+    assert launch.slurm_resources(slurm) == (1, 4)
+    gpu = SimpleNamespace(**vars(slurm) | {"gpus_per_node": 2})
+    assert launch.slurm_resources(gpu) == (16, 64) and launch.threads(gpu) == 16
+    given = SimpleNamespace(**vars(gpu) | {"cpus_per_task": 4, "mem_gb": 20})
+    assert launch.slurm_resources(given) == (4, 20)

@@ -21,7 +21,8 @@ class Rollouts:
         prompt_index: which input prompt each completion answers.
         prompt_ids: token ids of that prompt (no padding).
         completion_ids: generated token ids, the EOS included when it was produced.
-        logprobs: sampling log-probability of each completion token (same length).
+        logprobs: sampling log-probability of each completion token (same length); the
+            HF backend's greedy calls (evaluation) report 0.0, keeping no logits.
         texts: decoded completions (special tokens removed).
         finished: the completion ended with EOS (False: cut at ``max_new_tokens``).
         flops_model: FLOPs of the call, model convention (real tokens).

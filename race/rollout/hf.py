@@ -73,11 +73,13 @@ class HFBackend:
                     **batch, max_new_tokens=max_new_tokens, do_sample=not greedy,
                     temperature=None if greedy else temperature, top_k=0 if not greedy else None,
                     top_p=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                    output_logits=True, return_dict_in_generate=True)
+                    output_logits=not greedy, return_dict_in_generate=True)
             if self.measure:
                 measured += counter.get_total_flops()
             new = out.sequences[:, width:]
-            token_logp = _sampled_logprobs(out.logits, new, 1.0 if greedy else temperature)
+            # greedy calls (evaluation) keep no logits: their log-probs are not read
+            token_logp = (_sampled_logprobs(out.logits, new, temperature) if not greedy
+                          else new.new_zeros(new.shape, dtype=torch.float32))
             del out
             lengths = []
             # one device-to-host copy per tensor, not one per row

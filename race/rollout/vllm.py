@@ -32,6 +32,7 @@ from typing import Any
 
 from race import flops
 from race.errors import UsageError
+from race.memory import kv_bytes_per_token
 from race.rollout.base import Rollouts
 from race.specs import LoraShape, ModelShape
 
@@ -93,12 +94,6 @@ def prompt_seed(seed: int, prompt_index: int) -> int:
     """
     digest = hashlib.sha256(f"race-vllm:{seed}:{prompt_index}".encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 2  # a non-negative int64
-
-
-def kv_bytes_per_token(shape: ModelShape, dtype: str) -> int:
-    """KV-cache bytes one token occupies: keys and values of every layer's KV heads."""
-    width = 4 if dtype == "float32" else 2
-    return 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * width
 
 
 def engine_size(shape: ModelShape, dtype: str, *, prompt_tokens: int, max_new_tokens: int,
