@@ -83,8 +83,14 @@ def worst_step_flops(spec: RunSpec, prompt_tokens: int, max_new_tokens: int = 0)
         completion_tokens=cap, max_new_tokens=cap,
         update_epochs=spec.update_epochs, minibatch_size=spec.minibatch_size or None,
         kl_coef=spec.kl_coef, lora=LoraShape(spec.lora_rank, spec.lora_targets),
-        convention=spec.convention)
+        convention=spec.convention, old_logprobs=uses_old_pass(spec) or None)
     return step.total
+
+
+def uses_old_pass(spec: RunSpec) -> bool:
+    """Truncated importance sampling (``tis_cap`` on vLLM rollouts) always runs the
+    old-policy log-prob pass, which the step then pays for."""
+    return spec.tis_cap > 0 and spec.backend != "hf"
 
 
 def last_step_cap(spec: RunSpec, prompt_tokens: int, remaining_flops: float) -> int:

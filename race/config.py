@@ -140,6 +140,9 @@ class PilotConfig:
     temperature: float = 1.0
     # PPO clip range of the importance ratio
     clip_eps: float = 0.2
+    # pilot.backend=vllm: weight each token's surrogate by min(pi_old / pi_vllm, tis_cap),
+    # correcting for the engine's own numerics (truncated importance sampling; 0: off)
+    tis_cap: float = 0.0
     # evaluate when these fractions of the pilot budget are spent (0 is always evaluated)
     checkpoints: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0])
     # held-out problems per evaluation target and checkpoint
@@ -525,6 +528,9 @@ def validate(cfg: RaceConfig) -> None:
                         f"{pilot.select_examples}: must be >= 1")
     if pilot.temperature <= 0:
         problems.append(f"pilot.temperature={pilot.temperature}: must be > 0")
+    if pilot.tis_cap < 0 or (pilot.tis_cap > 0 and pilot.backend != "vllm"):
+        problems.append(f"pilot.tis_cap={pilot.tis_cap}: must be >= 0, and corrects vLLM "
+                        f"rollouts only; use pilot.backend=vllm or pilot.tis_cap=0")
     for key, value, choices in (("pilot.device", pilot.device, DEVICES),
                                 ("pilot.dtype", pilot.dtype, DTYPES)):
         if value not in choices:
@@ -583,7 +589,10 @@ def to_specs(cfg: RaceConfig) -> CellSpecs:
                    ("max_new_tokens", grid.max_new_tokens),
                    ("update_epochs", grid.update_epochs),
                    ("minibatch_size", grid.minibatch_size),
-                   ("kl_coef", grid.kl_coef))
+                   ("kl_coef", grid.kl_coef),
+                   # truncated importance sampling always runs the old-policy pass
+                   ("old_logprobs", (cfg.pilot.tis_cap > 0 and cfg.pilot.backend == "vllm")
+                    or None))
     return CellSpecs(policy, reward, lora, step_kwargs)
 
 
@@ -654,6 +663,7 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True) 
         group_size=grid.group_size, max_new_tokens=grid.max_new_tokens,
         temperature=pilot.temperature, update_epochs=grid.update_epochs,
         minibatch_size=grid.minibatch_size or 0, micro_batch_size=grid.micro_batch_size,
+        tis_cap=pilot.tis_cap,
         lr=grid.lr, lora_rank=grid.lora_rank,
         lora_alpha=grid.lora_alpha, lora_targets=tuple(grid.lora_targets),
         kl_coef=grid.kl_coef, clip_eps=pilot.clip_eps, seed=pilot.seed,

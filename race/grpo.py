@@ -258,10 +258,24 @@ def _check_policy_inputs(logprobs: Tensor, old_logprobs: Tensor, advantages: Ten
                          f"clip_eps_high = clip_eps, or e.g. 0.28 (DAPO clip-higher)")
 
 
+def truncated_is_weights(old_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor, *,
+                         cap: float) -> Tensor:
+    """Truncated importance weights ``min(pi_old / pi_sampler, cap)`` per token (1 on
+    padding), for rollouts sampled by another engine than the learner (vLLM's kernels and
+    precision): the learner's old-policy log-probs over the sampler's own. Detached."""
+    m = mask.bool()
+    log_ratio = (old_logprobs.detach().float() - sampler_logprobs.detach().float())
+    log_ratio = torch.where(m, log_ratio, torch.zeros_like(log_ratio))
+    return torch.exp(log_ratio).clamp(max=cap)
+
+
 def _policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
                  *, clip_eps: float, clip_eps_high: float | None,
-                 aggregation: str) -> tuple[Tensor, dict[str, float], Tensor]:
-    """clipped_policy_loss, also returning the bool mask for grpo_loss's KL term."""
+                 aggregation: str, token_weights: Tensor | None = None
+                 ) -> tuple[Tensor, dict[str, float], Tensor]:
+    """clipped_policy_loss, also returning the bool mask for grpo_loss's KL term.
+    ``token_weights`` (detached) scale each token's objective: truncated importance
+    sampling (:func:`truncated_is_weights`)."""
     _check_policy_inputs(logprobs, old_logprobs, advantages, mask, clip_eps,
                          clip_eps_high, aggregation)
     high = clip_eps if clip_eps_high is None else clip_eps_high
@@ -276,6 +290,8 @@ def _policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mas
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high) * adv
     objective = torch.minimum(unclipped, clipped)
+    if token_weights is not None:
+        objective = objective * token_weights.detach().to(dtype)
     loss = -_masked_mean(objective, m, aggregation)
 
     with torch.no_grad():
@@ -293,6 +309,8 @@ def _policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mas
             "ratio_max": r.max().item(),
             "num_tokens": float(n.item()),
         }
+        if token_weights is not None:
+            stats["is_weight_mean"] = token_weights[m].float().mean().item()
     return loss, stats, m
 
 
@@ -338,7 +356,8 @@ def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
 def grpo_loss(logprobs: Tensor, old_logprobs: Tensor, ref_logprobs: Tensor | None,
               advantages: Tensor, mask: Tensor, *, clip_eps: float = 0.2,
               clip_eps_high: float | None = None, kl_coef: float = 0.0,
-              aggregation: str = "token") -> tuple[Tensor, dict[str, float]]:
+              aggregation: str = "token", token_weights: Tensor | None = None
+              ) -> tuple[Tensor, dict[str, float]]:
     """The GRPO loss: clipped surrogate plus ``kl_coef`` times the k3 KL (GRPO eq. 3).
 
     ::
@@ -362,6 +381,8 @@ def grpo_loss(logprobs: Tensor, old_logprobs: Tensor, ref_logprobs: Tensor | Non
         clip_eps_high: upper clip range, None for ``clip_eps``.
         kl_coef: weight of the KL term (beta; DeepSeekMath uses 0.04); >= 0.
         aggregation: ``"token"`` or ``"sequence"``.
+        token_weights: ``[B, T]`` weights of each token's surrogate (truncated importance
+            sampling; None: 1), reported as ``stats["is_weight_mean"]``.
 
     Returns:
         ``(loss, stats)``: ``stats`` holds ``clipped_policy_loss``'s stats plus ``kl``
@@ -379,7 +400,7 @@ def grpo_loss(logprobs: Tensor, old_logprobs: Tensor, ref_logprobs: Tensor | Non
         _check_same_shape("ref_logprobs", ref_logprobs, "logprobs", logprobs)
     loss, stats, m = _policy_loss(logprobs, old_logprobs, advantages, mask,
                                   clip_eps=clip_eps, clip_eps_high=clip_eps_high,
-                                  aggregation=aggregation)
+                                  aggregation=aggregation, token_weights=token_weights)
     kl_value = math.nan
     kl_loss = 0.0
     if ref_logprobs is not None:

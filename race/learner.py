@@ -37,6 +37,9 @@ class LearnerConfig:
     # completions per forward/backward pass inside a minibatch, grouped by length;
     # gradients accumulate over them (0: the whole minibatch in one pass)
     micro_batch_size: int = 0
+    # truncated importance sampling for rollouts another engine sampled: each token's
+    # surrogate times min(pi_old / pi_sampler, tis_cap) (0: off)
+    tis_cap: float = 0.0
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
     kl_coef: float = 0.0
@@ -51,6 +54,8 @@ class Batch:
     prompt_ids: tuple[tuple[int, ...], ...]
     completion_ids: tuple[tuple[int, ...], ...]
     advantages: tuple[float, ...]
+    # the sampler's log-prob of each completion token (None: not given)
+    sampling_logprobs: tuple[tuple[float, ...], ...] | None = None
 
 
 class LoraLearner:
@@ -179,7 +184,10 @@ class LoraLearner:
         rows = list(range(len(batch.completion_ids)))
         minibatches = self._minibatches(rows, shuffle=False)
         moves = cfg.update_epochs > 1 or len(minibatches) > 1
-        old = self.logprobs(batch) if moves else None
+        tis = cfg.tis_cap > 0 and batch.sampling_logprobs is not None
+        old = self.logprobs(batch) if moves or tis else None
+        sampler = ([torch.tensor(row, dtype=torch.float32, device=self.device)
+                    for row in batch.sampling_logprobs] if tis else None)
         ref = self.logprobs(batch, adapters=False) if cfg.kl_coef > 0 else None
         advantages = torch.tensor(batch.advantages, dtype=torch.float32, device=self.device)
         stats: dict[str, float] = {}
@@ -196,8 +204,8 @@ class LoraLearner:
                     weights = [n / max(1, sum(tokens)) for n in tokens]
                 loss_sum, stats_sum = 0.0, {}
                 for part, weight in zip(parts, weights):
-                    loss, part_stats = self._backward(batch, part, old, ref, advantages,
-                                                      weight, step)
+                    loss, part_stats = self._backward(batch, part, old, ref, sampler,
+                                                      advantages, weight, step)
                     loss_sum += weight * loss
                     for key, value in part_stats.items():
                         stats_sum[key] = stats_sum.get(key, 0.0) + weight * value
@@ -209,13 +217,14 @@ class LoraLearner:
                 stats = stats_sum | {"loss": loss_sum, "grad_norm": float(norm)}
         return stats
 
-    def _backward(self, batch: Batch, part: list[int], old, ref, advantages, weight: float,
-                  step: int) -> tuple[float, dict[str, float]]:
+    def _backward(self, batch: Batch, part: list[int], old, ref, sampler, advantages,
+                  weight: float, step: int) -> tuple[float, dict[str, float]]:
         """Forward and backward of one pass over ``part``, its loss scaled by ``weight``
-        (gradients accumulate); returns its unscaled loss and stats."""
+        (gradients accumulate); returns its unscaled loss and stats. ``sampler``: the
+        sampling engine's log-probs, for truncated importance weights (None: off)."""
         import torch
 
-        from race.grpo import grpo_loss
+        from race.grpo import grpo_loss, truncated_is_weights
 
         cfg = self.config
         ids, attention, mask, lengths = self._padded(batch, part)
@@ -224,9 +233,12 @@ class LoraLearner:
             logp = self._logprobs(ids, attention)
             old_logp = self._stack(old, part, mask) if old is not None else logp.detach()
             ref_logp = self._stack(ref, part, mask) if ref is not None else None
+            weights = (truncated_is_weights(old_logp, self._stack(sampler, part, mask), mask,
+                                            cap=cfg.tis_cap) if sampler is not None else None)
             loss, stats = grpo_loss(logp, old_logp, ref_logp, advantages[part], mask,
                                     clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
-                                    kl_coef=cfg.kl_coef, aggregation=cfg.aggregation)
+                                    kl_coef=cfg.kl_coef, aggregation=cfg.aggregation,
+                                    token_weights=weights)
             diverged = not torch.isfinite(loss)
             if not diverged:
                 (loss * weight if weight != 1.0 else loss).backward()

@@ -148,7 +148,8 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
                            lora_targets=spec.lora_targets, lr=spec.lr,
                            update_epochs=spec.update_epochs,
                            minibatch_size=spec.minibatch_size,
-                           micro_batch_size=spec.micro_batch_size, clip_eps=spec.clip_eps,
+                           micro_batch_size=spec.micro_batch_size, tis_cap=spec.tis_cap,
+                           clip_eps=spec.clip_eps,
                            kl_coef=spec.kl_coef, temperature=spec.temperature)
     learner = LoraLearner(model, shape, config, pad_id=tokenizer.pad_token_id,
                           seed=spec.seed, measure=spec.measure, device=device)
@@ -579,8 +580,10 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
             before = dict(parts.learner.flops)
             with meter.phase("learning", ledger.wall_s):
                 try:
+                    sampled = out.logprobs if parts.backend.name != "hf" else None
                     stats = parts.learner.update(Batch(out.prompt_ids, out.completion_ids,
-                                                       tuple(advantages.tolist())), step=steps)
+                                                       tuple(advantages.tolist()), sampled),
+                                                 step=steps)
                 finally:  # a diverged update still ran its old/reference passes
                     ledger.add("learning", *(parts.learner.flops[k] - before[k]
                                              for k in ("model", "executed", "measured")))

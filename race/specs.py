@@ -252,6 +252,7 @@ class RunSpec:
     update_epochs: int = 1
     minibatch_size: int = 0
     micro_batch_size: int = 0  # completions per forward/backward pass (0: the minibatch)
+    tis_cap: float = 0.0  # truncated importance sampling of vLLM rollouts (0: off)
     lr: float = 5e-5
     lora_rank: int = 16
     lora_alpha: int = 32
@@ -333,7 +334,8 @@ class RunSpec:
 
 
 # fields left out of cell ids while they hold these values (added after ids were in use)
-_ID_DEFAULTS = {"continues": "", "device": "auto", "dtype": "auto", "micro_batch_size": 0}
+_ID_DEFAULTS = {"continues": "", "device": "auto", "dtype": "auto", "micro_batch_size": 0,
+                "tis_cap": 0.0}
 
 
 def _short_hash(fields: dict[str, Any]) -> str:

@@ -55,6 +55,8 @@ CASES = [
                  id="pilot-device"),
     pytest.param(["sweep", "pilot.dtype=float16"], "pilot.dtype='float16': use one of "
                  "auto|float32|bfloat16", id="pilot-dtype"),
+    pytest.param(["sweep", "pilot.tis_cap=2"], "pilot.tis_cap=2.0: must be >= 0, and corrects "
+                 "vLLM rollouts only", id="tis-with-hf"),
     pytest.param(["sweep", "accounting.peak_flops=-1"], "accounting.peak_flops=-1.0: must be "
                  "> 0 FLOP/s", id="peak-flops"),
     pytest.param(["plan", "grid.update_epochs=0"], "grid.update_epochs=0", id="plan-epochs"),

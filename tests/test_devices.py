@@ -312,3 +312,47 @@ def test_memory_plan_by_hand_and_race_plan_refuses_what_cannot_fit(tmp_path):
     assert "mem GiB" in out.stdout
     assert "model=qwen2.5-7b" in out.stdout and "> launcher.gpu_mem_gb=40" in out.stdout
     assert plan.peak / GIB < 40
+
+
+# --------------------------------------------------------------------------- TIS
+
+
+def test_truncated_importance_weights_scale_each_tokens_surrogate():
+    from race.grpo import grpo_loss, truncated_is_weights
+
+    old = torch.log(torch.tensor([[0.5, 0.5, 0.5], [0.2, 0.9, 0.0]]))
+    sampler = torch.log(torch.tensor([[0.5, 0.1, 0.25], [0.4, 0.9, 0.3]]))
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    weights = truncated_is_weights(old, sampler, mask, cap=2.0)
+    torch.testing.assert_close(weights, torch.tensor([[1.0, 2.0, 2.0], [0.5, 1.0, 1.0]]))
+    logp = old.clone().requires_grad_(True)
+    adv = torch.tensor([1.0, -1.0])
+    plain, _ = grpo_loss(logp, old, None, adv, mask)
+    doubled, stats = grpo_loss(logp, old, None, adv, mask,
+                               token_weights=torch.full((2, 3), 2.0))
+    torch.testing.assert_close(doubled, 2 * plain)
+    assert stats["is_weight_mean"] == 2.0
+
+
+def test_tis_with_the_samplers_own_logprobs_changes_nothing(standin):
+    """When the sampler's log-probs are the learner's own, every weight is 1 and the update
+    is the one without the correction."""
+    from transformers import AutoModelForCausalLM
+
+    from race.learner import Batch, LearnerConfig, LoraLearner
+
+    shape = load_model_shape(str(standin))
+    batch = Batch(((1, 2, 3),) * 2, ((5, 6, 7), (8, 9)), (1.0, -1.0))
+    params = []
+    for tis in (0.0, 2.0):
+        model = AutoModelForCausalLM.from_pretrained(standin)
+        learner = LoraLearner(model, shape, LearnerConfig(lora_rank=4, lr=1e-2,
+                                                          update_epochs=2, tis_cap=tis),
+                              pad_id=0, seed=5)
+        own = tuple(tuple(row.tolist()) for row in learner.logprobs(batch))
+        stats = learner.update(dataclasses.replace(batch, sampling_logprobs=own), step=0)
+        assert ("is_weight_mean" in stats) == (tis > 0)
+        params.append({n: p.detach().clone() for n, p in learner.model.named_parameters()
+                       if p.requires_grad})
+    for name, value in params[0].items():
+        torch.testing.assert_close(params[1][name], value)

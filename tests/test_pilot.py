@@ -175,13 +175,17 @@ def vllm_policy(tmp_path) -> Path:
 @pytest.mark.vllm
 def test_pilot_with_vllm_backend(tmp_path):
     folder = vllm_policy(tmp_path)
+    # with truncated importance sampling from vLLM's own log-probs (pilot.tis_cap)
     spec = dataclasses.replace(small_spec(3), model="tiny-l", backend="vllm",
-                               checkpoints=(1.0,), eval_targets=("test",))
+                               checkpoints=(1.0,), eval_targets=("test",), tis_cap=2.0)
     spec = dataclasses.replace(spec, budget_flops=worst_step_flops(spec, 10) * 3)
     summary = run(spec, tmp_path / "cell", folder)
     assert summary["status"] == "ok", summary["error"]
     assert 1 <= summary["steps"] and summary["total_flops"] <= spec.budget_flops
     assert (tmp_path / "cell" / "adapter" / "adapter_config.json").is_file()
+    steps = [json.loads(line) for line in (tmp_path / "cell" / "metrics.jsonl").open()
+             if '"kind": "step"' in line]
+    assert steps and all(0 < row["is_weight_mean"] <= 2.0 for row in steps)
 
 
 def test_prm_pilot_keeps_to_its_budget(tmp_path, policy, tiny_prm):
