@@ -30,7 +30,7 @@ from pathlib import Path
 GRID = ["model=tiny-s", "reward=rule", "grid.update_epochs=1", "grid.prompts_per_step=4",
         "grid.max_new_tokens=24", "pilot.eval_examples=32", "budget=1.2e11",
         "launcher=local", "launcher.slots=1", "launcher.threads_per_pilot=1",
-        "launcher.poll_s=0.5"]
+        "launcher.poll_s=0.5", "selection.policy=flat"]  # independent pilots, one slot
 
 
 def one_sweep(folder: Path, cells: int) -> dict:
