@@ -49,17 +49,22 @@ def reward_extra_tokens(reward: Mapping[str, Any], steps: int | None = None) -> 
         reward.get("tag_tokens_per_step") or 0)
 
 
-def reward_shape(reward: Mapping[str, Any], steps: int | None = None) -> RewardShape:
-    """The reward as the accounting sees it, with ``steps`` steps per trace (default: max)."""
-    model = load_model_shape(reward["model"]) if reward.get("model") else None
+def reward_shape(reward: Mapping[str, Any], steps: int | None = None,
+                 model: ModelShape | None = None) -> RewardShape:
+    """The reward as the accounting sees it, with ``steps`` steps per trace (default: max);
+    ``model``: its model's shape (default: read from the catalog by name)."""
+    if model is None and reward.get("model"):
+        model = load_model_shape(reward["model"])
     return RewardShape(reward["name"], reward["kind"], model,
                        steps_per_trace=reward_extra_tokens(reward, steps))
 
 
 @lru_cache(maxsize=256)
 def shapes(spec: RunSpec) -> tuple[ModelShape, RewardShape]:
-    """The policy's shape and the reward's worst-case shape of a cell."""
-    return load_model_shape(spec.model), reward_shape(dict(spec.reward))
+    """The policy's shape and the reward's worst-case shape of a cell (the shapes the
+    spec carries; the catalog's for a spec written without them)."""
+    return (spec.policy or load_model_shape(spec.model),
+            reward_shape(dict(spec.reward), model=spec.reward_model))
 
 
 def trace_token_limit(spec: RunSpec, prompt_tokens: int, completion_tokens: int) -> int:

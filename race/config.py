@@ -647,19 +647,29 @@ def check_device(cfg: RaceConfig) -> None:
         resolve_device("cuda")
 
 
-def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True) -> RunSpec:
-    """The frozen, picklable spec of one pilot (``budget_flops``: its own budget).
-
-    ``runnable=False`` (``race plan``) skips the checks that only matter for running it
-    here: the backend's install and the task's support.
-    """
-    from dataclasses import asdict
-
-    if runnable and cfg.reward.kind not in BUILT_REWARDS:
+def check_reward_built(cfg: RaceConfig) -> None:
+    """A reward kind the accounting knows but no pilot can run: UsageError (checked before
+    the rest of the cell, so that this is what a user hears first)."""
+    if cfg.reward.kind not in BUILT_REWARDS:
         raise UsageError(f"reward.kind={cfg.reward.kind!r}: no {cfg.reward.kind} reward is "
                          f"built in this version, so no pilot can run it (race flops and "
                          f"race plan account for it); use reward.kind=rule or prm")
-    to_specs(cfg)  # validates everything the accounting needs
+
+
+def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True,
+                specs: CellSpecs | None = None) -> RunSpec:
+    """The frozen, picklable spec of one pilot (``budget_flops``: its own budget),
+    carrying the policy's and reward model's shapes.
+
+    ``runnable=False`` (``race plan``) skips the checks that only matter for running it
+    here: the backend's install and the task's support. ``specs``: the cell's
+    :func:`to_specs`, when the caller has them (the cell is then validated once).
+    """
+    from dataclasses import asdict
+
+    if runnable:
+        check_reward_built(cfg)
+    specs = specs or to_specs(cfg)  # validates everything the accounting needs
     grid, pilot = cfg.grid, cfg.pilot
     if grid.lora_rank < 1:
         raise UsageError(f"grid.lora_rank={grid.lora_rank}: pilots train LoRA adapters; use "
@@ -695,5 +705,6 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True) 
         eval_examples=pilot.eval_examples, eval_targets=tuple(pilot.eval_targets),
         select_target=pilot.select_target, select_examples=pilot.select_examples,
         measure=cfg.accounting.measure, policy_path=cfg.model.hf_id,
-        device=pilot.device, dtype=pilot.dtype,
+        device=pilot.device, dtype=pilot.dtype, policy=specs.policy,
+        reward_model=specs.reward.model,
         peak_flops=float(cfg.accounting.peak_flops or 0.0))

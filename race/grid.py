@@ -287,11 +287,13 @@ def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True,
                fraction: float | None = None) -> Cell:
     """Freeze one composed cell and solve its steps at ``fraction x budget`` (default:
     ``pilot.fraction``; a ladder's cells: its first rung)."""
-    from race.config import to_run_spec, to_specs
+    from race.config import check_reward_built, to_run_spec, to_specs
 
     fraction = cfg.pilot.fraction if fraction is None else fraction
-    spec = to_run_spec(cfg, budget * fraction, runnable=runnable)
-    specs = to_specs(cfg)
+    if runnable:
+        check_reward_built(cfg)
+    specs = to_specs(cfg)  # validated once, for the spec and the step alike
+    spec = to_run_spec(cfg, budget * fraction, runnable=runnable, specs=specs)
     step = flops.grpo_step_flops(specs.policy, specs.reward, convention=cfg.convention,
                                  lora=specs.lora, **specs.kwargs())
     steps = int(spec.budget_flops // step.total)

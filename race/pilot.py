@@ -130,7 +130,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
 
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
-    shape = load_model_shape(spec.model)
+    shape = spec.policy or load_model_shape(spec.model)
     folder = policy_folder or spec.policy_path or (
         build_tiny_policy(spec.model) if shape.tokenizer == "race-char" else shape.hf_id)
     try:
@@ -173,7 +173,8 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
         backend = VLLMBackend(folder, shape, learner.lora, seed=spec.seed, dtype=dtype, **size)
     else:
         raise UsageError(f"pilot.backend={spec.backend!r}: use hf or vllm")
-    reward = build_reward(dict(spec.reward), task, device=device, dtype=dtype)
+    reward = build_reward(dict(spec.reward), task, device=device, dtype=dtype,
+                          shape=spec.reward_model)
     return Components(task, reward, learner, backend, tokenizer)
 
 

@@ -280,6 +280,10 @@ class RunSpec:
     dtype: str = "auto"
     # the FLOP/s MFU is measured against (0: a matmul on the pilot's device measures it)
     peak_flops: float = 0.0
+    # the policy's and the reward model's shapes as the plan read them, so the pilot and
+    # its budget never read the catalog again (None: read ``model``/``reward`` by name)
+    policy: ModelShape | None = None
+    reward_model: ModelShape | None = None
 
     def _fields(self, *, lineage: bool = False) -> dict[str, Any]:
         values = asdict(self)
@@ -288,7 +292,8 @@ class RunSpec:
                 del values[key]
         if lineage:
             values.pop("continues", None)
-        values.pop("peak_flops", None)  # a reporting reference, not part of what ran
+        for key in ("peak_flops", "policy", "reward_model"):  # a reporting reference and
+            values.pop(key, None)                            # what the names determine
         return values
 
     @property
@@ -330,6 +335,9 @@ class RunSpec:
         for key in ("lora_targets", "checkpoints", "eval_targets"):
             if key in kept:
                 kept[key] = tuple(kept[key])
+        for key in ("policy", "reward_model"):
+            if isinstance(kept.get(key), Mapping):
+                kept[key] = ModelShape.from_dict(kept[key])
         return cls(**kept)
 
 

@@ -381,7 +381,10 @@ def test_standin_prm_pilot_keeps_to_the_planned_worst_case(tmp_path, policy, sta
     expected = standin_spec(standin.entry, convention)
     [cell] = plan_grid(plan_overrides(expected)).cells
     assert cell.refused == ""
-    assert cell.spec == expected  # race plan hands the pilot exactly this spec
+    # race plan hands the pilot exactly this spec, with the shapes it read
+    assert dataclasses.replace(cell.spec, policy=None, reward_model=None) == expected
+    assert (cell.spec.policy, cell.spec.reward_model) == (load_model_shape("tiny-s"),
+                                                          standin.shape)
     spec = cell.spec
     policy_shape, lora = load_model_shape("tiny-s"), LoraShape(spec.lora_rank, spec.lora_targets)
     # the worst case scores every trace with the format's overhead and max_steps tags

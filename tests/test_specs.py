@@ -228,3 +228,19 @@ def test_phase_add_and_scale():
     assert (a + b).total == a.total + b.total
     assert a.scale(3) == PhaseFlops(3.0, 6.0, 9.0, 12.0)
     assert a.scale(3).total == 3 * a.total
+
+
+def test_run_spec_carries_shapes_that_round_trip_and_stay_out_of_its_ids():
+    import dataclasses
+
+    from race.catalog import load_model_shape
+    from race.specs import RunSpec
+
+    bare = RunSpec("tiny-s", (("kind", "rule"), ("name", "rule")), (("name", "arith"),), 1e9)
+    shaped = dataclasses.replace(bare, policy=load_model_shape("tiny-s"),
+                                 reward_model=load_model_shape("prm-tiny-s"))
+    assert (shaped.cell_id, shaped.config_id, shaped.lineage_id) == (
+        bare.cell_id, bare.config_id, bare.lineage_id)
+    import json
+
+    assert RunSpec.from_dict(json.loads(json.dumps(shaped.to_dict()))) == shaped

@@ -12,25 +12,26 @@ from typing import Any
 from race.catalog import load_model_shape
 from race.errors import UnknownName
 from race.rewards.base import Reward, RewardFlops, check_rewards
+from race.specs import ModelShape
 
 __all__ = ["REWARD_KINDS", "Reward", "RewardFlops", "build_reward", "check_rewards"]
 
 
-def _rule(entry: Mapping[str, Any], task: Any, **placement: str) -> Reward:
+def _rule(entry: Mapping[str, Any], task: Any) -> Reward:
     from race.rewards.rule import RuleReward
 
     return RuleReward(entry["name"], task)
 
 
 def _prm(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
-         dtype: str = "float32") -> Reward:
-    shape = load_model_shape(entry["model"])
+         dtype: str = "float32", shape: ModelShape | None = None) -> Reward:
+    shape = shape or load_model_shape(entry["model"])
     aggregate = entry.get("aggregate", "min")
     if shape.head == "lm_verifier" and not shape.hf_id:  # the tiny PRM, built by RACE
         from race.rewards.tiny_prm import TinyPRM
 
         return TinyPRM(entry["name"], entry["model"], aggregate=aggregate, device=device,
-                       dtype=dtype)
+                       dtype=dtype, shape=shape)
     from race.devices import torch_dtype
     from race.rewards.qwen_prm import QwenPRM
 
@@ -58,12 +59,15 @@ REWARD_KINDS: dict[str, Callable[..., Reward]] = {
 
 
 def build_reward(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
-                 dtype: str = "float32") -> Reward:
+                 dtype: str = "float32", shape: ModelShape | None = None) -> Reward:
     """The reward system of a ``conf/reward/*.yaml`` entry, for ``task``; a reward model
-    runs on ``device`` in ``dtype`` (the pilot's)."""
+    runs on ``device`` in ``dtype`` (the pilot's), accounted with ``shape`` (default: its
+    catalog entry's)."""
     kind = entry.get("kind")
     if kind not in REWARD_KINDS:
         raise UnknownName(f"reward.kind={kind}: no reward of this kind is built; valid "
                           f"kinds: {', '.join(REWARD_KINDS)}", group="reward.kind",
                           name=str(kind))
-    return REWARD_KINDS[kind](entry, task, device=device, dtype=dtype)
+    if kind == "rule":
+        return REWARD_KINDS[kind](entry, task)
+    return REWARD_KINDS[kind](entry, task, device=device, dtype=dtype, shape=shape)

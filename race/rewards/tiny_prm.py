@@ -314,10 +314,10 @@ class TinyPRM(FlopLedger):
 
     def __init__(self, name: str, model_name: str, *, aggregate: str = "min",
                  batch_size: int = 64, folder: Path | None = None, device: str = "cpu",
-                 dtype: str = "float32"):
+                 dtype: str = "float32", shape: ModelShape | None = None):
         self.name, self.aggregate, self.batch_size = name, aggregate, batch_size
         aggregate_scores([1.0], aggregate)  # validates the name early
-        self.shape = load_model_shape(model_name)
+        self.shape = shape or load_model_shape(model_name)
         self.tokenizer, self.lm, self.head = _load(folder or build_tiny_prm(model_name),
                                                    device, dtype)
         self.last_step_scores: list[list[float]] = []
