@@ -70,3 +70,20 @@ def label(row) -> str:
     """A config's knobs in one short label: ``tiny-s/rule G4 mu1``."""
     return (f"{model_label(row['model'])}/{row['reward']} "
             f"G{int_text(row.get('group_size'))} mu{int_text(row.get('update_epochs'))}")
+
+
+def cell_text(value) -> str:
+    """A markdown table cell: no pipes or line breaks, long errors cut."""
+    text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def md_table(header: list[str], rows: list[list], align: str = "") -> str:
+    """A GitHub markdown table; ``align`` holds one of l/r per column (default l)."""
+    assert len(align) <= len(header), (align, header)
+    align = align.ljust(len(header), "l")
+    rule = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
+    lines += ["| " + " | ".join(cell_text(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
