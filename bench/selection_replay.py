@@ -1,19 +1,23 @@
 """Replay pilot selection policies on the curve bank and score their picks.
 
 The bank (``bench/data/curve_bank.json.gz``, see ``bench/curve_bank.py``) holds every
-config of the embedded default grid run at the full budget F with dense checkpoints, two
-seeds each. A policy sees only what its pilots would have seen (the curves truncated at
-its pilot budgets, one seed at a time: each seed is one replicate of a one-seed sweep)
-and picks one config. Its pick is scored against the truth: each config's ``val``
-accuracy at F, averaged over the seeds (1,000 problems per seed).
+config of the embedded default grid run at the full budget F with dense checkpoints,
+several seeds each. A policy sees only what its pilots would have seen (the curves
+truncated at its pilot budgets) and picks one config. Each replicate is a one-seed sweep:
+every config's curve is read from one of its seeds, drawn independently per config (the
+configs' runs are independent), every combination when there are at most 512, else 512
+drawn at random. A pick is scored against the truth: each config's ``val`` accuracy at
+F, averaged over the seeds (1,000 problems per seed).
 
 Policies:
 - ``flat``: every config piloted to F/16; pick the best last value (val at F/16).
 - ``flat+sigmoid``: the same pilots; a sigmoid fitted to each curve and extrapolated to
   F when its interval is at most 0.3 wide, else the last value (RACE's flat default).
-- ``ladder``: successive halving F/64 -> F/16 -> F/4 (``race.ladder``: promotion by the
-  lower confidence bound at the next rung, one config per size kept); pick the best at
-  F/4.
+- ``ladder``: successive halving on RACE's default rungs F/64 -> F/16 -> F/4 and
+  reduction 4 (``race.ladder``: promotion by the lower confidence bound at the next rung,
+  one config per size kept), shrunk by ``plan_ladder`` to the flat grid's pilot compute,
+  each rung read at the bank's last checkpoint at or below it; the pick is
+  ``race.ladder.final_ranking``'s first, as in a sweep.
 - ``ladder+guards``: the ladder, with ``race.guards`` on every rung's curve (a guarded
   config is neither promoted nor picked while an unguarded one is left).
 - ``random``: a uniformly random config (the expectation over configs).
@@ -25,9 +29,10 @@ truth, combined), the same regret on ``test`` at F (problems selection never rea
 Kendall and Spearman between the policy's ranking and the truth's
 *within each policy size* (averaged over sizes and replicates, with a 90% bootstrap
 interval over configs), the rate of catastrophic picks (the pick ends at F below its
-warm start), and the pilot compute as a share of one full run, charged FLOPs only and
+warm start), the pilot compute as a share of one full run, charged FLOPs only and
 with the evaluation a real pilot of that policy runs (``eval``: RACE's pilot eval plan,
-costed at the bank's measured eval FLOPs per problem).
+costed at the bank's measured eval FLOPs per problem), and how often each config was
+picked.
 
 The guard thresholds are tuned on half of the configs (the configs in the order of a hash
 of their ids, alternating) and reported on the other half, beside the all-config table
@@ -41,7 +46,9 @@ catastrophes=C pilot_cost_share=P``.
 from __future__ import annotations
 
 import argparse
+import collections
 import gzip
+import itertools
 import json
 import math
 import zlib
@@ -53,7 +60,7 @@ from scipy import stats
 
 from race import guards
 from race.aggregate import fit_curve
-from race.ladder import DEFAULT_RUNGS, next_rung_bound, promote, rung_counts
+from race.ladder import DEFAULT_RUNGS, final_ranking, next_rung_bound, plan_ladder, promote
 
 BANK = Path(__file__).parent / "data" / "curve_bank.json.gz"
 TARGET = "val"
@@ -62,6 +69,7 @@ FLAT = 1 / 16
 # 0.25/0.5/0.75 of the pilot budget, and at the end val on 1,000 (test, ood on 128)
 EVAL_PROBLEMS_PER_PILOT = 4 * 3 * 128 + 1000 + 2 * 128
 SIGMOID_MAX_WIDTH = 0.3
+BOOT_RANKINGS = 16  # replicates' rankings the bootstrap of Kendall/Spearman resamples
 
 
 class Curve:
@@ -78,6 +86,8 @@ class Curve:
         self.reward = np.array([r["mean_reward"] for r in rows])
         self.eval_flops = np.array([r["eval_flops"] for r in rows])
         self.steps = cell["steps"]
+        self._guards: dict = {}
+        self._scores: dict = {}
         all_rows = [r for r in cell["evals"]]
         problems = sum(r["n"] for r in all_rows)
         self.eval_flops_per_problem = (max(r["eval_flops"] for r in all_rows) / problems
@@ -91,6 +101,24 @@ class Curve:
         return float(self.accuracy[self.upto(fraction)][-1])
 
     def guard(self, fraction: float, t: guards.GuardThresholds) -> str | None:
+        if (fraction, t) not in self._guards:
+            self._guards[fraction, t] = self._guard(fraction, t)
+        return self._guards[fraction, t]
+
+    def flat_score(self, sigmoid: bool) -> float:
+        """A flat 1/16 pilot's score: its last value, or (``sigmoid``) the fitted
+        sigmoid at F when its interval is at most ``SIGMOID_MAX_WIDTH`` wide."""
+        if sigmoid not in self._scores:
+            score = self.at(FLAT)
+            if sigmoid:
+                keep = self.upto(FLAT)
+                fit = fit_curve(self.flops[keep], self.accuracy[keep], predict_at=self.full)
+                if fit.method == "sigmoid" and fit.hi - fit.lo <= SIGMOID_MAX_WIDTH:
+                    score = fit.prediction
+            self._scores[sigmoid] = score
+        return self._scores[sigmoid]
+
+    def _guard(self, fraction: float, t: guards.GuardThresholds) -> str | None:
         keep = self.upto(fraction)
         steps = [s for s in self.steps if s["flops"] <= fraction * self.full * (1 + 1e-9)]
         caps = [s["max_new_tokens"] for s in steps]
@@ -133,83 +161,90 @@ def load_bank(path: Path) -> tuple[dict, dict[str, dict]]:
 
 
 # ------------------------------------------------------------------ policies
-# Each takes the configs and one seed, returns (ranking best first, charged share, number
+# Each takes the configs and a replicate (config id -> the seed whose curve it reads),
+# returns (ranking best first, charged share, number
 # of pilots run to each budget {fraction: pilots}).
 
 
-def flat(configs, seed, *, sigmoid=False, **_):
-    scores = {}
-    for cid, config in configs.items():
-        curve = config["curves"][seed]
-        observed = curve.at(FLAT)
-        score = observed
-        if sigmoid:
-            keep = curve.upto(FLAT)
-            fit = fit_curve(curve.flops[keep], curve.accuracy[keep], predict_at=curve.full)
-            if fit.method == "sigmoid" and fit.hi - fit.lo <= SIGMOID_MAX_WIDTH:
-                score = fit.prediction
-        scores[cid] = score
+def flat(configs, draw, *, sigmoid=False, **_):
+    scores = {cid: config["curves"][draw[cid]].flat_score(sigmoid)
+              for cid, config in configs.items()}
     ranking = sorted(configs, key=lambda c: (-scores[c], c))
     return ranking, len(configs) * FLAT, {FLAT: len(configs)}
 
 
-def ladder(configs, seed, *, use_guards=False, thresholds=guards.DEFAULT, z=1.0,
+def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=1.0,
            rungs=DEFAULT_RUNGS, reduction=4, **_):
     sizes = {c["model"] for c in configs.values()}
-    counts = rung_counts(len(configs), len(rungs), reduction, len(sizes))
+    plan = plan_ladder(len(configs), n_sizes=len(sizes), rungs=rungs, reduction=reduction,
+                       share=len(configs) * FLAT)
+    checkpoints = next(iter(configs.values()))["curves"][draw[next(iter(configs))]].fraction
+    read = [float(checkpoints[checkpoints <= r + 1e-9].max()) for r in plan.rungs]
     alive = list(configs)
-    stopped: list[list[str]] = []  # per rung, the configs it stopped, in rank order
+    ranked_rungs: list[list[dict]] = []
     charged, pilots, before = 0.0, {}, 0.0
-    guarded = set()
-    for index, fraction in enumerate(rungs):
+    for index, fraction in enumerate(read):
         charged += len(alive) * (fraction - before)
         pilots[fraction] = len(alive)
         before = fraction
         candidates = []
         for cid in alive:
-            curve = configs[cid]["curves"][seed]
+            curve = configs[cid]["curves"][draw[cid]]
             keep = curve.upto(fraction)
-            nxt = rungs[index + 1] if index + 1 < len(rungs) else fraction
+            nxt = read[index + 1] if index + 1 < len(read) else fraction
             bound = next_rung_bound(curve.flops[keep].tolist(), curve.accuracy[keep].tolist(),
                                     curve.n[keep].astype(int).tolist(), nxt * curve.full, z=z)
-            fired = curve.guard(fraction, thresholds) if use_guards else None
-            if fired:
-                guarded.add(cid)
             candidates.append({"config": cid, "model": configs[cid]["model"],
-                               "lcb": bound["lcb"], "score": bound["score"], "guard": fired})
-        if index + 1 == len(rungs):
-            final = sorted(candidates, key=lambda c: (bool(c["guard"]), -c["score"],
-                                                      c["config"]))
-            stopped.append([c["config"] for c in final])
+                               "lcb": bound["lcb"], "score": bound["score"],
+                               "guard": curve.guard(fraction, thresholds) if use_guards
+                               else None})
+        if index + 1 == len(read):
+            ranked_rungs.append(sorted(candidates, key=lambda c: (bool(c["guard"]),
+                                                                  -c["score"], c["config"])))
             break
-        ranked = promote(candidates, counts[index + 1])
+        ranked = promote(candidates, plan.counts[index + 1])
+        ranked_rungs.append(ranked)
         alive = [c["config"] for c in ranked if c["promoted"]]
-        stopped.append([c["config"] for c in ranked if not c["promoted"]])
-    ranking = [cid for rung in reversed(stopped) for cid in rung]
-    clean = [c for c in ranking if c not in guarded] + [c for c in ranking if c in guarded]
-    return clean, charged, pilots
+    return [c["config"] for c in final_ranking(ranked_rungs)], charged, pilots
 
 
-def random_policy(configs, seed, **_):
-    order = sorted(configs, key=lambda c: zlib.crc32(f"{c}-{seed}".encode()))
+def random_policy(configs, draw, **_):
+    order = sorted(configs, key=lambda c: zlib.crc32(f"{c}-{draw[c]}".encode()))
     return order, 0.0, {}
 
 
-def oracle(configs, seed, **_):
+def oracle(configs, draw, **_):
     return sorted(configs, key=lambda c: (-configs[c]["truth"], c)), 0.0, {}
 
 
 POLICIES = {
     "flat": flat,
-    "flat+sigmoid": lambda configs, seed, **kw: flat(configs, seed, sigmoid=True, **kw),
+    "flat+sigmoid": lambda configs, draw, **kw: flat(configs, draw, sigmoid=True, **kw),
     "ladder": ladder,
-    "ladder+guards": lambda configs, seed, **kw: ladder(configs, seed, use_guards=True, **kw),
+    "ladder+guards": lambda configs, draw, **kw: ladder(configs, draw, use_guards=True, **kw),
     "random": random_policy,
     "oracle": oracle,
 }
 
 
 # ------------------------------------------------------------------ scoring
+
+
+def kendall(x, y) -> float:
+    """Kendall's tau-b of two sequences (nan when either is constant)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    dx = np.sign(x[:, None] - x[None, :])[np.triu_indices(len(x), 1)]
+    dy = np.sign(y[:, None] - y[None, :])[np.triu_indices(len(y), 1)]
+    norm = math.sqrt(np.sum(dx != 0) * np.sum(dy != 0))
+    return float(np.sum(dx * dy) / norm) if norm else math.nan
+
+
+def spearman(x, y) -> float:
+    """Spearman's rho: Pearson's r of the average ranks (nan when either is constant)."""
+    rx, ry = stats.rankdata(x), stats.rankdata(y)
+    sx, sy = rx - rx.mean(), ry - ry.mean()
+    norm = math.sqrt(np.sum(sx ** 2) * np.sum(sy ** 2))
+    return float(np.sum(sx * sy) / norm) if norm else math.nan
 
 
 def _within_size(configs, ranking, method) -> float | None:
@@ -219,21 +254,31 @@ def _within_size(configs, ranking, method) -> float | None:
         if len(members) < 3:
             continue
         policy_rank = list(range(len(members)))  # 0 = the policy's best
-        truth = [-configs[c]["truth"] for c in members]
-        value = method(policy_rank, truth).statistic
+        value = method(policy_rank, [-configs[c]["truth"] for c in members])
         if not math.isnan(value):
             values.append(value)
     return float(np.mean(values)) if values else None
 
 
-def score_policy(name, configs, seeds, *, boot=2000, **kw) -> dict:
+def replicates(configs: dict, seeds: list, *, most: int = 512, seed: int = 0) -> list[dict]:
+    """One-seed sweeps to replay: each config's curve from one of its seeds, drawn
+    independently per config (the configs' runs are independent). Every combination when
+    there are at most ``most``, else ``most`` of them drawn at random (seeded)."""
+    ids = sorted(configs)
+    if len(seeds) ** len(ids) <= most:
+        return [dict(zip(ids, combo)) for combo in itertools.product(seeds, repeat=len(ids))]
+    rng = np.random.default_rng(seed)
+    return [dict(zip(ids, rng.choice(seeds, len(ids)).tolist())) for _ in range(most)]
+
+
+def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
     best = max(configs, key=lambda c: configs[c]["truth"])
     regrets, ses, kendalls, spearmans, catastrophes = [], [], [], [], []
     best_test = max(c["truth_test"] for c in configs.values())
     test_regrets = []
     charged_shares, eval_shares, rankings = [], [], []
-    for seed in seeds:
-        ranking, charged, pilots = POLICIES[name](configs, seed, **kw)
+    for draw in draws:
+        ranking, charged, pilots = POLICIES[name](configs, draw, **kw)
         rankings.append(ranking)
         pick = configs[ranking[0]]
         if name == "random":  # the expectation over a uniformly random pick
@@ -245,22 +290,24 @@ def score_policy(name, configs, seeds, *, boot=2000, **kw) -> dict:
             catastrophes.append(float(pick["truth"] < pick["start"]))
             test_regrets.append(best_test - pick["truth_test"])
         ses.append(math.hypot(configs[best]["truth_se"], pick["truth_se"]))
-        kendalls.append(_within_size(configs, ranking, stats.kendalltau))
-        spearmans.append(_within_size(configs, ranking, stats.spearmanr))
+        kendalls.append(_within_size(configs, ranking, kendall))
+        spearmans.append(_within_size(configs, ranking, spearman))
         charged_shares.append(charged)
-        per_problem = np.mean([c["curves"][seed].eval_flops_per_problem for c in configs.values()])
-        full = next(iter(configs.values()))["curves"][seed].full
+        per_problem = np.mean([c["curves"][draw[cid]].eval_flops_per_problem
+                               for cid, c in configs.items()])
+        full = bank_full(configs)
         eval_flops = sum(pilots.values()) * EVAL_PROBLEMS_PER_PILOT * per_problem
         eval_shares.append(charged + eval_flops / full)
     rng = np.random.default_rng(0)
     ids = list(configs)
     boots = {"kendall": [], "spearman": []}
+    few = rankings[::max(1, len(rankings) // BOOT_RANKINGS)]
     for _ in range(boot):  # resample configs (with their curves), keep the replicates
         drawn = [ids[i] for i in rng.integers(0, len(ids), len(ids))]
         sample = {f"{c}#{j}": configs[c] for j, c in enumerate(drawn)}
-        for key, method in (("kendall", stats.kendalltau), ("spearman", stats.spearmanr)):
+        for key, method in (("kendall", kendall), ("spearman", spearman)):
             values = []
-            for ranking in rankings:
+            for ranking in few:
                 order = {c: i for i, c in enumerate(ranking)}
                 resampled = sorted(sample, key=lambda k: order[k.split("#")[0]])
                 value = _within_size(sample, resampled, method)
@@ -283,13 +330,17 @@ def score_policy(name, configs, seeds, *, boot=2000, **kw) -> dict:
             "picks": [r[0] for r in rankings]}
 
 
-def tune_guards(configs, seeds) -> guards.GuardThresholds:
+def bank_full(configs: dict) -> float:
+    return next(iter(next(iter(configs.values()))["curves"].values())).full
+
+
+def tune_guards(configs, draws) -> guards.GuardThresholds:
     """The guard thresholds with the lowest ladder+guards regret on ``configs`` (the
     tuning half), ties to the defaults' side (fewer guards firing)."""
     grid = [replace(guards.DEFAULT, floor=floor, z=z, reward_rise=rise)
             for floor in (0.02, 0.03, 0.05) for z in (1.0, 2.0, 3.0)
             for rise in (0.05, 0.1)]
-    scored = [(score_policy("ladder+guards", configs, seeds, boot=1, thresholds=t)
+    scored = [(score_policy("ladder+guards", configs, draws, boot=1, thresholds=t)
                ["top1_regret"], -t.floor, -t.z, -t.reward_rise, i)
               for i, t in enumerate(grid)]
     return grid[min(scored)[-1]]
@@ -299,7 +350,9 @@ def table(rows: list[dict], configs: dict) -> str:
     lines = [f"{'policy':<14}{'regret':>8}{'se':>7}{'test':>7}{'kendall [90% CI]':>24}"
              f"{'spearman [90% CI]':>24}{'catastr.':>10}{'cost':>7}{'+eval':>7}  picks"]
     for r in rows:
-        picks = ", ".join(configs[p]["label"] for p in r["picks"])
+        counts = collections.Counter(configs[p]["label"] for p in r["picks"])
+        picks = ", ".join(f"{label} {n / len(r['picks']):.0%}"
+                          for label, n in counts.most_common())
         lines.append(f"{r['policy']:<14}{r['top1_regret']:>8.3f}{r['se']:>7.3f}"
                      f"{r['test_regret']:>7.3f}"
                      f"{r['kendall']:>8.2f} [{r['kendall_ci'][0]:5.2f},{r['kendall_ci'][1]:5.2f}]"
@@ -324,17 +377,20 @@ def main() -> None:
     for c in sorted(configs.values(), key=lambda c: -c["truth"]):
         print(f"  {c['label']:<24} {c['truth']:.3f} +- {c['truth_se']:.3f}  "
               f"[start {c['start']:.3f}]")
-    print("\nall configs, default guard thresholds (replicates: one per seed)")
-    rows = [score_policy(name, configs, seeds, boot=args.boot) for name in POLICIES]
+    draws = replicates(configs, seeds)
+    print(f"\nall configs, default guard thresholds ({len(draws)} replicates: one-seed "
+          f"sweeps, each config's seed drawn independently)")
+    rows = [score_policy(name, configs, draws, boot=args.boot) for name in POLICIES]
     print(table(rows, configs))
     # two halves of equal size: configs in the order of a hash of their ids, alternating
     order = sorted(configs, key=lambda c: zlib.crc32(c.encode()))
     tune = {c: configs[c] for c in order[0::2]}
     held = {c: configs[c] for c in order[1::2]}
-    thresholds = tune_guards(tune, seeds)
+    thresholds = tune_guards(tune, replicates(tune, seeds))
     print(f"\nguard thresholds tuned on {len(tune)} configs (floor {thresholds.floor}, z "
           f"{thresholds.z}, reward_rise {thresholds.reward_rise}); on the other {len(held)}:")
-    held_rows = [score_policy(name, held, seeds, boot=args.boot, thresholds=thresholds)
+    held_rows = [score_policy(name, held, replicates(held, seeds), boot=args.boot,
+                              thresholds=thresholds)
                  for name in POLICIES]
     print(table(held_rows, configs))
     final = next(r for r in rows if r["policy"] == "ladder+guards")

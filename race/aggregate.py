@@ -19,7 +19,7 @@ from scipy.special import expit
 
 from race import guards
 from race.errors import UnknownName, UsageError
-from race.ladder import fmt_fraction
+from race.ladder import final_ranking, fmt_fraction
 
 # Knob columns copied from a config's first seed (they are shared by its seeds).
 CONFIG_COLUMNS = ("model", "params", "reward", "task", "group_size", "prompts_per_step",
@@ -75,10 +75,11 @@ def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = 3,
                      level: float = 0.9) -> list[dict]:
     """The ladder's choices for full-budget validation, best first.
 
-    The configs of the last rung reached, unguarded ones by their observed score there
-    (seeds averaged); then those stopped one rung lower, by the promotion bound they were
-    ranked on; and so on. Intervals are normal at ``level`` from the score's standard
-    error (binomial over the rung's problems, pooled over seeds).
+    :func:`race.ladder.final_ranking` of the rungs: unguarded configs first; within a
+    policy size the higher rung first; sizes merged by the observed score (seeds
+    averaged) at the rung where each config was read. Intervals are normal at ``level``
+    from the score's standard error (binomial over the rung's problems, pooled over
+    seeds).
 
     Args:
         ladder: ``ladder.json`` (rungs, each with its ranked ``candidates``).
@@ -86,35 +87,29 @@ def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = 3,
     """
     z = float(stats.norm.ppf(0.5 + level / 2))
     regime = dict(zip(configs["config_id"], configs["regime"])) if len(configs) else {}
-    chosen, seen = [], set()
     rungs = ladder["rungs"]
-    for rung in reversed(rungs):
-        last = rung is rungs[-1]
-        for cand in rung["candidates"]:
-            if cand["config"] in seen or (not last and cand.get("promoted")):
-                continue
-            seen.add(cand["config"])
-            where = f"rung {rung['rung']} ({fmt_fraction(rung['fraction'])})"
-            guard = cand.get("guard")
-            if last and not guard:
-                why = "ladder pick" if not chosen else "last rung"
-            elif guard:
-                why = "guarded"
-            else:
-                why = f"stopped at {where}"
-            score, se = float(cand["score"]), float(cand["se"])
-            chosen.append({
-                "config_id": cand["config"], "cell_ids": list(cand["cell_ids"]),
-                "score": score, "lo": max(0.0, score - z * se),
-                "hi": min(1.0, score + z * se), "se": se, "rung": rung["rung"],
-                "basis_used": f"observed at {where}", "interval_width": 2 * z * se,
-                "regime": regime.get(cand["config"]), "model": cand["model"],
-                "reward": cand["reward"], "guard": guard, "why": why,
-                "reason": f"{why}: {score:.3f} +- {se:.3f} (SE) on the selection target at "
-                          f"{where}" + (f"; guard fired: {guard}" if guard else "")})
-    order = [c for c in chosen if not c["guard"]] + [c for c in chosen if c["guard"]]
-    return [{key: _plain(val) for key, val in (c | {"rank": i + 1}).items()}
-            for i, c in enumerate(order[:k])]
+    chosen = []
+    for rank, cand in enumerate(final_ranking([r["candidates"] for r in rungs])[:k], 1):
+        rung = rungs[cand["rung"] - 1]
+        where = f"rung {rung['rung']} ({fmt_fraction(rung['fraction'])})"
+        guard = cand.get("guard")
+        if guard:
+            why = "guarded"
+        elif rank == 1:
+            why = "ladder pick"
+        else:
+            why = "last rung" if rung is rungs[-1] else f"stopped at {where}"
+        score, se = float(cand["score"]), float(cand["se"])
+        chosen.append({
+            "config_id": cand["config"], "cell_ids": list(cand["cell_ids"]),
+            "score": score, "lo": max(0.0, score - z * se),
+            "hi": min(1.0, score + z * se), "se": se, "rung": rung["rung"],
+            "basis_used": f"observed at {where}", "interval_width": 2 * z * se,
+            "regime": regime.get(cand["config"]), "model": cand["model"],
+            "reward": cand["reward"], "guard": guard, "why": why, "rank": rank,
+            "reason": f"{why}: {score:.3f} +- {se:.3f} (SE) on the selection target at "
+                      f"{where}" + (f"; guard fired: {guard}" if guard else "")})
+    return [{key: _plain(val) for key, val in c.items()} for c in chosen]
 
 
 def targets(cells: pd.DataFrame) -> list[str]:

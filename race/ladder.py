@@ -174,3 +174,41 @@ def promote(candidates: list[dict], count: int) -> list[dict]:
                      key=lambda c: (-c["lcb"], c["config"]))  # ranked too, after the rest
     ranked += [c | {"promoted": False, "why": f"guard fired: {c['guard']}"} for c in guarded]
     return ranked
+
+
+def final_ranking(rungs: Sequence[Sequence[dict]]) -> list[dict]:
+    """Every config of a ladder, best first, from each rung's ranked candidates.
+
+    Args:
+        rungs: per rung (first to last), its candidates in the order the rung ranked them
+            (the last rung: unguarded by score; a lower rung: :func:`promote`'s order).
+            Each has ``config``, ``model`` (its policy size), ``score`` and ``guard``.
+
+    A config is read at the highest rung it reached (a promoted config whose cells failed
+    above is read where it last ran). Unguarded configs come first, guarded ones after
+    them (highest rung first). Within a policy size, a higher rung comes first whatever
+    its score: a config continued past a rung was ranked above the ones stopped there, on
+    more evidence. Across sizes, the sizes' orders are merged by score, so that a size
+    whose last-rung config was guarded competes with its best config stopped lower
+    instead of losing to a weaker size's last-rung config by default.
+
+    Returns the candidates (as given, plus ``rung``: 1-based index of the rung read).
+    """
+    read, seen = [], set()
+    for index in range(len(rungs) - 1, -1, -1):
+        for cand in rungs[index]:
+            if cand["config"] not in seen:
+                seen.add(cand["config"])
+                read.append(cand | {"rung": index + 1})
+    clean = [c for c in read if not c.get("guard")]
+    queues = {}  # per size, its configs in rung-then-rank order
+    for cand in clean:
+        queues.setdefault(cand["model"], []).append(cand)
+    merged = []
+    while queues:
+        size = max(queues, key=lambda m: (queues[m][0]["score"], queues[m][0]["rung"],
+                                          m))
+        merged.append(queues[size].pop(0))
+        if not queues[size]:
+            del queues[size]
+    return merged + [c for c in read if c.get("guard")]

@@ -11,6 +11,7 @@ from scipy import stats
 from race.aggregate import increments, ladder_selection
 from race.ladder import (
     DEFAULT_RUNGS,
+    final_ranking,
     ladder_cost,
     next_rung_bound,
     plan_ladder,
@@ -279,6 +280,51 @@ def test_increments_without_continuations_change_nothing():
     pdt.assert_frame_equal(increments(no_column), rung_cells().drop(columns="continues"))
 
 
+def scored(config, model, score, guard=None, promoted=None):
+    out = {"config": config, "model": model, "score": score, "guard": guard}
+    return out if promoted is None else out | {"promoted": promoted}
+
+
+def test_final_ranking_reads_each_config_at_the_highest_rung_it_reached():
+    rung1 = [scored("a", "s", 0.40, promoted=True), scored("b", "s", 0.45, promoted=False),
+             scored("c", "s", 0.10, promoted=False)]
+    rung2 = [scored("a", "s", 0.38)]
+    ranked = final_ranking([rung1, rung2])
+    # within one size the continued config comes first, though b scored higher lower down
+    assert [c["config"] for c in ranked] == ["a", "b", "c"]
+    assert [c["rung"] for c in ranked] == [2, 1, 1]
+    assert ranked[0]["score"] == 0.38  # read where it last ran
+
+
+def test_final_ranking_lets_a_size_whose_last_rung_config_was_guarded_compete_lower():
+    # the ladder kept one config per size; size m's fell at the last rung (drawdown), and
+    # size s's weak last-rung config must not win by default over m's stopped configs
+    rung1 = [scored("m1", "m", 0.89, promoted=True), scored("m2", "m", 0.88, promoted=False),
+             scored("m3", "m", 0.87, promoted=False), scored("s1", "s", 0.28, promoted=True),
+             scored("s2", "s", 0.25, promoted=False)]
+    rung2 = [scored("s1", "s", 0.29), scored("m1", "m", 0.80, guard="drawdown")]
+    ranked = final_ranking([rung1, rung2])
+    assert [c["config"] for c in ranked] == ["m2", "m3", "s1", "s2", "m1"]
+    assert [c["rung"] for c in ranked] == [1, 1, 2, 1, 2]
+
+
+def test_final_ranking_merges_sizes_by_score_at_the_same_rung():
+    last = [scored("m1", "m", 0.60), scored("s1", "s", 0.70)]
+    lower = [scored("m1", "m", 0.5, promoted=True), scored("s1", "s", 0.5, promoted=True),
+             scored("m2", "m", 0.65, promoted=False), scored("s2", "s", 0.4, promoted=False)]
+    ranked = final_ranking([lower, last])
+    # s1 (0.70) beats m1 (0.60) at the last rung; each size's stopped config follows its
+    # own last-rung config (m2 after m1 although m2 scored 0.65 at the rung below)
+    assert [c["config"] for c in ranked] == ["s1", "m1", "m2", "s2"]
+
+
+def test_final_ranking_keeps_a_promoted_config_whose_cells_failed_above():
+    rung1 = [scored("a", "s", 0.5, promoted=True), scored("b", "s", 0.4, promoted=False)]
+    rung2 = []  # a's continued cells failed: nothing read at rung 2
+    ranked = final_ranking([rung1, rung2])
+    assert [(c["config"], c["rung"]) for c in ranked] == [("a", 1), ("b", 1)]
+
+
 # ---------------------------------------------------------------- ladder selection
 
 
@@ -373,3 +419,17 @@ def test_guarded_candidates_are_ranked_by_their_bound_after_the_rest():
     ranked = promote(candidates, 1)
     assert [c["config"] for c in ranked] == ["clean", "high", "low"]
     assert [c["promoted"] for c in ranked] == [True, False, False]
+
+
+def test_ladder_selection_picks_a_stopped_config_when_its_size_fell_at_the_last_rung():
+    ladder = make_ladder()
+    # c6, the only tiny-m config at the last rung, falls; tiny-m's c7 was stopped at rung 1
+    ladder["rungs"][0]["candidates"].append(ladder_cand("c7", 0.90, 0.02, model="tiny-m",
+                                                        promoted=False))
+    ladder["rungs"][1]["candidates"][0] = ladder_cand("c6", 0.80, 0.05, model="tiny-m",
+                                                      guard="drawdown")
+    picks = ladder_selection(ladder, CONFIGS, k=3)
+    assert [p["config_id"] for p in picks] == ["c7", "c1", "c3"]
+    assert picks[0]["why"] == "ladder pick"
+    assert picks[0]["basis_used"] == "observed at rung 1 (F/64)"
+    assert picks[1]["why"] == "last rung"
