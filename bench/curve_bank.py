@@ -7,13 +7,15 @@ F/4, and the truth is the curve's end at F. The bank in ``bench/data/curve_bank.
 was produced by (the exact command, its checkpoints written out as numbers, and the git
 sha of the code that ran it are recorded in the file)::
 
-    race sweep selection.policy=flat pilot.fraction=1 grid.group_size=8 pilot.seed=0,1 \\
+    race sweep selection.policy=flat pilot.fraction=1 grid.group_size=8 pilot.seed=0,1,2 \\
         'pilot.checkpoints=[k/256 for k=1..3, 1/64, 1/32, 3/64, k/32 for k=2..32]' \\
         'pilot.eval_targets=[val,test]' pilot.eval_examples=300 sweep.name=curve-bank
 
 (the ladder's rung-1 checkpoints F/256 ... F/64, a flat 1/16 pilot's F/64 ... F/16, then
-every F/32), at the default learning rate 5e-5. ``val`` is scored on 300 problems at
-every checkpoint and on 1,000 at F; ``test`` on 300. The first bank, run at the earlier
+every F/32), at the default learning rate 5e-5. Seeds 0 and 1 ran first; seed 2 was added
+by the same command with ``pilot.seed=0,1,2`` from the same commit, which resumes the
+sweep. ``val`` is scored on 300 problems at every checkpoint and on 1,000 at F; ``test``
+on 300. The first bank, run at the earlier
 default lr 5e-4, is kept as ``bench/data/curve_bank_lr5e-4.json.gz``.
 
 Usage: ``python bench/curve_bank.py SWEEP_DIR [--out bench/data/curve_bank.json.gz]``.

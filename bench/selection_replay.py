@@ -20,6 +20,8 @@ Policies:
   ``race.ladder.final_ranking``'s first, as in a sweep.
 - ``ladder+guards``: the ladder, with ``race.guards`` on every rung's curve (a guarded
   config is neither promoted nor picked while an unguarded one is left).
+- ``ladder+guards@1``: the same at ``race sweep``'s default pilot compute, one full run
+  (the rungs shrink only when they would cost more).
 - ``random``: a uniformly random config (the expectation over configs).
 - ``oracle``: the truth's best (regret 0 by definition).
 
@@ -174,10 +176,10 @@ def flat(configs, draw, *, sigmoid=False, **_):
 
 
 def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=1.0,
-           rungs=DEFAULT_RUNGS, reduction=4, **_):
+           rungs=DEFAULT_RUNGS, reduction=4, share=None, **_):
     sizes = {c["model"] for c in configs.values()}
     plan = plan_ladder(len(configs), n_sizes=len(sizes), rungs=rungs, reduction=reduction,
-                       share=len(configs) * FLAT)
+                       share=len(configs) * FLAT if share is None else share)
     checkpoints = next(iter(configs.values()))["curves"][draw[next(iter(configs))]].fraction
     read = [float(checkpoints[checkpoints <= r + 1e-9].max()) for r in plan.rungs]
     alive = list(configs)
@@ -209,7 +211,8 @@ def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=1.0,
 
 
 def random_policy(configs, draw, **_):
-    order = sorted(configs, key=lambda c: zlib.crc32(f"{c}-{draw[c]}".encode()))
+    key = ",".join(f"{c}:{draw[c]}" for c in sorted(draw))  # one random order per replicate
+    order = sorted(configs, key=lambda c: zlib.crc32(f"{c}-{key}".encode()))
     return order, 0.0, {}
 
 
@@ -222,6 +225,8 @@ POLICIES = {
     "flat+sigmoid": lambda configs, draw, **kw: flat(configs, draw, sigmoid=True, **kw),
     "ladder": ladder,
     "ladder+guards": lambda configs, draw, **kw: ladder(configs, draw, use_guards=True, **kw),
+    "ladder+guards@1": lambda configs, draw, **kw: ladder(configs, draw, use_guards=True,
+                                                         share=1.0, **kw),
     "random": random_policy,
     "oracle": oracle,
 }
@@ -347,13 +352,13 @@ def tune_guards(configs, draws) -> guards.GuardThresholds:
 
 
 def table(rows: list[dict], configs: dict) -> str:
-    lines = [f"{'policy':<14}{'regret':>8}{'se':>7}{'test':>7}{'kendall [90% CI]':>24}"
+    lines = [f"{'policy':<16}{'regret':>8}{'se':>7}{'test':>7}{'kendall [90% CI]':>24}"
              f"{'spearman [90% CI]':>24}{'catastr.':>10}{'cost':>7}{'+eval':>7}  picks"]
     for r in rows:
         counts = collections.Counter(configs[p]["label"] for p in r["picks"])
         picks = ", ".join(f"{label} {n / len(r['picks']):.0%}"
                           for label, n in counts.most_common())
-        lines.append(f"{r['policy']:<14}{r['top1_regret']:>8.3f}{r['se']:>7.3f}"
+        lines.append(f"{r['policy']:<16}{r['top1_regret']:>8.3f}{r['se']:>7.3f}"
                      f"{r['test_regret']:>7.3f}"
                      f"{r['kendall']:>8.2f} [{r['kendall_ci'][0]:5.2f},{r['kendall_ci'][1]:5.2f}]"
                      f"{r['spearman']:>8.2f} [{r['spearman_ci'][0]:5.2f},"

@@ -11,7 +11,8 @@ never at F: the accuracy at this rung, plus the trend of its last checkpoints ca
 one rung further (a line in log FLOPs), minus ``z`` standard errors of both. A config
 whose guards fired (:mod:`race.guards`) is never promoted, and each policy size keeps at
 least one config as long as it has an unguarded one, so that the size axis is decided
-at the last rung too.
+at the last rung too. The pick (:func:`final_ranking`) reads each config at the highest
+rung it reached: unguarded first, the higher rung first within a size, sizes by score.
 """
 
 from __future__ import annotations
