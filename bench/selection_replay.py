@@ -62,7 +62,14 @@ from scipy import stats
 
 from race import guards
 from race.aggregate import fit_curve
-from race.ladder import DEFAULT_RUNGS, final_ranking, next_rung_bound, plan_ladder, promote
+from race.ladder import (
+    DEFAULT_RUNGS,
+    final_ranking,
+    next_rung_bound,
+    plan_ladder,
+    promote,
+    rank_last_rung,
+)
 
 BANK = Path(__file__).parent / "data" / "curve_bank.json.gz"
 TARGET = "val"
@@ -164,8 +171,8 @@ def load_bank(path: Path) -> tuple[dict, dict[str, dict]]:
 
 # ------------------------------------------------------------------ policies
 # Each takes the configs and a replicate (config id -> the seed whose curve it reads),
-# returns (ranking best first, charged share, number
-# of pilots run to each budget {fraction: pilots}).
+# and returns (ranking best first, charged share, pilots run to each budget
+# {fraction: pilots}).
 
 
 def flat(configs, draw, *, sigmoid=False, **_):
@@ -180,7 +187,8 @@ def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=1.0,
     sizes = {c["model"] for c in configs.values()}
     plan = plan_ladder(len(configs), n_sizes=len(sizes), rungs=rungs, reduction=reduction,
                        share=len(configs) * FLAT if share is None else share)
-    checkpoints = next(iter(configs.values()))["curves"][draw[next(iter(configs))]].fraction
+    first = next(iter(configs))
+    checkpoints = configs[first]["curves"][draw[first]].fraction
     read = [float(checkpoints[checkpoints <= r + 1e-9].max()) for r in plan.rungs]
     alive = list(configs)
     ranked_rungs: list[list[dict]] = []
@@ -201,8 +209,7 @@ def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=1.0,
                                "guard": curve.guard(fraction, thresholds) if use_guards
                                else None})
         if index + 1 == len(read):
-            ranked_rungs.append(sorted(candidates, key=lambda c: (bool(c["guard"]),
-                                                                  -c["score"], c["config"])))
+            ranked_rungs.append(rank_last_rung(candidates))
             break
         ranked = promote(candidates, plan.counts[index + 1])
         ranked_rungs.append(ranked)

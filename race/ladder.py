@@ -177,12 +177,18 @@ def promote(candidates: list[dict], count: int) -> list[dict]:
     return ranked
 
 
+def rank_last_rung(candidates: list[dict]) -> list[dict]:
+    """The last rung's candidates in rank order: unguarded by score, then guarded by score
+    (nothing is promoted from the last rung)."""
+    return sorted(candidates, key=lambda c: (bool(c.get("guard")), -c["score"], c["config"]))
+
+
 def final_ranking(rungs: Sequence[Sequence[dict]]) -> list[dict]:
     """Every config of a ladder, best first, from each rung's ranked candidates.
 
     Args:
         rungs: per rung (first to last), its candidates in the order the rung ranked them
-            (the last rung: unguarded by score; a lower rung: :func:`promote`'s order).
+            (the last rung: :func:`rank_last_rung`; a lower rung: :func:`promote`).
             Each has ``config``, ``model`` (its policy size), ``score`` and ``guard``.
 
     A config is read at the highest rung it reached (a promoted config whose cells failed

@@ -25,7 +25,7 @@ from race import results
 from race.errors import UsageError
 from race.fmt import fmt_flops
 from race.grid import Plan
-from race.ladder import next_rung_bound, promote
+from race.ladder import next_rung_bound, promote, rank_last_rung
 
 
 def sweep_name(plan: Plan) -> str:
@@ -274,8 +274,7 @@ def run_ladder(plan: Plan, cfg, sweep_dir: Path, me: dict) -> dict:
         candidates = rung_candidates(sweep_dir, specs, config_of, next_flops,
                                      z=selection.z, thresholds=selection.guards.thresholds())
         count = ladder.counts[index + 1] if not last else 0
-        ranked = promote(candidates, count) if not last else sorted(
-            candidates, key=lambda c: (c["guard"] is not None, -c["score"], c["config"]))
+        ranked = promote(candidates, count) if not last else rank_last_rung(candidates)
         rungs.append({"rung": index + 1, "fraction": fraction, "budget_flops": full * fraction,
                       "cells": {s.cell_id: config_of[s.cell_id] for s in specs},
                       "candidates": ranked, "promote": count})

@@ -16,6 +16,7 @@ from race.ladder import (
     next_rung_bound,
     plan_ladder,
     promote,
+    rank_last_rung,
     rung_counts,
     trend_per_log_flops,
 )
@@ -283,6 +284,12 @@ def test_increments_without_continuations_change_nothing():
 def scored(config, model, score, guard=None, promoted=None):
     out = {"config": config, "model": model, "score": score, "guard": guard}
     return out if promoted is None else out | {"promoted": promoted}
+
+
+def test_the_last_rung_ranks_unguarded_by_score_then_guarded():
+    ranked = rank_last_rung([scored("a", "s", 0.5, guard="drawdown"), scored("b", "s", 0.3),
+                             scored("c", "m", 0.4), scored("d", "m", 0.9, guard="hacking")])
+    assert [c["config"] for c in ranked] == ["c", "b", "d", "a"]
 
 
 def test_final_ranking_reads_each_config_at_the_highest_rung_it_reached():
