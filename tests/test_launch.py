@@ -215,6 +215,14 @@ launch(tasks, cfg, folder / "submitit", job=SleepJob())
 '''
 
 
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (those of every thread)."""
+    found = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        found += [int(c) for c in children.read_text().split()]
+    return found
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -232,8 +240,11 @@ def test_ctrl_c_or_sigterm_stops_every_local_pilot(tmp_path, signum):
 
     script = tmp_path / "sweep_stand_in.py"
     script.write_text(STAND_IN)
+    # a sweep started from a terminal; a shell without job control (`cmd &` in a script)
+    # would hand it SIGINT ignored, and Ctrl-C could not reach it
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     pids = []
     while len(pids) < 2 and time.monotonic() < deadline and proc.poll() is None:
@@ -242,13 +253,23 @@ def test_ctrl_c_or_sigterm_stops_every_local_pilot(tmp_path, signum):
         time.sleep(0.2)
     assert len(pids) == 2, proc.communicate(timeout=30)
     assert all(_alive(pid) for pid in pids)
+    controllers = _children(proc.pid)  # submitit's local controllers, one per slot
+    assert len(controllers) == 2, controllers
     proc.send_signal(getattr(signal, signum))
-    proc.communicate(timeout=60)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"the sweep process did not exit within 60 s of {signum}; still alive: "
+                    f"pilots {[p for p in pids if _alive(p)]}, controllers "
+                    f"{[c for c in controllers if _alive(c)]} of {controllers}")
     assert proc.returncode != 0
     stop = time.monotonic() + 10
-    while any(_alive(pid) for pid in pids) and time.monotonic() < stop:
+    everything = pids + controllers
+    while any(_alive(pid) for pid in everything) and time.monotonic() < stop:
         time.sleep(0.2)
-    assert not any(_alive(pid) for pid in pids), [p for p in pids if _alive(p)]
+    assert not any(_alive(pid) for pid in everything), [p for p in everything if _alive(p)]
+    proc.communicate(timeout=10)  # every holder of its pipes has exited
 
 
 def test_parse_squeue_reads_job_ids_and_states():
