@@ -289,14 +289,19 @@ def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
     best_test = max(c["truth_test"] for c in configs.values())
     test_regrets = []
     charged_shares, eval_shares, rankings = [], [], []
+    full = bank_full(configs)
+    # a uniformly random pick, in expectation over the configs
+    anyone = {"regret": configs[best]["truth"] - np.mean([c["truth"] for c in configs.values()]),
+              "catastrophe": np.mean([c["truth"] < c["start"] for c in configs.values()]),
+              "test": best_test - np.mean([c["truth_test"] for c in configs.values()])}
     for draw in draws:
         ranking, charged, pilots = POLICIES[name](configs, draw, **kw)
         rankings.append(ranking)
         pick = configs[ranking[0]]
-        if name == "random":  # the expectation over a uniformly random pick
-            regrets.append(configs[best]["truth"] - np.mean([c["truth"] for c in configs.values()]))
-            catastrophes.append(np.mean([c["truth"] < c["start"] for c in configs.values()]))
-            test_regrets.append(best_test - np.mean([c["truth_test"] for c in configs.values()]))
+        if name == "random":
+            regrets.append(anyone["regret"])
+            catastrophes.append(anyone["catastrophe"])
+            test_regrets.append(anyone["test"])
         else:
             regrets.append(configs[best]["truth"] - pick["truth"])
             catastrophes.append(float(pick["truth"] < pick["start"]))
@@ -307,7 +312,6 @@ def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
         charged_shares.append(charged)
         per_problem = np.mean([c["curves"][draw[cid]].eval_flops_per_problem
                                for cid, c in configs.items()])
-        full = bank_full(configs)
         eval_flops = sum(pilots.values()) * EVAL_PROBLEMS_PER_PILOT * per_problem
         eval_shares.append(charged + eval_flops / full)
     rng = np.random.default_rng(0)
