@@ -13,10 +13,11 @@ Policies:
 - ``flat``: every config piloted to F/16; pick the best last value (val at F/16).
 - ``flat+sigmoid``: the same pilots; a sigmoid fitted to each curve and extrapolated to
   F when its interval is at most 0.3 wide, else the last value (RACE's flat default).
-- ``ladder``: successive halving on RACE's default rungs F/64 -> F/16 -> F/4 and
-  reduction 4 (``race.ladder``: promotion by the lower confidence bound at the next rung,
-  one config per size kept), shrunk by ``plan_ladder`` to the flat grid's pilot compute,
-  each rung read at the bank's last checkpoint at or below it; the pick is
+- ``ladder``: successive halving on RACE's default rungs and reduction
+  (``race.config.SelectionConfig``: F/48 -> F/24 -> F/12 -> F/6, halving; promotion by
+  the lower confidence bound at the next rung, one config per size kept), shrunk by
+  ``plan_ladder`` when it would cost more than the flat grid's pilot compute, each rung
+  read at the bank's last checkpoint at or below it; the pick is
   ``race.ladder.final_ranking``'s first, as in a sweep.
 - ``ladder+guards``: the ladder, with ``race.guards`` on every rung's curve (a guarded
   config is neither promoted nor picked while an unguarded one is left).
@@ -36,13 +37,18 @@ with the evaluation a real pilot of that policy runs (``eval``: RACE's pilot eva
 costed at the bank's measured eval FLOPs per problem), and how often each config was
 picked.
 
-The guard thresholds are tuned on half of the configs (the configs in the order of a hash
-of their ids, alternating) and reported on the other half, beside the all-config table
-with the defaults.
+Tuned on half of the configs, reported on the other half (beside the all-config table
+with RACE's defaults): first the ladder's geometry (``GEOMETRIES``: 2 to 4 rungs, each
+2 to 4 times the one before, every config halved, thirded or quartered at each; the
+first rung as late as the flat grid's compute allows), then the guard thresholds with
+that geometry. The halves: by group size when the bank has two (tuned on the larger G,
+whose configs ran first), else the configs in the order of a hash of their ids,
+alternating.
 
 Usage: ``python bench/selection_replay.py [--bank PATH] [--boot 2000]``.
-Last line: ``policy=ladder+guards top1_regret=R se=S within_size_kendall=K
-catastrophes=C pilot_cost_share=P``.
+Last lines: the held-out half's ``held-out: policy=ladder+guards ...``, then all
+configs at RACE's defaults, ``policy=ladder+guards top1_regret=R se=S
+within_size_kendall=K catastrophes=C pilot_cost_share=P``.
 """
 
 from __future__ import annotations
@@ -62,9 +68,10 @@ from scipy import stats
 
 from race import guards
 from race.aggregate import fit_curve
+from race.config import SelectionConfig
 from race.ladder import (
-    DEFAULT_RUNGS,
     final_ranking,
+    geometric_rungs,
     next_rung_bound,
     plan_ladder,
     promote,
@@ -79,6 +86,10 @@ FLAT = 1 / 16
 EVAL_PROBLEMS_PER_PILOT = 4 * 3 * 128 + 1000 + 2 * 128
 SIGMOID_MAX_WIDTH = 0.3
 BOOT_RANKINGS = 16  # replicates' rankings the bootstrap of Kendall/Spearman resamples
+DEFAULTS = SelectionConfig()  # the ladder `race sweep` runs
+# ladder geometries tuned on the tuning half: (rungs, reduction), each rung `reduction`
+# times the one before, the first as late as the flat grid's compute allows
+GEOMETRIES = [(n, r) for r in (4, 3, 2) for n in (3, 2, 4)]
 
 
 class Curve:
@@ -149,6 +160,7 @@ def load_bank(path: Path) -> tuple[dict, dict[str, dict]]:
     for cell in bank["cells"]:
         config = configs.setdefault(cell["config"], {
             "config": cell["config"], "model": cell["model"], "reward": cell["reward"],
+            "group_size": cell["group_size"],
             "label": f"{cell['model']}/{cell['reward']} G{cell['group_size']} "
                      f"mu{cell['update_epochs']}", "curves": {}})
         config["curves"][cell["seed"]] = Curve(cell, full)
@@ -182,11 +194,11 @@ def flat(configs, draw, *, sigmoid=False, **_):
     return ranking, len(configs) * FLAT, {FLAT: len(configs)}
 
 
-def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=1.0,
-           rungs=DEFAULT_RUNGS, reduction=4, share=None, **_):
-    sizes = {c["model"] for c in configs.values()}
-    plan = plan_ladder(len(configs), n_sizes=len(sizes), rungs=rungs, reduction=reduction,
-                       share=len(configs) * FLAT if share is None else share)
+def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFAULTS.z,
+           rungs=tuple(DEFAULTS.rungs), reduction=DEFAULTS.reduction, share=None,
+           fill=False, **_):
+    plan = ladder_plan(configs, rungs=rungs, reduction=reduction,
+                       share=len(configs) * FLAT if share is None else share, fill=fill)
     first = next(iter(configs))
     checkpoints = configs[first]["curves"][draw[first]].fraction
     read = [float(checkpoints[checkpoints <= r + 1e-9].max()) for r in plan.rungs]
@@ -215,6 +227,12 @@ def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=1.0,
         ranked_rungs.append(ranked)
         alive = [c["config"] for c in ranked if c["promoted"]]
     return [c["config"] for c in final_ranking(ranked_rungs)], charged, pilots
+
+
+def ladder_plan(configs, *, rungs, reduction, share, fill):
+    """The ladder ``race.ladder.plan_ladder`` plans for ``configs`` (one cell each)."""
+    return plan_ladder(len(configs), n_sizes=len({c["model"] for c in configs.values()}),
+                       rungs=rungs, reduction=reduction, share=share, fill=fill)
 
 
 def random_policy(configs, draw, **_):
@@ -272,15 +290,16 @@ def _within_size(configs, ranking, method) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def replicates(configs: dict, seeds: list, *, most: int = 512, seed: int = 0) -> list[dict]:
+def replicates(configs: dict, *, most: int = 512, seed: int = 0) -> list[dict]:
     """One-seed sweeps to replay: each config's curve from one of its seeds, drawn
     independently per config (the configs' runs are independent). Every combination when
     there are at most ``most``, else ``most`` of them drawn at random (seeded)."""
     ids = sorted(configs)
-    if len(seeds) ** len(ids) <= most:
-        return [dict(zip(ids, combo)) for combo in itertools.product(seeds, repeat=len(ids))]
+    seeds = [sorted(configs[c]["curves"]) for c in ids]
+    if math.prod(map(len, seeds)) <= most:
+        return [dict(zip(ids, combo)) for combo in itertools.product(*seeds)]
     rng = np.random.default_rng(seed)
-    return [dict(zip(ids, rng.choice(seeds, len(ids)).tolist())) for _ in range(most)]
+    return [{c: int(rng.choice(s)) for c, s in zip(ids, seeds)} for _ in range(most)]
 
 
 def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
@@ -350,13 +369,49 @@ def bank_full(configs: dict) -> float:
     return next(iter(next(iter(configs.values()))["curves"].values())).full
 
 
-def tune_guards(configs, draws) -> guards.GuardThresholds:
+def halves(configs: dict) -> tuple[dict, dict]:
+    """The tuning half and the held-out half. By group size when the bank has two (tuned on
+    the larger G, whose configs ran first); else the configs in the order of a hash of
+    their ids, alternating."""
+    group_sizes = sorted({c["group_size"] for c in configs.values()})
+    if len(group_sizes) == 2:
+        tune = [c for c in configs if configs[c]["group_size"] == group_sizes[1]]
+        held = [c for c in configs if configs[c]["group_size"] == group_sizes[0]]
+    else:
+        order = sorted(configs, key=lambda c: zlib.crc32(c.encode()))
+        tune, held = order[0::2], order[1::2]
+    return {c: configs[c] for c in tune}, {c: configs[c] for c in held}
+
+
+def geometry(n_rungs: int, reduction: int) -> dict:
+    """A ladder geometry as ``ladder``'s keyword arguments (first rung as late as the share
+    allows)."""
+    return {"rungs": geometric_rungs(n_rungs, reduction), "reduction": reduction,
+            "fill": True}
+
+
+def tune_ladder(configs, draws) -> tuple[dict, list[dict]]:
+    """The geometry (of ``GEOMETRIES``) with the lowest ladder+guards regret on
+    ``configs`` (the tuning half) at the flat grid's compute; ties to fewer catastrophes,
+    then to the order of ``GEOMETRIES`` (the first design, three rungs of quartering,
+    first). Returns it and every candidate's scores."""
+    rows = []
+    for i, (n_rungs, reduction) in enumerate(GEOMETRIES):
+        kw = geometry(n_rungs, reduction)
+        row = score_policy("ladder+guards", configs, draws, boot=1, **kw)
+        rows.append(row | {"n_rungs": n_rungs, "reduction": reduction, "kw": kw, "order": i})
+    best = min(rows, key=lambda r: (round(r["top1_regret"], 6), r["catastrophes"],
+                                    r["order"]))
+    return best["kw"], rows
+
+
+def tune_guards(configs, draws, **kw) -> guards.GuardThresholds:
     """The guard thresholds with the lowest ladder+guards regret on ``configs`` (the
     tuning half), ties to the defaults' side (fewer guards firing)."""
     grid = [replace(guards.DEFAULT, floor=floor, z=z, reward_rise=rise)
             for floor in (0.02, 0.03, 0.05) for z in (1.0, 2.0, 3.0)
             for rise in (0.05, 0.1)]
-    scored = [(score_policy("ladder+guards", configs, draws, boot=1, thresholds=t)
+    scored = [(score_policy("ladder+guards", configs, draws, boot=1, thresholds=t, **kw)
                ["top1_regret"], -t.floor, -t.z, -t.reward_rise, i)
               for i, t in enumerate(grid)]
     return grid[min(scored)[-1]]
@@ -378,41 +433,65 @@ def table(rows: list[dict], configs: dict) -> str:
     return "\n".join(lines)
 
 
+def summary(row: dict) -> str:
+    return (f"policy={row['policy']} top1_regret={row['top1_regret']:.4f} se={row['se']:.4f} "
+            f"within_size_kendall={row['kendall']:.3f} catastrophes={row['catastrophes']:.2f} "
+            f"pilot_cost_share={row['pilot_cost_share']:.4f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bank", type=Path, default=BANK)
     parser.add_argument("--boot", type=int, default=2000)
     args = parser.parse_args()
     bank, configs = load_bank(args.bank)
-    seeds = sorted({s for c in configs.values() for s in c["curves"]})
+    seeds = collections.Counter(len(c["curves"]) for c in configs.values())
     sizes = sorted({c["model"] for c in configs.values()})
-    print(f"bank: {len(configs)} configs x {len(seeds)} seeds ({', '.join(sizes)}), full "
-          f"budget F = {bank['budget_flops']:.3g} FLOPs, git {bank['git_sha'][:10]}")
-    print(f"command: {bank['command']}")
+    print(f"bank: {len(configs)} configs ("
+          + ", ".join(f"{n} x {k} seeds" for k, n in sorted(seeds.items(), reverse=True))
+          + f"; {', '.join(sizes)}), full budget F = {bank['budget_flops']:.3g} FLOPs, git "
+          f"{bank['git_sha'][:10]}")
+    for run in bank.get("runs") or [bank]:
+        cells = f" ({len(run['cells'])} cells)" if "cells" in run else ""
+        print(f"command{cells}: {run['command']}")
     print("truth (val at F, mean of seeds, SE over seeds; warm start in brackets):")
     for c in sorted(configs.values(), key=lambda c: -c["truth"]):
         print(f"  {c['label']:<24} {c['truth']:.3f} +- {c['truth_se']:.3f}  "
-              f"[start {c['start']:.3f}]")
-    draws = replicates(configs, seeds)
-    print(f"\nall configs, default guard thresholds ({len(draws)} replicates: one-seed "
-          f"sweeps, each config's seed drawn independently)")
+              f"[start {c['start']:.3f}]  ({len(c['curves'])} seeds)")
+    draws = replicates(configs)
+    rungs = " -> ".join(f"{r:g}" for r in DEFAULTS.rungs)
+    print(f"\nall configs, RACE's defaults (rungs {rungs} F, reduction {DEFAULTS.reduction}, "
+          f"default guard thresholds; {len(draws)} replicates: one-seed sweeps, each "
+          f"config's seed drawn independently)")
     rows = [score_policy(name, configs, draws, boot=args.boot) for name in POLICIES]
     print(table(rows, configs))
-    # two halves of equal size: configs in the order of a hash of their ids, alternating
-    order = sorted(configs, key=lambda c: zlib.crc32(c.encode()))
-    tune = {c: configs[c] for c in order[0::2]}
-    held = {c: configs[c] for c in order[1::2]}
-    thresholds = tune_guards(tune, replicates(tune, seeds))
-    print(f"\nguard thresholds tuned on {len(tune)} configs (floor {thresholds.floor}, z "
-          f"{thresholds.z}, reward_rise {thresholds.reward_rise}); on the other {len(held)}:")
-    held_rows = [score_policy(name, held, replicates(held, seeds), boot=args.boot,
-                              thresholds=thresholds)
+
+    tune, held = halves(configs)
+    tune_draws = replicates(tune)
+    chosen, candidates = tune_ladder(tune, tune_draws)
+    print(f"\nladder geometry tuned on {len(tune)} configs ("
+          + ", ".join(sorted({configs[c]["label"].split()[1] for c in tune}))
+          + f"), ladder+guards at the flat grid's compute ({len(tune) * FLAT:.3g}), first "
+          f"rung as late as that allows:")
+    print(f"{'rungs':>6}{'reduction':>10}{'first rung':>12}{'regret':>8}{'catastr.':>10}"
+          f"{'cost':>7}")
+    for r in candidates:
+        first = ladder_plan(tune, share=len(tune) * FLAT, **r["kw"]).rungs[0]
+        print(f"{r['n_rungs']:>6}{r['reduction']:>10}{'F/%.0f' % (1 / first):>12}"
+              f"{r['top1_regret']:>8.3f}{r['catastrophes']:>10.2f}"
+              f"{r['pilot_cost_share']:>7.3f}" + ("  <- chosen" if r["kw"] is chosen else ""))
+    thresholds = tune_guards(tune, tune_draws, **chosen)
+    print(f"guard thresholds tuned on the same configs with that geometry: floor "
+          f"{thresholds.floor}, z {thresholds.z}, reward_rise {thresholds.reward_rise}")
+    held_draws = replicates(held)
+    print(f"\nthe held-out {len(held)} configs, tuned geometry and thresholds "
+          f"({len(held_draws)} replicates):")
+    held_rows = [score_policy(name, held, held_draws, boot=args.boot,
+                              thresholds=thresholds, **chosen)
                  for name in POLICIES]
     print(table(held_rows, configs))
-    final = next(r for r in rows if r["policy"] == "ladder+guards")
-    print(f"\npolicy=ladder+guards top1_regret={final['top1_regret']:.4f} se={final['se']:.4f} "
-          f"within_size_kendall={final['kendall']:.3f} catastrophes={final['catastrophes']:.2f} "
-          f"pilot_cost_share={final['pilot_cost_share']:.4f}")
+    print("\nheld-out: " + summary(next(r for r in held_rows if r["policy"] == "ladder+guards")))
+    print(summary(next(r for r in rows if r["policy"] == "ladder+guards")))
 
 
 if __name__ == "__main__":

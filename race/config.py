@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
-from race import catalog, guards
+from race import catalog, guards, ladder
 from race.budget import reward_shape
 from race.devices import DEVICES, DTYPES
 from race.errors import UnknownName, UsageError
@@ -247,10 +247,11 @@ class SelectionConfig:
     # ladder: successive halving (every config to the first rung, the best continued from
     # their checkpoints to the next) | flat: every cell at pilot.fraction x budget
     policy: str = "ladder"
-    # ladder rung budgets, fractions of the full budget (ascending; the last below 1)
-    rungs: list[float] = field(default_factory=lambda: [0.015625, 0.0625, 0.25])
+    # ladder rung budgets, fractions of the full budget (ascending; the last below 1):
+    # F/48, F/24, F/12, F/6
+    rungs: list[float] = field(default_factory=lambda: list(ladder.DEFAULT_RUNGS))
     # each rung keeps the best 1/reduction of the configs (at least one per policy size)
-    reduction: int = 4
+    reduction: int = ladder.DEFAULT_REDUCTION
     # the ladder's total pilot compute, as a share of one full run (rungs shrink to fit)
     share: float = 1.0
     # promotion ranks by the next rung's predicted score minus z standard errors

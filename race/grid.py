@@ -400,7 +400,7 @@ def cost_warning(plan: Plan) -> str:
 
 
 def ladder_text(ladder: LadderPlan) -> str:
-    """``16 configs at F/64 -> 4 at F/16 -> 2 at F/4``, with seeds."""
+    """``16 configs at F/48 -> 8 at F/24 -> 4 at F/12 -> 2 at F/6``, with seeds."""
     rungs = " -> ".join(f"{count} at {fmt_fraction(rung)}"
                         for count, rung in zip(ladder.counts, ladder.rungs))
     seeds = f" (x{ladder.seeds} seeds)" if ladder.seeds > 1 else ""

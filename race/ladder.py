@@ -1,10 +1,12 @@
 """The successive-halving ladder: which configs get more pilot compute (pure, no IO).
 
-Every config runs to the first rung (a fraction of the full budget F, e.g. F/64); the
-best ``1/reduction`` of them continue from their checkpoints to the next rung (F/16),
-the best of those to the last (F/4). The same pilot compute as a flat grid of 1/16
-pilots is spent on fewer, longer runs, so the decision rests on curves 4x nearer the full
-budget (multi-fidelity search: successive halving, Hyperband, ASHA).
+Every config runs to the first rung (a fraction of the full budget F, by default F/48);
+the best ``1/reduction`` of them (half) continue from their checkpoints to the next rung
+(F/24), the best half of those to F/12, and the best of those to F/6. Less pilot
+compute than a flat grid of 1/16 pilots is spent on fewer, longer runs, so the decision
+rests on curves nearer the full budget (multi-fidelity search: successive halving,
+Hyperband, ASHA). Halving, not quartering: on this task configs of one size separate
+only from about F/32, so a deep early cut is made on noise.
 
 Promotion ranks configs by a *lower confidence bound of their score at the next rung*,
 never at F: the accuracy at this rung, plus the trend of its last checkpoints carried
@@ -23,7 +25,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DEFAULT_RUNGS = (1 / 64, 1 / 16, 1 / 4)
+# Four rungs of halving, F/48 -> F/24 -> F/12 -> F/6: chosen on the curve bank's tuning
+# half over reductions 2-4 and 2-4 rungs (bench/selection_replay.py, docs/reports.md).
+DEFAULT_RUNGS = (1 / 48, 1 / 24, 1 / 12, 1 / 6)
+DEFAULT_REDUCTION = 2
+
+
+def geometric_rungs(n_rungs: int, reduction: int) -> tuple[float, ...]:
+    """``n_rungs`` rungs, each ``reduction`` times the one before, the last at F/reduction
+    (``geometric_rungs(3, 4)`` is F/64 -> F/16 -> F/4): each rung gives its configs as
+    many times more compute as it keeps fewer of them."""
+    return tuple(float(reduction) ** -(n_rungs - i) for i in range(n_rungs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,16 +93,20 @@ def ladder_cost(rungs: Sequence[float], counts: Sequence[int], seeds: int) -> fl
 
 
 def plan_ladder(n_configs: int, *, seeds: int = 1, n_sizes: int = 1,
-                rungs: Sequence[float] = DEFAULT_RUNGS, reduction: int = 4,
-                share: float = 1.0) -> LadderPlan:
+                rungs: Sequence[float] = DEFAULT_RUNGS,
+                reduction: int = DEFAULT_REDUCTION, share: float = 1.0,
+                fill: bool = False) -> LadderPlan:
     """The ladder for ``n_configs`` configs of ``seeds`` cells each.
 
     When the rungs as given would cost more than ``share`` of one full run (a large
     grid), every rung shrinks by one factor until the ladder costs exactly ``share``.
+    With ``fill``, cheaper rungs also grow by one factor to cost ``share`` (the first
+    rung as late as the share allows), as long as the last stays within F.
     """
     counts = rung_counts(n_configs, len(rungs), reduction, n_sizes)
     cost = ladder_cost(rungs, counts, seeds)
-    scale = min(1.0, share / cost) if cost > 0 else 1.0
+    scale = share / cost if cost > 0 else 1.0
+    scale = min(scale, 1 / rungs[-1]) if fill else min(scale, 1.0)
     return LadderPlan(tuple(r * scale for r in rungs), counts, seeds, cost * scale, scale)
 
 
@@ -197,11 +213,15 @@ def final_ranking(rungs: Sequence[Sequence[dict]]) -> list[dict]:
     its score: a config continued past a rung was ranked above the ones stopped there, on
     more evidence. Across sizes, the sizes' orders are merged by score, so that a size
     whose last-rung config was guarded competes with its best config stopped lower
-    instead of losing to a weaker size's last-rung config by default.
+    instead of losing to a weaker size's last-rung config by default. Configs read at
+    different rungs are compared at the highest rung both reached (on rising curves a
+    higher rung scores higher for its compute alone).
 
     Returns the candidates (as given, plus ``rung``: 1-based index of the rung read).
     """
     read, seen = [], set()
+    score_at = {(c["config"], index + 1): c["score"] for index, rung in enumerate(rungs)
+                for c in rung}
     for index in range(len(rungs) - 1, -1, -1):
         for cand in rungs[index]:
             if cand["config"] not in seen:
@@ -213,8 +233,9 @@ def final_ranking(rungs: Sequence[Sequence[dict]]) -> list[dict]:
         queues.setdefault(cand["model"], []).append(cand)
     merged = []
     while queues:
-        size = max(queues, key=lambda m: (queues[m][0]["score"], queues[m][0]["rung"],
-                                          m))
+        common = min(q[0]["rung"] for q in queues.values())  # every head reached it
+        size = max(queues, key=lambda m: (score_at[queues[m][0]["config"], common],
+                                          queues[m][0]["rung"], m))
         merged.append(queues[size].pop(0))
         if not queues[size]:
             del queues[size]

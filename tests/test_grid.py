@@ -106,9 +106,9 @@ def test_plan_summary_reports_pilot_cost_as_share_of_a_full_run():
     plan = plan_grid(["selection.policy=flat"])
     assert "100.0% of one full-budget run" in plan_summary(plan)
     ladder = plan_summary(plan_grid([]))  # the default: a ladder, 16 configs of 2 sizes
-    # 16 x 1/64 + 4 x (1/16 - 1/64) + 2 x (1/4 - 1/16) = 0.25 + 0.1875 + 0.375 = 0.8125
-    assert "ladder 16 at F/64 -> 4 at F/16 -> 2 at F/4" in ladder
-    assert "81.2% of one full-budget run" in ladder and "pilot.fraction=0.0625: 100.0%" in ladder
+    # 16/48 + 8 x (1/24 - 1/48) + 4 x (1/12 - 1/24) + 2 x (1/6 - 1/12) = 40/48
+    assert "ladder 16 at F/48 -> 8 at F/24 -> 4 at F/12 -> 2 at F/6" in ladder
+    assert "83.3% of one full-budget run" in ladder and "pilot.fraction=0.0625: 100.0%" in ladder
 
 
 def test_conf_grid_rewards_that_do_not_fit_a_chosen_policy_are_refused_not_fatal():
@@ -146,5 +146,5 @@ def test_plan_of_a_budget_list_plans_one_ladder_per_budget(capsys):
     assert cli.main(["plan", "budget=1e12,4e12", "model=tiny-s,tiny-m"]) == 0
     out = capsys.readouterr().out
     assert out.index("== budget=1e+12 ==") < out.index("== budget=4e+12 ==")
-    assert out.count("ladder 16 at F/64 -> 4 at F/16 -> 2 at F/4") == 2
+    assert out.count("ladder 16 at F/48 -> 8 at F/24 -> 4 at F/12 -> 2 at F/6") == 2
     assert "full-run budget F = 1.00e+12" in out and "full-run budget F = 4.00e+12" in out

@@ -12,6 +12,7 @@ from race.aggregate import increments, ladder_selection
 from race.ladder import (
     DEFAULT_RUNGS,
     final_ranking,
+    geometric_rungs,
     ladder_cost,
     next_rung_bound,
     plan_ladder,
@@ -59,34 +60,54 @@ def test_ladder_cost_pays_each_rung_only_its_increment():
 
 
 def test_plan_ladder_for_a_small_grid_fits_unscaled():
-    plan = plan_ladder(16, n_sizes=2, rungs=DEFAULT_RUNGS, reduction=4)
-    assert plan.counts == (16, 4, 2)
-    assert plan.rungs == pytest.approx((1 / 64, 1 / 16, 1 / 4))
-    assert plan.cost_share == pytest.approx(0.8125)
+    plan = plan_ladder(16, n_sizes=2)  # the default: halving over F/48 .. F/6
+    assert plan.counts == (16, 8, 4, 2)
+    assert plan.rungs == pytest.approx((1 / 48, 1 / 24, 1 / 12, 1 / 6))
+    # 16/48 + 8 * (1/24 - 1/48) + 4 * (1/12 - 1/24) + 2 * (1/6 - 1/12) = 40/48
+    assert plan.cost_share == pytest.approx(40 / 48)
     assert plan.scaled == 1.0
     assert plan.seeds == 1
-    # one size: 16 * 1/64 + 4 * 3/64 + 1 * 12/64 = (16 + 12 + 12) / 64 = 0.625
-    single = plan_ladder(16, n_sizes=1)
+    # quartering, one size: 16 * 1/64 + 4 * 3/64 + 1 * 12/64 = (16 + 12 + 12) / 64
+    single = plan_ladder(16, n_sizes=1, rungs=(1 / 64, 1 / 16, 1 / 4), reduction=4)
     assert single.counts == (16, 4, 1)
     assert single.cost_share == pytest.approx(0.625)
-    # two seeds with room for them (share 2): 2 * 0.8125 = 1.625, still unscaled
+    # ... two sizes keep one each at the last rung: 2 * 12/64 instead of 1 * 12/64
+    assert plan_ladder(16, n_sizes=2, rungs=(1 / 64, 1 / 16, 1 / 4), reduction=4
+                       ).counts == (16, 4, 2)
+    # two seeds with room for them (share 2): every cell twice, still unscaled
     seeded = plan_ladder(16, seeds=2, n_sizes=2, share=2.0)
-    assert seeded.cost_share == pytest.approx(1.625)
+    assert seeded.cost_share == pytest.approx(2 * 40 / 48)
     assert seeded.scaled == 1.0
     assert seeded.seeds == 2
 
 
 def test_plan_ladder_shrinks_every_rung_of_a_large_grid_by_one_factor():
     plan = plan_ladder(192, n_sizes=2, share=1.0)
-    # counts 192 -> 48 -> 12
-    assert plan.counts == (192, 48, 12)
-    # as given: 192/64 + 48 * 3/64 + 12 * 12/64 = 3 + 2.25 + 2.25 = 7.5 full runs
-    assert plan.scaled == pytest.approx(1 / 7.5)
-    assert plan.scaled < 1
+    assert plan.counts == (192, 96, 48, 24)
+    # as given: 192/48 + 96/48 + 48 * 2/48 + 24 * 4/48 = 4 + 2 + 2 + 2 = 10 full runs
+    assert plan.scaled == pytest.approx(1 / 10)
     assert plan.cost_share == pytest.approx(1.0)
-    assert plan.rungs == pytest.approx(tuple(r / 7.5 for r in DEFAULT_RUNGS))
+    assert plan.rungs == pytest.approx(tuple(r / 10 for r in DEFAULT_RUNGS))
     # the shrunk rungs cost exactly the share
     assert ladder_cost(plan.rungs, plan.counts, plan.seeds) == pytest.approx(1.0)
+
+
+def test_plan_ladder_with_fill_places_the_first_rung_as_late_as_the_share_allows():
+    rungs = geometric_rungs(3, 4)
+    assert rungs == pytest.approx((1 / 64, 1 / 16, 1 / 4))
+    assert geometric_rungs(2, 2) == pytest.approx((1 / 4, 1 / 2))
+    # 8 configs of 2 sizes cost 8/64 + 2 * 3/64 + 2 * 12/64 = 38/64 as given; a share of
+    # 3/4 grows them by (48/64) / (38/64); without fill they stay as given
+    plan = plan_ladder(8, n_sizes=2, rungs=rungs, reduction=4, share=0.75, fill=True)
+    assert plan.scaled == pytest.approx(48 / 38)
+    assert plan.cost_share == pytest.approx(0.75)
+    assert plan_ladder(8, n_sizes=2, rungs=rungs, reduction=4, share=0.75).scaled == 1.0
+    # a share below their cost shrinks them, fill or not
+    assert plan_ladder(8, n_sizes=2, rungs=rungs, reduction=4, share=0.5,
+                       fill=True).scaled == pytest.approx(32 / 38)
+    grown = plan_ladder(8, n_sizes=2, rungs=rungs, reduction=4, share=4.0, fill=True)
+    assert grown.rungs[-1] == pytest.approx(1.0)  # never past F
+    assert plan_ladder(8, n_sizes=2, rungs=rungs, reduction=4, share=4.0).scaled == 1.0
 
 
 # ---------------------------------------------------------------- trend
@@ -323,6 +344,17 @@ def test_final_ranking_merges_sizes_by_score_at_the_same_rung():
     # s1 (0.70) beats m1 (0.60) at the last rung; each size's stopped config follows its
     # own last-rung config (m2 after m1 although m2 scored 0.65 at the rung below)
     assert [c["config"] for c in ranked] == ["s1", "m1", "m2", "s2"]
+
+
+def test_final_ranking_compares_sizes_read_at_different_rungs_at_the_rung_both_reached():
+    # m1 went on and fell at the last rung; its size's best is m2, stopped at rung 1 with
+    # 0.50. s1 rose to 0.55 on 4x the compute, but scored 0.45 at rung 1, where m2 ran
+    rung1 = [scored("m2", "m", 0.50, promoted=False), scored("m1", "m", 0.48, promoted=True),
+             scored("s1", "s", 0.45, promoted=True), scored("s2", "s", 0.40, promoted=False)]
+    rung2 = [scored("s1", "s", 0.55), scored("m1", "m", 0.30, guard="drawdown")]
+    ranked = final_ranking([rung1, rung2])
+    assert [c["config"] for c in ranked] == ["m2", "s1", "s2", "m1"]
+    assert ranked[1]["score"] == 0.55  # still read at its own highest rung
 
 
 def test_final_ranking_keeps_a_promoted_config_whose_cells_failed_above():

@@ -65,12 +65,12 @@ def test_replay_scores_policies_against_the_full_budget_truth(bank):
     _, configs = replay.load_bank(bank)
     assert configs["tiny-m-steady"]["truth"] == pytest.approx(0.75)  # 0.70 + 0.05 shift
     assert configs["tiny-m-collapse"]["truth"] < configs["tiny-m-collapse"]["start"]
-    draws = replay.replicates(configs, [0, 1])
+    draws = replay.replicates(configs)
     assert len(draws) == 2 ** 6  # every config's seed drawn independently: all combinations
     assert {tuple(sorted(d.values())) for d in draws} >= {(0,) * 6, (1,) * 6}
-    sampled = replay.replicates(configs, [0, 1], most=10)  # more combinations: a sample
+    sampled = replay.replicates(configs, most=10)  # more combinations: a sample
     assert len(sampled) == 10 and all(set(d) == set(configs) for d in sampled)
-    assert sampled == replay.replicates(configs, [0, 1], most=10)  # seeded
+    assert sampled == replay.replicates(configs, most=10)  # seeded
     rows = {name: replay.score_policy(name, configs, draws, boot=50)
             for name in replay.POLICIES}
     assert rows["oracle"]["top1_regret"] == 0 and rows["oracle"]["kendall"] == 1.0
@@ -79,17 +79,17 @@ def test_replay_scores_policies_against_the_full_budget_truth(bank):
     assert rows["flat"]["catastrophes"] == 1.0
     assert rows["flat"]["top1_regret"] == pytest.approx(0.75 - 0.15)
     # the guarded ladder, shrunk to the flat grid's compute (its last rung read at
-    # 5/32 F), sees the drawdown there and picks the steady config
+    # F/8), sees the drawdown there and picks the steady config
     guarded = rows["ladder+guards"]
     assert set(guarded["picks"]) == {"tiny-m-steady"}
     assert guarded["top1_regret"] == 0 and guarded["catastrophes"] == 0
-    # costs: 6 configs x 1/16 flat. The ladder's rungs F/64, F/16, F/4 (6 -> 2 -> 2
-    # configs) would cost 0.5625; shrunk by 2/3 to flat's 0.375 they are F/96, F/24, F/6,
-    # read at the bank's checkpoints at or below them: 2/256, 1/32, 5/32
+    # costs: 6 configs x 1/16 flat. The default rungs F/48, F/24, F/12, F/6 (6 -> 3 -> 2
+    # -> 2 configs) would cost 21/48; shrunk by 6/7 to flat's 0.375 they are F/56, F/28,
+    # F/14, F/7, read at the bank's checkpoints at or below them: 1/64, 1/32, 1/16, 1/8
     assert rows["flat"]["pilot_cost_share"] == pytest.approx(6 / 16)
     unguarded = rows["ladder"]
     assert unguarded["pilot_cost_share"] == pytest.approx(
-        6 * 2 / 256 + 2 * (1 / 32 - 2 / 256) + 2 * (5 / 32 - 1 / 32))
+        6 / 64 + 3 * (1 / 32 - 1 / 64) + 2 * (1 / 16 - 1 / 32) + 2 * (1 / 8 - 1 / 16))
     assert unguarded["pilot_cost_share"] <= rows["flat"]["pilot_cost_share"]
     assert guarded["pilot_cost_share"] <= unguarded["pilot_cost_share"]
     assert guarded["with_eval"] > guarded["pilot_cost_share"]
@@ -97,8 +97,27 @@ def test_replay_scores_policies_against_the_full_budget_truth(bank):
 
 def test_guard_thresholds_are_tuned_on_the_half_they_are_given(bank):
     _, configs = replay.load_bank(bank)
-    draws = replay.replicates(configs, [0, 1])
+    draws = replay.replicates(configs)
     tuned = replay.tune_guards(configs, draws)
     assert tuned.floor in (0.02, 0.03, 0.05) and tuned.z in (1.0, 2.0, 3.0)
     row = replay.score_policy("ladder+guards", configs, draws, boot=1, thresholds=tuned)
     assert row["top1_regret"] == 0
+
+
+def test_the_ladder_geometry_is_tuned_on_one_half_and_the_halves_split_by_group_size(bank):
+    _, configs = replay.load_bank(bank)
+    draws = replay.replicates(configs)
+    chosen, rows = replay.tune_ladder(configs, draws)
+    assert len(rows) == len(replay.GEOMETRIES) and chosen["fill"]
+    best = min(r["top1_regret"] for r in rows)
+    assert any(r["kw"] is chosen and r["top1_regret"] == best for r in rows)
+    # every geometry is planned at the flat grid's compute, its first rung as late as that
+    # allows (read at the bank's checkpoints at or below the rungs: never above it)
+    assert all(r["pilot_cost_share"] <= len(configs) / 16 + 1e-9 for r in rows)
+    # one group size: halves alternate in a hash order; two: split by group size
+    tune, held = replay.halves(configs)
+    assert len(tune) == len(held) == 3 and not set(tune) & set(held)
+    mixed = {c: v | {"group_size": 4 if i % 2 else 8} for i, (c, v) in enumerate(configs.items())}
+    tune, held = replay.halves(mixed)
+    assert {v["group_size"] for v in tune.values()} == {8}
+    assert {v["group_size"] for v in held.values()} == {4}

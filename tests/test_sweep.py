@@ -185,7 +185,7 @@ def test_a_budget_list_runs_one_ladder_per_budget_and_reports_where_the_pick_cha
     for folder in ("budget-3e10", "budget-6e10"):  # one ladder (sweep folder) per budget
         ladder = json.loads((parent / folder / "ladder.json").read_text())
         rungs = ladder["rungs"]
-        assert len(rungs[0]["candidates"]) == 2 and ladder["planned_counts"] == [2, 1, 1]
+        assert len(rungs[0]["candidates"]) == 2 and ladder["planned_counts"] == [2, 1, 1, 1]
         for low, high in zip(rungs, rungs[1:]):  # a rung holds what the one below promoted
             assert ({c["config"] for c in high["candidates"]}
                     == {c["config"] for c in low["candidates"] if c["promoted"]})
