@@ -18,7 +18,12 @@ sweep. ``val`` is scored on 300 problems at every checkpoint and on 1,000 at F; 
 on 300. The first bank, run at the earlier
 default lr 5e-4, is kept as ``bench/data/curve_bank_lr5e-4.json.gz``.
 
-Usage: ``python bench/curve_bank.py SWEEP_DIR [--out bench/data/curve_bank.json.gz]``.
+Several commands may run into one sweep folder (a rerun with another axis value adds its
+cells); ``--previous`` names the bank exported before, whose commands are kept in
+``runs`` beside this one's, so that every cell's command stays on record.
+
+Usage: ``python bench/curve_bank.py SWEEP_DIR [--out bench/data/curve_bank.json.gz]
+[--previous OLD_BANK]``.
 """
 
 from __future__ import annotations
@@ -62,20 +67,37 @@ def cell_curves(cell_dir: Path) -> dict | None:
             "budget_flops": spec["budget_flops"], "evals": evals, "steps": steps}
 
 
+def previous_runs(path: Path) -> list[dict]:
+    """The runs a bank records (a bank from before ``runs`` existed: its one command)."""
+    with gzip.open(path, "rt") as f:
+        old = json.load(f)
+    return old.get("runs") or [{k: old[k] for k in ("command", "git_sha", "started",
+                                                    "finished")}
+                               | {"cells": sorted(c["cell_id"] for c in old["cells"])}]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--previous", type=Path, default=None,
+                        help="the bank exported from this folder before (its runs are kept)")
     args = parser.parse_args()
     record = results.read_json(args.sweep_dir / "sweep.json")
     cells = [c for c in map(cell_curves, results.cell_dirs(args.sweep_dir)) if c]
-    missing = len(record["cells"]) - len(cells)
+    done = {c["cell_id"] for c in cells}
+    missing = [c["cell_id"] for c in record["cells"] if c["cell_id"] not in done]
     if missing:
-        sys.exit(f"{args.sweep_dir}: {missing} cell(s) not ok yet; rerun the sweep (it "
-                 f"resumes) before exporting")
-    bank = {"command": "race " + " ".join(record["argv"][1:]), "git_sha": record["git_sha"],
+        sys.exit(f"{args.sweep_dir}: {len(missing)} cell(s) of its last command not ok yet; "
+                 f"rerun the sweep (it resumes) before exporting")
+    this = {"command": "race " + " ".join(record["argv"][1:]), "git_sha": record["git_sha"],
+            "started": record["started"], "finished": record["finished"],
+            "cells": sorted(c["cell_id"] for c in record["cells"])}
+    runs = previous_runs(args.previous) if args.previous else []
+    bank = {**{k: this[k] for k in ("command", "git_sha", "started", "finished")},
             "versions": record["versions"], "budget_flops": record["budget_flops"],
-            "started": record["started"], "finished": record["finished"], "cells": cells}
+            "runs": [r for r in runs if r["command"] != this["command"]] + [this],
+            "cells": cells}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(args.out, "wt") as f:
         json.dump(bank, f)

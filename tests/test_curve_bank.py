@@ -1,0 +1,67 @@
+"""bench/curve_bank.py: a sweep folder's ok cells exported as a curve bank, and the runs
+of earlier commands into the same folder kept when a later command adds cells."""
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from race import results
+
+SCRIPT = Path(__file__).parents[1] / "bench" / "curve_bank.py"
+
+
+def write_cell(sweep: Path, cell_id: str, group_size: int) -> dict:
+    cell = sweep / "cells" / cell_id
+    cell.mkdir(parents=True)
+    results.write_json(cell / "spec.json", {
+        "cell_id": cell_id, "config_id": f"c{group_size}", "model": "tiny-s",
+        "reward": {"name": "rule"}, "group_size": group_size, "update_epochs": 1,
+        "seed": 0, "budget_flops": 1e9, "convention": "model"})
+    results.write_json(cell / "summary.json", {"status": "ok"})
+    spent = {"model": {"rollout": 1.0, "learning": 2.0, "feedback": 0.0, "eval": 5.0}}
+    results.write_jsonl(cell / "metrics.jsonl", [
+        {"kind": "step", "step": 1, "flops": spent, "entropy": 0.5, "truncation_rate": 0.0,
+         "max_new_tokens": 40, "train_reward": 0.25},
+        {"kind": "eval", "checkpoint": 1.0, "target": "val", "flops": spent,
+         "accuracy": 0.5, "correct": [1, 0], "mean_reward": 0.5}])
+    return {"cell_id": cell_id}
+
+
+def export(sweep: Path, argv: list[str], cells: list[dict], out: Path, *extra: str) -> dict:
+    results.write_json(sweep / "sweep.json", {
+        "argv": argv, "git_sha": "abc", "versions": {}, "budget_flops": 1e9, "started": 1.0,
+        "finished": 2.0, "cells": cells})
+    subprocess.run([sys.executable, str(SCRIPT), str(sweep), "--out", str(out), *extra],
+                   check=True, capture_output=True, text=True)
+    with gzip.open(out, "rt") as f:
+        return json.load(f)
+
+
+def test_a_second_command_into_the_same_folder_keeps_the_first_ones_run(tmp_path):
+    sweep = tmp_path / "bank"
+    first = export(sweep, ["race", "sweep", "grid.group_size=8"],
+                   [write_cell(sweep, "a8", 8)], tmp_path / "first.json.gz")
+    assert [r["command"] for r in first["runs"]] == ["race sweep grid.group_size=8"]
+    assert first["cells"][0]["evals"][0]["flops"] == 3.0  # charged: eval left out
+    second = export(sweep, ["race", "sweep", "grid.group_size=4"],
+                    [write_cell(sweep, "a4", 4)], tmp_path / "second.json.gz",
+                    "--previous", str(tmp_path / "first.json.gz"))
+    assert [(r["command"], r["cells"]) for r in second["runs"]] == [
+        ("race sweep grid.group_size=8", ["a8"]), ("race sweep grid.group_size=4", ["a4"])]
+    assert sorted(c["cell_id"] for c in second["cells"]) == ["a4", "a8"]
+    assert second["command"] == "race sweep grid.group_size=4"
+
+
+def test_a_cell_of_the_last_command_not_ok_yet_refuses_the_export(tmp_path):
+    sweep = tmp_path / "bank"
+    cells = [write_cell(sweep, "a8", 8), write_cell(sweep, "b8", 8)]
+    results.write_json(sweep / "cells" / "b8" / "summary.json", {"status": "failed"})
+    results.write_json(sweep / "sweep.json", {
+        "argv": ["race", "sweep"], "git_sha": "abc", "versions": {}, "budget_flops": 1e9,
+        "started": 1.0, "finished": 2.0, "cells": cells})
+    out = subprocess.run([sys.executable, str(SCRIPT), str(sweep), "--out",
+                          str(tmp_path / "bank.json.gz")], capture_output=True, text=True)
+    assert out.returncode == 1 and "1 cell(s) of its last command not ok yet" in out.stderr
+    assert not (tmp_path / "bank.json.gz").exists()
