@@ -35,14 +35,15 @@ import sys
 from pathlib import Path
 
 from race import results
+from race.sweep import is_ok
 
 DEFAULT_OUT = Path(__file__).parent / "data" / "curve_bank.json.gz"
 
 
 def cell_curves(cell_dir: Path) -> dict | None:
-    """One ok cell's knobs, checkpoint evals and per-step precursors (None if not ok)."""
-    summary = results.read_json(cell_dir / "summary.json")
-    if summary["status"] != "ok":
+    """One ok cell's knobs, checkpoint evals and per-step precursors (None if not ok, or
+    still running)."""
+    if not is_ok(cell_dir):
         return None
     spec = results.read_json(cell_dir / "spec.json")
     convention = spec["convention"]

@@ -58,6 +58,8 @@ def test_a_cell_of_the_last_command_not_ok_yet_refuses_the_export(tmp_path):
     sweep = tmp_path / "bank"
     cells = [write_cell(sweep, "a8", 8), write_cell(sweep, "b8", 8)]
     results.write_json(sweep / "cells" / "b8" / "summary.json", {"status": "failed"})
+    write_cell(sweep, "c8", 8)  # an earlier command's cell, still running: no summary yet
+    (sweep / "cells" / "c8" / "summary.json").unlink()
     results.write_json(sweep / "sweep.json", {
         "argv": ["race", "sweep"], "git_sha": "abc", "versions": {}, "budget_flops": 1e9,
         "started": 1.0, "finished": 2.0, "cells": cells})
