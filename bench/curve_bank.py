@@ -2,21 +2,22 @@
 
 The bank is the embedded default grid run at the *full* budget (``pilot.fraction=1``)
 with dense checkpoints, so that any pilot policy can be replayed on it by truncating the
-curves: a flat 1/16 pilot reads the curve up to F/16, a ladder rung up to F/64, F/16 or
-F/4, and the truth is the curve's end at F. The bank in ``bench/data/curve_bank.json.gz``
-was produced by (the exact command, its checkpoints written out as numbers, and the git
-sha of the code that ran it are recorded in the file)::
+curves: a flat 1/16 pilot reads the curve up to F/16, a ladder rung up to its fraction,
+and the truth is the curve's end at F. The bank in ``bench/data/curve_bank.json.gz``
+was produced by (the exact commands, their checkpoints written out as numbers, and the
+git sha of the code that ran them are recorded in the file)::
 
     race sweep selection.policy=flat pilot.fraction=1 grid.group_size=8 pilot.seed=0,1,2 \\
         'pilot.checkpoints=[k/256 for k=1..3, 1/64, 1/32, 3/64, k/32 for k=2..32]' \\
         'pilot.eval_targets=[val,test]' pilot.eval_examples=300 sweep.name=curve-bank
 
-(the ladder's rung-1 checkpoints F/256 ... F/64, a flat 1/16 pilot's F/64 ... F/16, then
-every F/32), at the default learning rate 5e-5. Seeds 0 and 1 ran first; seed 2 was added
+then the same with ``grid.group_size=4 pilot.seed=0,1`` into the same folder (the
+ladder's early rungs F/256 ... F/32, a flat 1/16 pilot's F/64 ... F/16, then every
+F/32), at the default learning rate 5e-5. G=8 seeds 0 and 1 ran first; seed 2 was added
 by the same command with ``pilot.seed=0,1,2`` from the same commit, which resumes the
-sweep. ``val`` is scored on 300 problems at every checkpoint and on 1,000 at F; ``test``
-on 300. The first bank, run at the earlier
-default lr 5e-4, is kept as ``bench/data/curve_bank_lr5e-4.json.gz``.
+sweep; the G=4 configs last. ``val`` is scored on 300 problems at every checkpoint and
+on 1,000 at F; ``test`` on 300. The first bank, run at the earlier default lr 5e-4, is
+kept as ``bench/data/curve_bank_lr5e-4.json.gz``.
 
 Several commands may run into one sweep folder (a rerun with another axis value adds its
 cells); ``--previous`` names the bank exported before, whose commands are kept in
