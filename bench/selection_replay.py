@@ -470,7 +470,7 @@ def main() -> None:
     tune_draws = replicates(tune)
     chosen, candidates = tune_ladder(tune, tune_draws)
     print(f"\nladder geometry tuned on {len(tune)} configs ("
-          + ", ".join(sorted({configs[c]["label"].split()[1] for c in tune}))
+          + ", ".join(sorted({f"G{configs[c]['group_size']}" for c in tune}))
           + f"), ladder+guards at the flat grid's compute ({len(tune) * FLAT:.3g}), first "
           f"rung as late as that allows:")
     print(f"{'rungs':>6}{'reduction':>10}{'first rung':>12}{'regret':>8}{'catastr.':>10}"
