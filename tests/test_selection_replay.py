@@ -71,6 +71,10 @@ def test_replay_scores_policies_against_the_full_budget_truth(bank):
     sampled = replay.replicates(configs, most=10)  # more combinations: a sample
     assert len(sampled) == 10 and all(set(d) == set(configs) for d in sampled)
     assert sampled == replay.replicates(configs, most=10)  # seeded
+    uneven = {c: v | {"curves": {0: v["curves"][0]}} if c == "tiny-s-slow" else v
+              for c, v in configs.items()}  # one config with one seed: its seed is fixed
+    assert len(replay.replicates(uneven)) == 2 ** 5
+    assert all(d["tiny-s-slow"] == 0 for d in replay.replicates(uneven, most=4))
     rows = {name: replay.score_policy(name, configs, draws, boot=50)
             for name in replay.POLICIES}
     assert rows["oracle"]["top1_regret"] == 0 and rows["oracle"]["kendall"] == 1.0
