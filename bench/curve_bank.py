@@ -39,6 +39,7 @@ from race import results
 from race.sweep import is_ok
 
 DEFAULT_OUT = Path(__file__).parent / "data" / "curve_bank.json.gz"
+RUN_KEYS = ("command", "git_sha", "started", "finished")  # one command's run, in the bank
 
 
 def cell_curves(cell_dir: Path) -> dict | None:
@@ -73,8 +74,7 @@ def previous_runs(path: Path) -> list[dict]:
     """The runs a bank records (a bank from before ``runs`` existed: its one command)."""
     with gzip.open(path, "rt") as f:
         old = json.load(f)
-    return old.get("runs") or [{k: old[k] for k in ("command", "git_sha", "started",
-                                                    "finished")}
+    return old.get("runs") or [{k: old[k] for k in RUN_KEYS}
                                | {"cells": sorted(c["cell_id"] for c in old["cells"])}]
 
 
@@ -96,7 +96,7 @@ def main() -> None:
             "started": record["started"], "finished": record["finished"],
             "cells": sorted(c["cell_id"] for c in record["cells"])}
     runs = previous_runs(args.previous) if args.previous else []
-    bank = {**{k: this[k] for k in ("command", "git_sha", "started", "finished")},
+    bank = {**{k: this[k] for k in RUN_KEYS},
             "versions": record["versions"], "budget_flops": record["budget_flops"],
             "runs": [r for r in runs if r["command"] != this["command"]] + [this],
             "cells": cells}
