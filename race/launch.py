@@ -687,10 +687,12 @@ def _kill_tree(pid: int) -> None:
     which SLURM uses for preemption, and its local controller only forwards signals)."""
     import signal
 
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        children = []
+    children = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):  # every thread's children
+        try:
+            children += (task / "children").read_text().split()
+        except OSError:
+            pass
     for child in children:
         _kill_tree(int(child))
     try:

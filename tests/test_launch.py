@@ -352,3 +352,31 @@ def test_gpu_pilots_get_their_share_of_cores_and_slurm_gpu_defaults(monkeypatch)
     assert launch.slurm_resources(gpu) == (16, 64) and launch.threads(gpu) == 16
     given = SimpleNamespace(**vars(gpu) | {"cpus_per_task": 4, "mem_gb": 20})
     assert launch.slurm_resources(given) == (4, 20)
+
+
+def test_kill_tree_reaches_children_started_from_any_thread(tmp_path):
+    """A pilot's helper threads start processes too; killing its tree must reach them."""
+    import subprocess
+
+    from race.launch import _kill_tree
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import subprocess, sys, threading, time\n"
+        "def spawn():\n"
+        "    child = subprocess.Popen(['sleep', '60'])\n"
+        "    print(child.pid, flush=True)\n"
+        "    time.sleep(60)  # the thread lives on: the child stays its own\n"
+        "threading.Thread(target=spawn, daemon=True).start()\n"
+        "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    _kill_tree(parent.pid)
+    assert parent.wait(timeout=10) == -9
+    for _ in range(100):  # the orphan is reaped by init once killed
+        state = Path(f"/proc/{child}/stat")
+        if not state.exists() or state.read_text().split()[2] == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"child {child}, started from a thread, survived _kill_tree")
