@@ -7,7 +7,9 @@ truncated at its pilot budgets) and picks one config. Each replicate is a one-se
 every config's curve is read from one of its seeds, drawn independently per config (the
 configs' runs are independent), every combination when there are at most 512, else 512
 drawn at random. A pick is scored against the truth: each config's ``val`` accuracy at
-F, averaged over the seeds (1,000 problems per seed).
+F, averaged over the seeds (1,000 problems per seed). Before the policies it prints the
+four best configs' ``val`` by window of the budget (seed means, F itself apart): whether
+their order at F can be seen at all at the budgets pilots read.
 
 Policies:
 - ``flat``: every config piloted to F/16; pick the best last value (val at F/16).
@@ -71,6 +73,7 @@ from race.aggregate import fit_curve
 from race.config import SelectionConfig
 from race.ladder import (
     final_ranking,
+    fmt_fraction,
     geometric_rungs,
     next_rung_bound,
     plan_ladder,
@@ -90,6 +93,8 @@ DEFAULTS = SelectionConfig()  # the ladder `race sweep` runs
 # ladder geometries tuned on the tuning half: (rungs, reduction), each rung `reduction`
 # times the one before, the first as late as the flat grid's compute allows
 GEOMETRIES = [(n, r) for r in (4, 3, 2) for n in (3, 2, 4)]
+# windows of the budget in which the best configs' order is shown (up to F/6: a pilot's)
+ORDER_BUDGETS = (1 / 32, 1 / 16, 1 / 6, 1 / 3, 1 / 2, 1.0)
 
 
 class Curve:
@@ -365,6 +370,35 @@ def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
             "picks": [r[0] for r in rankings]}
 
 
+def order_by_budget(configs: dict, budgets=ORDER_BUDGETS, top: int = 4) -> list[dict]:
+    """The ``top`` configs at F and what a pilot could see of their order before F: per
+    window of the budget (between one of ``budgets`` and the one before it; F itself
+    left out, whose ``val`` is scored on more problems), each config's ``val`` averaged
+    over its checkpoints in the window and over its seeds.
+
+    Returns one row per config, best at F first: ``label``, ``truth`` and ``windows``
+    (one mean per budget, nan where the bank has no checkpoint in the window).
+    """
+    rows = []
+    for config in sorted(configs.values(), key=lambda c: -c["truth"])[:top]:
+        windows = []
+        for lo, hi in zip((0.0, *budgets), budgets):
+            inside = [(curve.fraction > lo + 1e-9) & curve.upto(min(hi, 1 - 1e-6))
+                      for curve in config["curves"].values()]
+            means = [curve.accuracy[keep].mean()
+                     for curve, keep in zip(config["curves"].values(), inside) if keep.any()]
+            windows.append(float(np.mean(means)) if means else math.nan)
+        rows.append({"label": config["label"], "truth": config["truth"], "windows": windows})
+    return rows
+
+
+def fmt_window(lo: float, hi: float) -> str:
+    """A window of the budget, ``(F/32,F/16]`` (``(2F/3,F)``: F itself left out)."""
+    def name(f):
+        return "0" if f == 0 else "F" if f == 1 else fmt_fraction(f).replace(" ", "")
+    return f"({name(lo)},{name(hi)}" + (")" if hi == 1 else "]")
+
+
 def bank_full(configs: dict) -> float:
     return next(iter(next(iter(configs.values()))["curves"].values())).full
 
@@ -458,6 +492,15 @@ def main() -> None:
     for c in sorted(configs.values(), key=lambda c: -c["truth"]):
         print(f"  {c['label']:<24} {c['truth']:.3f} +- {c['truth_se']:.3f}  "
               f"[start {c['start']:.3f}]  ({len(c['curves'])} seeds)")
+    order = order_by_budget(configs)
+    print(f"\nthe {len(order)} best at F: val by window of the budget, the mean of the "
+          f"window's checkpoints and of the seeds (a pilot sees up to F/6), and at F:")
+    edges = (0.0, *ORDER_BUDGETS)
+    print(f"  {'':<24}" + "".join(f"{fmt_window(lo, hi):>12}" for lo, hi in
+                                 zip(edges, ORDER_BUDGETS)) + f"{'F':>8}")
+    for row in order:
+        print(f"  {row['label']:<24}" + "".join(f"{v:>12.4f}" for v in row["windows"])
+              + f"{row['truth']:>8.4f}")
     draws = replicates(configs)
     rungs = " -> ".join(f"{r:g}" for r in DEFAULTS.rungs)
     print(f"\nall configs, RACE's defaults (rungs {rungs} F, reduction {DEFAULTS.reduction}, "

@@ -125,3 +125,20 @@ def test_the_ladder_geometry_is_tuned_on_one_half_and_the_halves_split_by_group_
     tune, held = replay.halves(mixed)
     assert {v["group_size"] for v in tune.values()} == {8}
     assert {v["group_size"] for v in held.values()} == {4}
+
+
+def test_the_best_configs_order_is_shown_by_window_of_the_budget_before_f(bank):
+    _, configs = replay.load_bank(bank)
+    rows = replay.order_by_budget(configs, budgets=(1 / 16, 1 / 2, 1.0), top=3)
+    assert [r["label"].split()[0] for r in rows] == [
+        "tiny-m/rule", "tiny-s/rule", "tiny-m/rule"]  # steady (0.75), steady (0.70), slow
+    assert [r["truth"] for r in rows] == pytest.approx([0.75, 0.70, 0.50])
+    inside = [f for f in CHECKPOINTS if 1 / 16 < f <= 1 / 2]
+    # the seeds' offsets cancel; shift 0.05 for tiny-m
+    assert rows[0]["windows"][1] == pytest.approx(
+        sum(steady(f) for f in inside) / len(inside) + 0.05)
+    before_f = [f for f in CHECKPOINTS if 1 / 2 < f < 1]  # F itself is left out
+    assert rows[0]["windows"][2] == pytest.approx(
+        sum(steady(f) for f in before_f) / len(before_f) + 0.05)
+    assert replay.fmt_window(1 / 32, 1 / 16) == "(F/32,F/16]"
+    assert replay.fmt_window(1 / 2, 1.0) == "(F/2,F)"
