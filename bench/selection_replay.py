@@ -147,12 +147,11 @@ class Curve:
         keep = self.upto(fraction)
         steps = [s for s in self.steps if s["flops"] <= fraction * self.full * (1 + 1e-9)]
         caps = [s["max_new_tokens"] for s in steps]
-        full_cap = [s["truncation_rate"] for s in steps
-                    if caps and s["max_new_tokens"] == max(caps)]
+        entropy, truncated = (guards.at_full_cap([s[key] for s in steps], caps)
+                              for key in ("entropy", "truncation_rate"))
         fired = [v for v in guards.check_cell(
             self.accuracy[keep].tolist(), self.reward[keep].tolist(),
-            self.n[keep].astype(int).tolist(), [s["entropy"] for s in steps], full_cap, t)
-            if v.fired]
+            self.n[keep].astype(int).tolist(), entropy, truncated, t) if v.fired]
         return "; ".join(f"{v.guard}: {v.evidence}" for v in fired) or None
 
 

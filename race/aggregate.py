@@ -478,16 +478,14 @@ def guard_cells(evals: pd.DataFrame, examples: pd.DataFrame, steps: pd.DataFrame
         counts = (curve["n"].astype(int).tolist() if "n" in curve and (curve["n"] > 0).all()
                   else int(problems.get(cell_id, 0)))
         cell_steps = steps[steps["cell_id"] == cell_id].sort_values("step")
-        caps = cell_steps.get("max_new_tokens", pd.Series(dtype=float))
-        # a pilot's last step may shorten its cap to fit the budget: its completions hit
-        # that shorter cap by design, so truncation is read at the full cap only
-        full_cap = (cell_steps[caps == caps.max()] if caps.notna().any()
-                    else cell_steps.iloc[:-1])  # no caps logged: leave out the last step
+        caps = cell_steps.get("max_new_tokens", pd.Series(index=cell_steps.index,
+                                                          dtype=float)).tolist()
+        entropy, truncated = (guards.at_full_cap(
+            cell_steps.get(key, pd.Series(dtype=float)).tolist(), caps)
+            for key in ("entropy", "truncation_rate"))
         verdicts = guards.check_cell(
             curve["accuracy"].tolist(), curve["mean_reward"].tolist(), counts,
-            cell_steps.get("entropy", pd.Series()).tolist(),
-            full_cap.get("truncation_rate", pd.Series()).tolist(),
-            thresholds or guards.DEFAULT)
+            entropy, truncated, thresholds or guards.DEFAULT)
         rows += [{"cell_id": cell_id, "config_id": curve["config_id"].iloc[0],
                   "target": target, "guard": v.guard, "fired": v.fired,
                   "evidence": v.evidence} for v in verdicts]

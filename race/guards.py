@@ -15,7 +15,8 @@ and not preferred for validation, when
   verifier's accuracy on the same prompts fell by more than the drawdown margin;
 - **entropy collapse** (a precursor): the mean negative log-likelihood of the sampled
   tokens, an estimate of the policy's entropy, fell below ``entropy_floor`` of its value
-  at the first step;
+  at the first step (both precursors read the steps at the full generation cap:
+  :func:`at_full_cap`);
 - **truncation** (a precursor): more than ``max_truncation`` of the last step's
   completions hit the generation cap.
 
@@ -134,6 +135,20 @@ def entropy_collapse(entropy: Sequence[float], t: GuardThresholds = DEFAULT
     return Verdict("entropy_collapse", share < t.entropy_floor,
                    f"sampled-token NLL {values[0]:.3f} -> {values[-1]:.3f} nats/token "
                    f"({share:.0%} of the first step's; floor {t.entropy_floor:.0%})")
+
+
+def at_full_cap(values: Sequence[float], caps: Sequence[float | None]) -> list[float]:
+    """The per-step ``values`` of the steps run at the full generation cap.
+
+    A pilot's last step may shorten its cap to fit the budget: its completions hit that
+    shorter cap by design, and the few tokens it samples are the most certain ones (a
+    sampled-token NLL near 0). So both precursors read the full-cap steps only. Without
+    caps logged, the last step, which may be shortened, is left out.
+    """
+    known = [c for c in caps if c is not None and math.isfinite(c)]
+    if not known:
+        return list(values[:-1])
+    return [v for v, c in zip(values, caps) if c == max(known)]
 
 
 def truncation(truncation_rate: Sequence[float], t: GuardThresholds = DEFAULT

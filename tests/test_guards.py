@@ -77,12 +77,22 @@ def _frames():
                           "mean_reward": r})
         examples += [{"cell_id": cell, "target": "test", "example": j, "correct": 0}
                      for j in range(N)]
-    # the last step shortened its cap to fit the budget: all its completions hit it
-    steps = pd.DataFrame([{"cell_id": c, "step": s, "max_new_tokens": cap, "entropy": 1.0,
+    # the last step shortened its cap to fit the budget: all its completions hit it, and
+    # its few sampled tokens are the most certain ones (NLL near 0)
+    steps = pd.DataFrame([{"cell_id": c, "step": s, "max_new_tokens": cap, "entropy": nll,
                            "truncation_rate": rate}
-                          for c in curves for s, cap, rate in ((1, 40, 0.1), (2, 40, 0.1),
-                                                               (3, 7, 1.0))])
+                          for c in curves for s, cap, rate, nll in ((1, 40, 0.1, 1.0),
+                                                                    (2, 40, 0.1, 0.9),
+                                                                    (3, 7, 1.0, 0.01))])
     return pd.DataFrame(evals), pd.DataFrame(examples), steps
+
+
+def test_precursors_read_the_steps_at_the_full_cap():
+    assert guards.at_full_cap([1.0, 0.9, 0.01], [40, 40, 7]) == [1.0, 0.9]
+    assert guards.at_full_cap([1.0, 0.9, 0.01], [None, None, None]) == [1.0, 0.9]
+    assert guards.at_full_cap([1.0, 0.9, 0.01], []) == [1.0, 0.9]  # no caps logged
+    collapsed = guards.at_full_cap([1.0, 0.9, 0.1, 0.05], [40, 40, 40, 12])
+    assert guards.entropy_collapse(collapsed).fired  # 1.0 -> 0.1 at the full cap
 
 
 def test_guard_cells_names_the_cell_and_config():
@@ -96,6 +106,9 @@ def test_guard_cells_names_the_cell_and_config():
     truncation = checks[checks["guard"] == "truncation"]
     assert not truncation["fired"].any()  # read at the full cap: 10%, not the last 100%
     assert all("10% of the last step's" in e for e in truncation["evidence"])
+    entropy = checks[checks["guard"] == "entropy_collapse"]
+    assert not entropy["fired"].any()  # read at the full cap: 1.0 -> 0.9, not -> 0.01
+    assert all("1.000 -> 0.900 nats/token" in e for e in entropy["evidence"])
     steps.loc[steps["step"] == 2, "truncation_rate"] = 0.9  # the last full-cap step
     again = aggregate.guard_cells(evals, examples, steps, target="test")
     assert again[again["guard"] == "truncation"]["fired"].all()
