@@ -15,9 +15,10 @@ then the same with ``grid.group_size=4 pilot.seed=0,1`` into the same folder (th
 ladder's early rungs F/256 ... F/32, a flat 1/16 pilot's F/64 ... F/16, then every
 F/32), at the default learning rate 5e-5. G=8 seeds 0 and 1 ran first; seed 2 was added
 by the same command with ``pilot.seed=0,1,2`` from the same commit, which resumes the
-sweep; the G=4 configs last. ``val`` is scored on 300 problems at every checkpoint and
-on 1,000 at F; ``test`` on 300. The first bank, run at the earlier default lr 5e-4, is
-kept as ``bench/data/curve_bank_lr5e-4.json.gz``.
+sweep; the G=4 configs after them, then G=4 ``pilot.seed=2`` from the same commit into a
+fresh folder, exported with ``--previous`` (the bank before it). ``val`` is scored on
+300 problems at every checkpoint and on 1,000 at F; ``test`` on 300. The first bank,
+run at the earlier default lr 5e-4, is kept as ``bench/data/curve_bank_lr5e-4.json.gz``.
 
 Several commands may run into one sweep folder (a rerun with another axis value adds its
 cells); ``--previous`` names the bank exported before, whose commands are kept in

@@ -392,7 +392,7 @@ def order_by_budget(configs: dict, budgets=ORDER_BUDGETS, top: int = 4) -> list[
 
 
 def fmt_window(lo: float, hi: float) -> str:
-    """A window of the budget, ``(F/32,F/16]`` (``(2F/3,F)``: F itself left out)."""
+    """A window of the budget, ``(F/32,F/16]`` (``(F/2,F)``: F itself left out)."""
     def name(f):
         return "0" if f == 0 else "F" if f == 1 else fmt_fraction(f).replace(" ", "")
     return f"({name(lo)},{name(hi)}" + (")" if hi == 1 else "]")
