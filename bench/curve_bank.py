@@ -119,12 +119,12 @@ def main() -> None:
             "started": record["started"], "finished": record["finished"],
             "cells": sorted(c["cell_id"] for c in record["cells"]),
             "versions": record["versions"]}
-    old = read_bank(args.previous) if args.previous else {"runs": [], "cells": []}
-    if args.previous and (why := mismatch(old, record)):
+    old = read_bank(args.previous) if args.previous else None
+    if old and (why := mismatch(old, record)):
         sys.exit(f"--previous {args.previous}: {why}; export this folder without "
                  f"--previous, or rerun it with the earlier bank's code and budget")
-    kept = [c for c in old["cells"] if c["cell_id"] not in done]
-    runs = previous_runs(old) if args.previous else []
+    kept = [c for c in old["cells"] if c["cell_id"] not in done] if old else []
+    runs = previous_runs(old) if old else []
     bank = {**{k: this[k] for k in RUN_KEYS},
             "versions": record["versions"], "budget_flops": record["budget_flops"],
             "runs": [r for r in runs if r["command"] != this["command"]] + [this],
@@ -133,7 +133,7 @@ def main() -> None:
     with gzip.open(args.out, "wt") as f:
         json.dump(bank, f)
     print(f"wrote {args.out}: {len(cells)} cells from {args.sweep_dir}"
-          + (f", {len(kept)} kept from {args.previous}" if args.previous else "")
+          + (f", {len(kept)} kept from {args.previous}" if old else "")
           + f", git {record['git_sha'][:10]}")
 
 
