@@ -381,14 +381,20 @@ def order_by_budget(configs: dict, budgets=ORDER_BUDGETS, top: int = 4) -> list[
     rows = []
     for config in sorted(configs.values(), key=lambda c: -c["truth"])[:top]:
         windows = []
-        for lo, hi in zip((0.0, *budgets), budgets):
-            inside = [(curve.fraction > lo + 1e-9) & curve.upto(min(hi, 1 - 1e-6))
-                      for curve in config["curves"].values()]
-            means = [curve.accuracy[keep].mean()
-                     for curve, keep in zip(config["curves"].values(), inside) if keep.any()]
+        for lo, hi in budget_windows(budgets):
+            means = []
+            for curve in config["curves"].values():
+                keep = (curve.fraction > lo + 1e-9) & curve.upto(min(hi, 1 - 1e-6))
+                if keep.any():
+                    means.append(curve.accuracy[keep].mean())
             windows.append(float(np.mean(means)) if means else math.nan)
         rows.append({"label": config["label"], "truth": config["truth"], "windows": windows})
     return rows
+
+
+def budget_windows(budgets) -> list[tuple[float, float]]:
+    """The windows ``(lo, hi]`` between each of ``budgets`` and the one before it (from 0)."""
+    return list(zip((0.0, *budgets), budgets))
 
 
 def fmt_window(lo: float, hi: float) -> str:
@@ -494,9 +500,8 @@ def main() -> None:
     order = order_by_budget(configs)
     print(f"\nthe {len(order)} best at F: val by window of the budget, the mean of the "
           f"window's checkpoints and of the seeds (a pilot sees up to F/6), and at F:")
-    edges = (0.0, *ORDER_BUDGETS)
-    print(f"  {'':<24}" + "".join(f"{fmt_window(lo, hi):>12}" for lo, hi in
-                                 zip(edges, ORDER_BUDGETS)) + f"{'F':>8}")
+    print(f"  {'':<24}" + "".join(f"{fmt_window(lo, hi):>12}"
+                                 for lo, hi in budget_windows(ORDER_BUDGETS)) + f"{'F':>8}")
     for row in order:
         print(f"  {row['label']:<24}" + "".join(f"{v:>12.4f}" for v in row["windows"])
               + f"{row['truth']:>8.4f}")

@@ -478,8 +478,7 @@ def guard_cells(evals: pd.DataFrame, examples: pd.DataFrame, steps: pd.DataFrame
         counts = (curve["n"].astype(int).tolist() if "n" in curve and (curve["n"] > 0).all()
                   else int(problems.get(cell_id, 0)))
         cell_steps = steps[steps["cell_id"] == cell_id].sort_values("step")
-        caps = cell_steps.get("max_new_tokens", pd.Series(index=cell_steps.index,
-                                                          dtype=float)).tolist()
+        caps = cell_steps.get("max_new_tokens", pd.Series(dtype=float)).tolist()
         entropy, truncated = (guards.at_full_cap(
             cell_steps.get(key, pd.Series(dtype=float)).tolist(), caps)
             for key in ("entropy", "truncation_rate"))

@@ -148,7 +148,8 @@ def at_full_cap(values: Sequence[float], caps: Sequence[float | None]) -> list[f
     known = [c for c in caps if c is not None and math.isfinite(c)]
     if not known:
         return list(values[:-1])
-    return [v for v, c in zip(values, caps) if c == max(known)]
+    full = max(known)
+    return [v for v, c in zip(values, caps) if c == full]
 
 
 def truncation(truncation_rate: Sequence[float], t: GuardThresholds = DEFAULT
