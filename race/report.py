@@ -177,20 +177,36 @@ def _guard_thresholds(sweep_dir: Path):
     return GuardThresholds(**given) if given else DEFAULT
 
 
-def _guards_markdown(checks: pd.DataFrame, target: str, n_cells: int) -> str:
-    """The leaderboard's guard section: every guard that fired, with its evidence."""
+def ladder_guards(ladder: dict) -> list[dict]:
+    """Every guard the ladder saw fire, rung by rung (a continued cell's curve is checked
+    at each rung it reaches, so a failure after the first rung shows only here)."""
+    return [{"rung": rung["rung"], "fraction": rung["fraction"], "config_id": c["config"],
+             "cell_ids": c["cell_ids"], "evidence": c["guard"]}
+            for rung in ladder["rungs"] for c in rung["candidates"] if c.get("guard")]
+
+
+def _guards_markdown(checks: pd.DataFrame, target: str, n_cells: int,
+                     ladder: dict | None = None) -> str:
+    """The leaderboard's guard section: every guard that fired, with its evidence (with a
+    ladder, at every rung)."""
     fired = checks[checks["fired"]]
     text = ["", "## Guards against late failure",
-            f"Checked on `{target}` for {n_cells} ok cell(s): drawdown from the running best, "
-            "proxy reward rising while verifier accuracy falls (reward hacking), entropy "
-            "collapse, truncation at the cap (`race/guards.py`). A config whose guard fired "
-            "is neither extrapolated nor preferred for validation."]
-    if fired.empty:
-        text.append("No guard fired.")
+            f"Checked on `{target}` for {n_cells} ok cell(s)"
+            + (" and at every later rung of the ladder" if ladder is not None else "")
+            + ": drawdown from the running best, proxy reward rising while verifier accuracy "
+            "falls (reward hacking), entropy collapse, truncation at the cap "
+            "(`race/guards.py`). A config whose guard fired is neither extrapolated nor "
+            "preferred for validation" + (" nor promoted." if ladder is not None else ".")]
+    if ladder is not None:
+        rows = [[f"{g['rung']} ({aggregate.fmt_fraction(g['fraction'])})",
+                 ", ".join(f"`{c}`" for c in g["cell_ids"]), f"`{g['config_id']}`",
+                 g["evidence"]] for g in ladder_guards(ladder)]
+        header = ["rung", "cell(s)", "config", "guard: evidence"]
     else:
-        text.append(_md_table(["cell", "config", "guard", "evidence"],
-                              [[f"`{r.cell_id}`", f"`{r.config_id}`", r.guard, r.evidence]
-                               for r in fired.itertuples()], "llll"))
+        rows = [[f"`{r.cell_id}`", f"`{r.config_id}`", r.guard, r.evidence]
+                for r in fired.itertuples()]
+        header = ["cell", "config", "guard", "evidence"]
+    text.append(_md_table(header, rows, "l" * len(header)) if rows else "No guard fired.")
     return "\n\n".join(text) + "\n"
 
 
@@ -347,7 +363,7 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     results.write_text(paths["leaderboard_md"], _leaderboard_markdown(
         name, ranked, primary, ok, excluded, by_target, level, ladder is not None)
         + (_ladder_markdown(ladder, primary, selected) if ladder is not None else "")
-        + _guards_markdown(checks, primary, len(ok)))
+        + _guards_markdown(checks, primary, len(ok), ladder))
     card, latex, totals = compute_card(name, aggregate.increments(every_cell), ok, order,
                                         names)
     results.write_text(paths["compute_card_md"], card)
@@ -363,7 +379,8 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     results.write_json(paths["selection_json"], {
         "target": primary, "basis": basis, "k": top_k, "selected": selected,
         "by_target": by_target, "excluded": excluded_rows,
-        "guards_fired": fired.to_dict("records")})
+        "guards_fired": (ladder_guards(ladder) if ladder is not None
+                         else fired.to_dict("records"))})
 
     comparison_path = sweep_dir / "validate" / "comparison.json"
     if comparison_path.is_file():  # a rerun of the report keeps the validation section

@@ -2,12 +2,19 @@
 
 import json
 
+import pandas as pd
 import pytest
 
 from race import results
 from race.aggregate import compare_predictions, sigmoid
 from race.fmt import fmt_flops
-from race.report import VALIDATION_HEADING, validation_section, write_report
+from race.report import (
+    VALIDATION_HEADING,
+    _guards_markdown,
+    ladder_guards,
+    validation_section,
+    write_report,
+)
 
 PILOT = 1e12  # pilot budget per cell, FLOPs
 FULL = 1.6e13  # full-run budget, FLOPs (pilot fraction 1/16)
@@ -528,6 +535,29 @@ def test_many_configs_still_render_with_a_model_and_reward_legend(tmp_path):
 
     assert mpimg.imread(out["paths"]["curves_png"]).shape[0] > 100
     assert len(results.read_json(sweep / "selection.json")["selected"]) == 3
+
+
+def _rung(rung, fraction, guards):
+    return {"rung": rung, "fraction": fraction, "candidates": [
+        {"config": config, "cell_ids": [f"cell-{config}-{rung}"], "guard": guard}
+        for config, guard in guards.items()]}
+
+
+def test_the_guard_section_names_a_guard_that_fired_only_at_a_later_rung():
+    # a continued cell fails after the first rung: the first rung's cells are clean
+    evidence = "drawdown: accuracy 0.294 at the last checkpoint vs best 0.356"
+    ladder = {"rungs": [_rung(1, 1 / 48, {"a": None, "b": None}),
+                        _rung(4, 1 / 6, {"a": None, "b": evidence})]}
+    clean = pd.DataFrame(columns=["cell_id", "config_id", "target", "guard", "fired",
+                                  "evidence"]).astype({"fired": bool})
+    section = _guards_markdown(clean, "val", 2, ladder)
+    assert "No guard fired." not in section
+    assert f"| 4 (F/6) | `cell-b-4` | `b` | {evidence} |" in section
+    assert ladder_guards(ladder) == [{"rung": 4, "fraction": 1 / 6, "config_id": "b",
+                                      "cell_ids": ["cell-b-4"], "evidence": evidence}]
+    quiet = {"rungs": [_rung(1, 1 / 48, {"a": None}), _rung(2, 1 / 24, {"a": None})]}
+    assert "No guard fired." in _guards_markdown(clean, "val", 1, quiet)
+    assert ladder_guards(quiet) == []
 
 
 def test_leaderboard_reports_the_guards_and_none_fire_on_rising_curves(report):
