@@ -240,9 +240,11 @@ def ladder_plan(configs, *, rungs, reduction, share, fill):
 
 
 def random_policy(configs, draw, **_):
-    key = ",".join(f"{c}:{draw[c]}" for c in sorted(draw))  # one random order per replicate
-    order = sorted(configs, key=lambda c: zlib.crc32(f"{c}-{key}".encode()))
-    return order, 0.0, {}
+    # one uniformly random order per replicate (a generator seeded by the replicate: CRC32
+    # keys of similar strings are far from uniform)
+    key = ",".join(f"{c}:{draw[c]}" for c in sorted(draw))
+    order = np.random.default_rng(zlib.crc32(key.encode())).permutation(sorted(configs))
+    return [str(c) for c in order], 0.0, {}
 
 
 def oracle(configs, draw, **_):

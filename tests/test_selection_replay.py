@@ -142,3 +142,12 @@ def test_the_best_configs_order_is_shown_by_window_of_the_budget_before_f(bank):
         sum(steady(f) for f in before_f) / len(before_f) + 0.05)
     assert replay.fmt_window(1 / 32, 1 / 16) == "(F/32,F/16]"
     assert replay.fmt_window(1 / 2, 1.0) == "(F/2,F)"
+
+
+def test_the_random_policy_picks_each_config_about_equally_often(bank):
+    _, configs = replay.load_bank(bank)
+    draws = replay.replicates(configs)  # 2 seeds ^ 6 configs = 64 one-seed sweeps
+    picks = [replay.random_policy(configs, draw)[0][0] for draw in draws]
+    assert sorted(replay.random_policy(configs, draws[0])[0]) == sorted(configs)
+    fair = len(draws) / len(configs)
+    assert all(0.4 * fair <= picks.count(c) <= 1.8 * fair for c in configs), picks
