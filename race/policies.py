@@ -11,7 +11,8 @@ tokenizer and a ``build_info.json`` (its greedy accuracy on ``val`` along the wa
 the end, on ``test`` and ``ood``, wall seconds, and the warm-start FLOPs, which are
 pre-training and never charged to a post-training budget).
 
-Builds are deterministic for a recipe and cached under ``$RACE_CACHE_DIR`` (default
+Builds are deterministic for a recipe on one machine (another CPU's floating point can
+give another build) and cached under ``$RACE_CACHE_DIR`` (default
 ``~/.cache/race``) in a folder keyed by a hash of the recipe: a second call loads it.
 """
 
