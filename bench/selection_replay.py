@@ -84,9 +84,11 @@ from race.ladder import (
 BANK = Path(__file__).parent / "data" / "curve_bank.json.gz"
 TARGET = "val"
 FLAT = 1 / 16
-# RACE's pilot evaluation plan: val, test and ood on 128 problems at the start and at
-# 0.25/0.5/0.75 of the pilot budget, and at the end val on 1,000 (test, ood on 128)
-EVAL_PROBLEMS_PER_PILOT = 4 * 3 * 128 + 1000 + 2 * 128
+# RACE's pilot evaluation plan: val, test and ood on 128 problems at 0.25/0.5/0.75 of the
+# pilot budget, val on 1,000 at the end (test, ood on 128); and a pilot that starts from
+# the warm start (not a ladder rung continuing one below) scores it the same way first
+EVAL_PROBLEMS_PER_PILOT = 3 * 3 * 128 + 1000 + 2 * 128
+EVAL_PROBLEMS_AT_START = 1000 + 2 * 128
 SIGMOID_MAX_WIDTH = 0.3
 BOOT_RANKINGS = 16  # replicates' rankings the bootstrap of Kendall/Spearman resamples
 DEFAULTS = SelectionConfig()  # the ladder `race sweep` runs
@@ -337,7 +339,9 @@ def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
         charged_shares.append(charged)
         per_problem = np.mean([c["curves"][draw[cid]].eval_flops_per_problem
                                for cid, c in configs.items()])
-        eval_flops = sum(pilots.values()) * EVAL_PROBLEMS_PER_PILOT * per_problem
+        problems = (sum(pilots.values()) * EVAL_PROBLEMS_PER_PILOT
+                    + (pilots[min(pilots)] * EVAL_PROBLEMS_AT_START if pilots else 0))
+        eval_flops = problems * per_problem
         eval_shares.append(charged + eval_flops / full)
     rng = np.random.default_rng(0)
     ids = list(configs)

@@ -19,7 +19,7 @@ from scipy.special import expit
 
 from race import guards
 from race.errors import UnknownName, UsageError
-from race.ladder import final_ranking, fmt_fraction
+from race.ladder import binomial_se, final_ranking, fmt_fraction
 
 # Knob columns copied from a config's first seed (they are shared by its seeds).
 CONFIG_COLUMNS = ("model", "params", "reward", "task", "group_size", "prompts_per_step",
@@ -71,8 +71,27 @@ def increments(cells: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def warm_starts(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str) -> dict[str, dict]:
+    """Each policy size's accuracy on ``target`` before any update (checkpoint 0 of its
+    cells: the warm start every config of that size shares), scored on the most problems
+    any of its cells used (pilots score the selection target at the start on as many
+    problems as at the end). ``{model: {"accuracy", "n", "se"}}``; sizes never evaluated
+    at the start are left out."""
+    if not len(evals) or target not in set(evals["target"]):
+        return {}
+    ev = _target_evals(evals, cells, target)
+    ev = ev[ev["checkpoint"] == 0.0].merge(cells[["cell_id", "model"]], on="cell_id")
+    out = {}
+    for model, rows in ev.groupby("model"):
+        rows = rows[rows["n"] == rows["n"].max()]
+        accuracy, n = float(rows["accuracy"].mean()), int(rows["n"].iloc[0])
+        if n > 0:
+            out[str(model)] = {"accuracy": accuracy, "n": n, "se": binomial_se(accuracy, n)}
+    return out
+
+
 def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = 3,
-                     level: float = 0.9) -> list[dict]:
+                     level: float = 0.9, starts: dict[str, dict] | None = None) -> list[dict]:
     """The ladder's choices for full-budget validation, best first.
 
     :func:`race.ladder.final_ranking` of the rungs: unguarded configs first; within a
@@ -84,6 +103,9 @@ def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = 3,
     Args:
         ladder: ``ladder.json`` (rungs, each with its ranked ``candidates``).
         configs: ``rank_regimes``'s configs on the first rung (for each config's regime).
+        starts: :func:`warm_starts`; each choice then carries its ``gain`` over its size's
+            warm start, with ``gain_se`` (the two standard errors combined) and a verdict
+            at ``level`` in its reason.
     """
     z = float(stats.norm.ppf(0.5 + level / 2))
     regime = dict(zip(configs["config_id"], configs["regime"])) if len(configs) else {}
@@ -100,7 +122,13 @@ def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = 3,
         else:
             why = "last rung" if rung is rungs[-1] else f"stopped at {where}"
         score, se = float(cand["score"]), float(cand["se"])
-        chosen.append({
+        start = (starts or {}).get(cand["model"])
+        gain = {} if start is None else {
+            "start": start["accuracy"], "gain": score - start["accuracy"],
+            "gain_se": math.hypot(se, start["se"])}
+        if gain:
+            gain["gain_text"] = gain_text(gain["gain"], gain["gain_se"], z)
+        chosen.append(gain | {
             "config_id": cand["config"], "cell_ids": list(cand["cell_ids"]),
             "score": score, "lo": max(0.0, score - z * se),
             "hi": min(1.0, score + z * se), "se": se, "rung": rung["rung"],
@@ -108,8 +136,17 @@ def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = 3,
             "regime": regime.get(cand["config"]), "model": cand["model"],
             "reward": cand["reward"], "guard": guard, "why": why, "rank": rank,
             "reason": f"{why}: {score:.3f} +- {se:.3f} (SE) on the selection target at "
-                      f"{where}" + (f"; guard fired: {guard}" if guard else "")})
+                      f"{where}" + (f"; guard fired: {guard}" if guard else "")
+                      + (f"; {gain['gain_text']}" if gain else "")})
     return [{key: _plain(val) for key, val in c.items()} for c in chosen]
+
+
+def gain_text(gain: float, se: float, z: float) -> str:
+    """A score's gain over its warm start, and whether it is clear of noise at ``z`` SE."""
+    verdict = ("above it" if gain - z * se > 0 else
+               "below it: post-training made it worse" if gain + z * se < 0 else
+               "no clear gain from post-training")
+    return f"{gain:+.3f} (SE {se:.3f}) vs its warm start, {verdict}"
 
 
 def targets(cells: pd.DataFrame) -> list[str]:

@@ -152,7 +152,7 @@ class PilotConfig:
     eval_targets: list[str] = field(default_factory=lambda: ["val", "test", "ood"])
     # the target rankings and selection read (tuning and selection on val, never on test)
     select_target: str = "val"
-    # its problems at the final checkpoint: SE sqrt(p(1-p)/n) <= 0.016 at n=1000
+    # its problems at the start and the final checkpoint: SE sqrt(p(1-p)/n) <= 0.016 at n=1000
     select_examples: int = 1000
     # random seed of the pilot (rollouts, prompt order, adapter init)
     seed: int = 0

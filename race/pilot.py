@@ -225,15 +225,18 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
     """Greedy accuracy and mean reward on every held-out target (eval FLOPs, uncharged).
 
     Each row carries the ledger's cumulative FLOPs after it (``flops``), as step rows do.
-    At the final checkpoint the target selection reads (``spec.select_target``) is scored
-    on ``spec.select_examples`` problems (the same first ``eval_examples`` and more), so
-    the decision rests on a small standard error; other checkpoints use ``eval_examples``.
+    At the start (the warm start, which every config of a size shares) and at the final
+    checkpoint the target selection reads (``spec.select_target``) is scored on
+    ``spec.select_examples`` problems (the same first ``eval_examples`` and more), so the
+    decision, and a pick's gain over the warm start, rest on a small standard error; other
+    checkpoints use ``eval_examples``.
     """
     rows = []
     with (meter or PhaseMeter()).phase("eval", ledger.wall_s):
         for target in spec.eval_targets:
             n = (max(spec.select_examples, spec.eval_examples)
-                 if target == spec.select_target and fraction >= 1.0 else spec.eval_examples)
+                 if target == spec.select_target and fraction in (0.0, 1.0)
+                 else spec.eval_examples)
             examples = parts.task.sample(target, n, seed=10_000)
             prompts = [ex.prompt for ex in examples]
             _longest_prompt(parts, spec, prompts)

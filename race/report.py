@@ -131,8 +131,11 @@ def _leaderboard_markdown(name: str, ranked: dict, primary: str, ok: pd.DataFram
 # ------------------------------------------------------------------ figures
 
 
-def _ladder_markdown(ladder: dict, target: str, selected: list[dict]) -> str:
-    """The leaderboard's ladder section: every rung's configs, scores and decisions."""
+def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
+                     starts: dict[str, dict] | None = None) -> str:
+    """The leaderboard's ladder section: every rung's configs, scores and decisions, each
+    score beside its size's warm start."""
+    starts = starts or {}
     text = ["", "## Ladder (successive halving)",
             f"Every config ran to the first rung; after each rung the configs with the "
             f"highest lower confidence bound of their `{target}` score at the next rung "
@@ -141,6 +144,11 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict]) -> str:
             f"keeping the best 1/{ladder.get('reduction', 4)} and at least one config per "
             f"policy size; a config whose guard fired is never promoted. Pilot compute: "
             f"{ladder.get('cost_share', float('nan')):.1%} of one full run as planned."]
+    if starts:
+        text.append(f"Warm start on `{target}` (each size's checkpoint 0, before any update; "
+                    "the \"vs start\" column is a score minus its size's): " + ", ".join(
+                        f"{model} {s['accuracy']:.3f} (SE {s['se']:.3f}, n={s['n']})"
+                        for model, s in sorted(starts.items())) + ".")
     for rung in ladder["rungs"]:
         last = rung is ladder["rungs"][-1]
         rows = []
@@ -151,19 +159,22 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict]) -> str:
                          f"mu{c['update_epochs']}", len(c["cell_ids"]), _acc(c["score"]),
                          _acc(c["se"]), "-" if last else _acc(c["predicted"]),
                          "-" if last else _acc(c["lcb"]),
+                         (f"{c['score'] - starts[c['model']]['accuracy']:+.3f}"
+                          if c["model"] in starts else "-"),
                          c.get("why", "") if c.get("promoted") else decision,
                          c.get("guard") or ""])
         text += [f"### Rung {rung['rung']}: {aggregate.fmt_fraction(rung['fraction'])} "
                  f"({fmt_flops(rung['budget_flops'])} FLOPs per cell), "
                  f"{len(rung['candidates'])} config(s)",
                  _md_table(["config", "knobs", "seeds", f"{target}", "SE",
-                            "predicted next rung", "LCB", "decision", "guard"],
-                           rows, "llrrrrrll")]
+                            "predicted next rung", "LCB", "vs start", "decision", "guard"],
+                           rows, "llrrrrrrll")]
     if selected:
         pick = selected[0]
         text.append(f"**Pick: `{pick['config_id']}` ({pick['model']}/{pick['reward']}), "
                     f"{pick['score']:.3f} [{pick['lo']:.3f}, {pick['hi']:.3f}] "
-                    f"{pick['basis_used']}.**")
+                    f"{pick['basis_used']}"
+                    + (f"; {pick['gain_text']}" if "gain_text" in pick else "") + ".**")
     return "\n\n".join(text) + "\n"
 
 
@@ -264,7 +275,8 @@ def _summary(name: str, sweep_dir: Path, cells: pd.DataFrame, ok: pd.DataFrame,
                "free slot": "fills a free slot (its regime already chosen)"
                }.get(s.get("why"), s.get("why"))
         lines.append(f"  {s['config_id']} ({s['model']}/{s['reward']}, {s['regime']}): "
-                     f"{s['basis_used']} {_interval(s['score'], s['lo'], s['hi'])}; {why}")
+                     f"{s['basis_used']} {_interval(s['score'], s['lo'], s['hi'])}; {why}"
+                     + (f"; {s['gain']:+.3f} vs its warm start" if "gain" in s else ""))
     lines.append(f"wrote {', '.join(p.name for p in paths.values())} in {sweep_dir}")
     return "\n".join(lines)
 
@@ -334,6 +346,7 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
                           regimes)
         fronts[target] = aggregate.frontier(evals, cells, target=target)
     by_target = aggregate.best_by_target(raw)
+    starts = aggregate.warm_starts(evals, cells, target=primary)
     checks = aggregate.guard_cells(evals, examples, steps, target=primary,
                                    thresholds=_guard_thresholds(sweep_dir))
     fired = checks[checks["fired"]]
@@ -342,7 +355,8 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
                for cid, group in fired.groupby("config_id")}
     if ladder is not None:
         basis = "ladder"
-        selected = aggregate.ladder_selection(ladder, raw[primary], k=top_k, level=level)
+        selected = aggregate.ladder_selection(ladder, raw[primary], k=top_k, level=level,
+                                              starts=starts)
     else:
         selected = aggregate.select_for_validation(raw[primary], fits_by[primary], k=top_k,
                                                    basis=basis, guarded=guarded)
@@ -362,7 +376,7 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     results.write_csv(paths["leaderboard_csv"], board)
     results.write_text(paths["leaderboard_md"], _leaderboard_markdown(
         name, ranked, primary, ok, excluded, by_target, level, ladder is not None)
-        + (_ladder_markdown(ladder, primary, selected) if ladder is not None else "")
+        + (_ladder_markdown(ladder, primary, selected, starts) if ladder is not None else "")
         + _guards_markdown(checks, primary, len(ok), ladder))
     card, latex, totals = compute_card(name, aggregate.increments(every_cell), ok, order,
                                         names)
@@ -378,7 +392,7 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
                      for _, r in excluded.iterrows()]
     results.write_json(paths["selection_json"], {
         "target": primary, "basis": basis, "k": top_k, "selected": selected,
-        "by_target": by_target, "excluded": excluded_rows,
+        "by_target": by_target, "excluded": excluded_rows, "warm_starts": starts,
         "guards_fired": (ladder_guards(ladder) if ladder is not None
                          else fired.to_dict("records"))})
 

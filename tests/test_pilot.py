@@ -206,7 +206,7 @@ def test_prm_pilot_keeps_to_its_budget(tmp_path, policy, tiny_prm):
     assert summary["total_flops"] <= spec.budget_flops
 
 
-def test_the_selection_target_is_scored_on_more_problems_at_the_final_checkpoint(tmp_path,
+def test_the_selection_target_is_scored_on_more_problems_at_the_start_and_the_end(tmp_path,
                                                                                  policy):
     spec = small_spec(3, eval_examples=4, eval_targets=("test", "ood"), select_target="test",
                       select_examples=12, checkpoints=(0.5, 1.0))
@@ -215,7 +215,7 @@ def test_the_selection_target_is_scored_on_more_problems_at_the_final_checkpoint
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     sizes = [(r["checkpoint"], r["target"], len(r["correct"])) for r in rows
              if r["kind"] == "eval"]
-    assert sizes == [(0.0, "test", 4), (0.0, "ood", 4), (0.5, "test", 4), (0.5, "ood", 4),
+    assert sizes == [(0.0, "test", 12), (0.0, "ood", 4), (0.5, "test", 4), (0.5, "ood", 4),
                      (1.0, "test", 12), (1.0, "ood", 4)]
 
 
