@@ -276,7 +276,7 @@ def _summary(name: str, sweep_dir: Path, cells: pd.DataFrame, ok: pd.DataFrame,
                }.get(s.get("why"), s.get("why"))
         lines.append(f"  {s['config_id']} ({s['model']}/{s['reward']}, {s['regime']}): "
                      f"{s['basis_used']} {_interval(s['score'], s['lo'], s['hi'])}; {why}"
-                     + (f"; {s['gain']:+.3f} vs its warm start" if "gain" in s else ""))
+                     + (f"; {s['gain_text']}" if "gain_text" in s else ""))
     lines.append(f"wrote {', '.join(p.name for p in paths.values())} in {sweep_dir}")
     return "\n".join(lines)
 

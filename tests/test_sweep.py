@@ -202,7 +202,12 @@ def test_a_budget_list_runs_one_ladder_per_budget_and_reports_where_the_pick_cha
     assert "RACE budgets:" in out.stdout
     # race validate runs the ladder's pick afresh at the full budget and compares
     folder = parent / "budget-3e10"
-    pick = json.loads((folder / "selection.json").read_text())["selected"][0]
+    selection = json.loads((folder / "selection.json").read_text())
+    pick = selection["selected"][0]
+    # the pick is read against its size's warm start (checkpoint 0 of the first rung)
+    start = selection["warm_starts"]["tiny-s"]
+    assert start["n"] == 4 and pick["gain"] == pytest.approx(pick["score"] - start["accuracy"])
+    assert "Warm start on `test`" in (folder / "leaderboard.md").read_text()
     out = subprocess.run(
         [sys.executable, "-m", "race.cli", "validate", str(folder), "validate.top_k=1",
          "launcher=inline"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
