@@ -122,12 +122,11 @@ def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = 3,
         else:
             why = "last rung" if rung is rungs[-1] else f"stopped at {where}"
         score, se = float(cand["score"]), float(cand["se"])
-        start = (starts or {}).get(cand["model"])
-        gain = {} if start is None else {
-            "start": start["accuracy"], "gain": score - start["accuracy"],
-            "gain_se": math.hypot(se, start["se"])}
-        if gain:
-            gain["gain_text"] = gain_text(gain["gain"], gain["gain_se"], z)
+        start, gain = (starts or {}).get(cand["model"]), {}
+        if start is not None:
+            diff, diff_se = score - start["accuracy"], math.hypot(se, start["se"])
+            gain = {"start": start["accuracy"], "gain": diff, "gain_se": diff_se,
+                    "gain_text": gain_text(diff, diff_se, z)}
         chosen.append(gain | {
             "config_id": cand["config"], "cell_ids": list(cand["cell_ids"]),
             "score": score, "lo": max(0.0, score - z * se),

@@ -196,11 +196,10 @@ def ladder_guards(ladder: dict) -> list[dict]:
             for rung in ladder["rungs"] for c in rung["candidates"] if c.get("guard")]
 
 
-def _guards_markdown(checks: pd.DataFrame, target: str, n_cells: int,
+def _guards_markdown(checks: pd.DataFrame | None, target: str, n_cells: int,
                      ladder: dict | None = None) -> str:
     """The leaderboard's guard section: every guard that fired, with its evidence (with a
-    ladder, at every rung)."""
-    fired = checks[checks["fired"]]
+    ladder, at every rung, read from it: ``checks`` is then not needed)."""
     text = ["", "## Guards against late failure",
             f"Checked on `{target}` for {n_cells} ok cell(s)"
             + (" and at every later rung of the ladder" if ladder is not None else "")
@@ -215,7 +214,7 @@ def _guards_markdown(checks: pd.DataFrame, target: str, n_cells: int,
         header = ["rung", "cell(s)", "config", "guard: evidence"]
     else:
         rows = [[f"`{r.cell_id}`", f"`{r.config_id}`", r.guard, r.evidence]
-                for r in fired.itertuples()]
+                for r in checks[checks["fired"]].itertuples()]
         header = ["cell", "config", "guard", "evidence"]
     text.append(_md_table(header, rows, "l" * len(header)) if rows else "No guard fired.")
     return "\n\n".join(text) + "\n"
@@ -347,17 +346,18 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
         fronts[target] = aggregate.frontier(evals, cells, target=target)
     by_target = aggregate.best_by_target(raw)
     starts = aggregate.warm_starts(evals, cells, target=primary)
-    checks = aggregate.guard_cells(evals, examples, steps, target=primary,
-                                   thresholds=_guard_thresholds(sweep_dir))
-    fired = checks[checks["fired"]]
-    guarded = {cid: "; ".join(f"{g} ({c}: {e})" for g, c, e in
-                              zip(group["guard"], group["cell_id"], group["evidence"]))
-               for cid, group in fired.groupby("config_id")}
-    if ladder is not None:
-        basis = "ladder"
+    if ladder is not None:  # the ladder checked every rung's guards as it ran
+        basis, checks, guards_fired = "ladder", None, ladder_guards(ladder)
         selected = aggregate.ladder_selection(ladder, raw[primary], k=top_k, level=level,
                                               starts=starts)
     else:
+        checks = aggregate.guard_cells(evals, examples, steps, target=primary,
+                                       thresholds=_guard_thresholds(sweep_dir))
+        fired = checks[checks["fired"]]
+        guards_fired = fired.to_dict("records")
+        guarded = {cid: "; ".join(f"{g} ({c}: {e})" for g, c, e in
+                                  zip(group["guard"], group["cell_id"], group["evidence"]))
+                   for cid, group in fired.groupby("config_id")}
         selected = aggregate.select_for_validation(raw[primary], fits_by[primary], k=top_k,
                                                    basis=basis, guarded=guarded)
 
@@ -393,8 +393,7 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     results.write_json(paths["selection_json"], {
         "target": primary, "basis": basis, "k": top_k, "selected": selected,
         "by_target": by_target, "excluded": excluded_rows, "warm_starts": starts,
-        "guards_fired": (ladder_guards(ladder) if ladder is not None
-                         else fired.to_dict("records"))})
+        "guards_fired": guards_fired})
 
     comparison_path = sweep_dir / "validate" / "comparison.json"
     if comparison_path.is_file():  # a rerun of the report keeps the validation section
