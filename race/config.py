@@ -77,6 +77,9 @@ class RewardConfig:
     # PRM: the most steps scored per completion (later steps join the last one), which
     # bounds the tag tokens of any trace in the budget's worst-case step
     max_steps: int = 32
+    # rule: what the verifier checks: answer (the final answer, sparse) | structured
+    # (format and final answer) | steps (credit per correct step, dense)
+    check: str = "answer"
 
 
 @dataclass
@@ -97,6 +100,27 @@ class TaskConfig:
     # the instruction after each question
     system_prompt: str = ""
     answer_format: str = ""
+    # embedded task (arith): digits per operand, digits of the first number (0: digits),
+    # operations per chain in train/val/test, and in ood (longer chains: a real shift)
+    digits: int = 1
+    first_digits: int = 0
+    min_ops: int = 2
+    max_ops: int = 3
+    ood_min_ops: int = 4
+    ood_max_ops: int = 4
+
+
+@dataclass
+class WarmStartConfig:
+    # the tiny family's supervised warm start, one recipe for every size (pre-training,
+    # never charged): steps of batch_size reference traces, AdamW at lr (warm-up, cosine)
+    steps: int = 600
+    batch_size: int = 32
+    lr: float = 3e-3
+    # share of the demonstrations' subtraction steps computed as additions: the right
+    # procedure is then in the policy's support but not its mode (0: clean demonstrations)
+    flip: float = 0.6
+    seed: int = 0
 
 
 @dataclass
@@ -117,7 +141,7 @@ class GridConfig:
     # grouped by length); bounds activation memory, not the update (0: one pass)
     micro_batch_size: int = 0
     # AdamW learning rate (LoRA)
-    lr: float = 5e-5
+    lr: float = 3e-4
     # LoRA rank (0: full fine-tuning)
     lora_rank: int = 16
     lora_alpha: int = 32
@@ -125,6 +149,11 @@ class GridConfig:
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     # KL penalty to the reference policy (adapters disabled); 0 skips the reference pass
     kl_coef: float = 0.0
+    # per-token losses folded into one: sequence (each completion's mean, then the batch
+    # mean: GRPO) | token (every token alike: DAPO)
+    aggregation: str = "sequence"
+    # advantages: group-centred rewards divided by the group's std (GRPO), or not (Dr. GRPO)
+    scale_rewards: bool = True
     # sweep axes: config key -> values (race plan/sweep expand their product; a key given
     # on the command line, as one value or a comma list, replaces its axis)
     axes: dict[str, list[Any]] = field(default_factory=dict)
@@ -293,6 +322,7 @@ class RaceConfig:
     reward: RewardConfig = MISSING
     task: TaskConfig = MISSING
     grid: GridConfig = field(default_factory=GridConfig)
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
     pilot: PilotConfig = field(default_factory=PilotConfig)
     accounting: AccountingConfig = field(default_factory=AccountingConfig)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
@@ -494,6 +524,54 @@ def selection_problems(selection: SelectionConfig) -> list[str]:
     return problems
 
 
+ARITH_FIELDS = ("digits", "first_digits", "min_ops", "max_ops", "ood_min_ops", "ood_max_ops")
+
+
+def task_entry(task: TaskConfig) -> dict[str, Any]:
+    """What the pilot's task reads of ``task`` (the embedded task's knobs, or a data
+    task's files and prompt format)."""
+    from dataclasses import asdict
+
+    keys = ("name", *ARITH_FIELDS) if task.name == "arith" else (
+        "name", "source", "ood_source", "system_prompt", "answer_format")
+    return {k: v for k, v in asdict(task).items() if k in keys and v != ""}
+
+
+def testbed_problems(cfg: RaceConfig) -> list[str]:
+    """What is wrong with the embedded task, the warm start and the learning rule."""
+    from race.rewards.rule import CHECKS
+    from race.specs import AGGREGATIONS
+
+    problems = []
+    if cfg.task.name == "arith":
+        from race.tasks.arith import ArithTask
+
+        entry = task_entry(cfg.task)
+        entry.pop("name")
+        try:
+            ArithTask(**entry)
+        except UsageError as error:
+            problems.append(str(error))
+    if cfg.reward.check not in CHECKS:
+        problems.append(f"reward.check={cfg.reward.check!r}: use one of {list(CHECKS)}")
+    elif cfg.reward.check != "answer" and cfg.task.name != "arith":
+        problems.append(f"reward.check={cfg.reward.check}: checks the embedded task's steps "
+                        f"and form; task={cfg.task.name} has neither, so use reward=rule")
+    warm = cfg.warmstart
+    if warm.steps < 1 or warm.batch_size < 1:
+        problems.append(f"warmstart.steps={warm.steps}, warmstart.batch_size="
+                        f"{warm.batch_size}: must be >= 1")
+    if not warm.lr > 0:
+        problems.append(f"warmstart.lr={warm.lr}: must be > 0, e.g. warmstart.lr=3e-3")
+    if not 0 <= warm.flip <= 1:
+        problems.append(f"warmstart.flip={warm.flip}: a share of the demonstrations' "
+                        f"subtraction steps, in [0, 1] (0: clean demonstrations)")
+    if cfg.grid.aggregation not in AGGREGATIONS:
+        problems.append(f"grid.aggregation={cfg.grid.aggregation!r}: use one of "
+                        f"{list(AGGREGATIONS)}")
+    return problems
+
+
 def validate(cfg: RaceConfig) -> None:
     """Check the whole config and raise one UsageError listing every problem."""
     problems = _finite_problems(cfg)
@@ -573,6 +651,7 @@ def validate(cfg: RaceConfig) -> None:
     if launcher.slots < 0:
         problems.append(f"launcher.slots={launcher.slots}: must be >= 0 (0: one per core)")
     problems += selection_problems(cfg.selection)
+    problems += testbed_problems(cfg)
     if cfg.report.basis not in ("observed", "extrapolated"):
         problems.append(f"report.basis={cfg.report.basis!r}: use observed or extrapolated")
     if problems:
@@ -689,11 +768,11 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True,
         raise UsageError("task.source=: GSM8K-format pilots read a local data file; give "
                          "task.source=<file.jsonl|.json|.parquet> (question, answer '#### N')")
     reward = {k: v for k, v in asdict(cfg.reward).items() if v is not None}
-    task = {k: v for k, v in asdict(cfg.task).items()  # what the pilot's task reads
-            if k in ("name", "source", "ood_source", "system_prompt", "answer_format") and v}
     return RunSpec(
         model=cfg.model.name, reward=tuple(sorted(reward.items())),
-        task=tuple(sorted(task.items())), budget_flops=float(budget_flops),
+        task=tuple(sorted(task_entry(cfg.task).items())),
+        warmstart=tuple(sorted(asdict(cfg.warmstart).items())),
+        budget_flops=float(budget_flops),
         convention=cfg.convention, prompts_per_step=grid.prompts_per_step,
         group_size=grid.group_size, max_new_tokens=grid.max_new_tokens,
         temperature=pilot.temperature, update_epochs=grid.update_epochs,
@@ -701,7 +780,8 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True,
         tis_cap=pilot.tis_cap,
         lr=grid.lr, lora_rank=grid.lora_rank,
         lora_alpha=grid.lora_alpha, lora_targets=tuple(grid.lora_targets),
-        kl_coef=grid.kl_coef, clip_eps=pilot.clip_eps, seed=pilot.seed,
+        kl_coef=grid.kl_coef, clip_eps=pilot.clip_eps, aggregation=grid.aggregation,
+        scale_rewards=grid.scale_rewards, seed=pilot.seed,
         backend=pilot.backend, checkpoints=tuple(pilot.checkpoints),
         eval_examples=pilot.eval_examples, eval_targets=tuple(pilot.eval_targets),
         select_target=pilot.select_target, select_examples=pilot.select_examples,

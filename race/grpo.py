@@ -28,8 +28,8 @@ import math
 import torch
 from torch import Tensor
 
-# Ways to fold per-token values [B, T] into one scalar (see masked_mean).
-AGGREGATIONS: tuple[str, ...] = ("token", "sequence")
+from race.specs import AGGREGATIONS  # ways to fold per-token values into one (masked_mean)
+
 
 
 # --------------------------------------------------------------------------- checks

@@ -7,9 +7,13 @@ reward keeps rising while the gold score peaks and falls). So a cell is not extr
 and not preferred for validation, when
 
 - **drawdown**: its held-out accuracy at the last checkpoint lies below its running best
-  by more than ``max(floor, z x SE)``, with ``SE = sqrt(p (1 - p) / n)`` at the best
-  checkpoint's accuracy ``p`` on ``n`` problems (a drop the evaluation noise cannot
-  explain);
+  by more than ``max(floor, z x SE_diff)``, where ``SE_diff = sqrt(SE_best^2 + SE_last^2)``
+  is the standard error of the difference of the two scores (``SE = sqrt(p (1 - p) / n)``
+  at each one's accuracy on its ``n`` problems): a drop the evaluation noise cannot
+  explain. Checkpoints score the same problems, so the pair is compared like for like;
+  the best of several noisy checkpoints sits above the truth, which is why ``z`` is large
+  (3.5: on flat curves with binomial noise at the default sweep's checkpoints, problem
+  counts and 16 configs, it fires in about 1% of sweeps, ``tests/test_guards.py``);
 - **reward hacking**: over its last checkpoints the proxy reward on held-out prompts
   (the reward system's own score, e.g. a PRM's) rose by at least ``reward_rise`` while the
   verifier's accuracy on the same prompts fell by more than the drawdown margin;
@@ -37,8 +41,8 @@ class GuardThresholds:
 
     # drawdown: the smallest drop that counts, accuracy points
     floor: float = 0.03
-    # drawdown: the drop must also exceed this many standard errors
-    z: float = 2.0
+    # drawdown: the drop must also exceed this many standard errors of the difference
+    z: float = 3.5
     # reward hacking: the proxy reward's rise over the window, reward points
     reward_rise: float = 0.05
     # reward hacking: checkpoints compared (the last one against this many before it)
@@ -69,8 +73,11 @@ def standard_error(accuracy: float, n_problems: int) -> float:
     return math.sqrt(p * (1 - p) / n_problems)
 
 
-def _margin(best: float, n_problems: int, t: GuardThresholds) -> float:
-    return max(t.floor, t.z * standard_error(best, n_problems))
+def _margin(before: float, n_before: int, after: float, n_after: int,
+            t: GuardThresholds) -> float:
+    """``max(floor, z x SE)`` of the difference of two checkpoints' accuracies."""
+    se = math.hypot(standard_error(before, n_before), standard_error(after, n_after))
+    return max(t.floor, t.z * se)
 
 
 def _n_at(n_problems: int | Sequence[int], index: int) -> int:
@@ -85,19 +92,20 @@ def drawdown(accuracy: Sequence[float], n_problems: int | Sequence[int],
     Args:
         accuracy: held-out accuracy at each checkpoint, in FLOP order.
         n_problems: problems each checkpoint was scored on (one count, or one per
-            checkpoint); the margin uses the best checkpoint's, whose noise inflates it.
+            checkpoint).
     """
     if len(accuracy) < 2:
         return Verdict("drawdown", False, "fewer than 2 checkpoints")
     best_at = max(range(len(accuracy)), key=lambda i: (accuracy[i], -i))
     best, last = accuracy[best_at], accuracy[-1]
     n_best = _n_at(n_problems, best_at)
-    margin = _margin(best, n_best, t)
+    margin = _margin(best, n_best, last, _n_at(n_problems, len(accuracy) - 1), t)
     drop = best - last
     return Verdict("drawdown", drop > margin,
                    f"accuracy {last:.3f} at the last checkpoint vs best {best:.3f} at "
                    f"checkpoint {best_at}: drop {drop:.3f} {'>' if drop > margin else '<='} "
-                   f"margin {margin:.3f} (max({t.floor}, {t.z} SE), n={n_best})")
+                   f"margin {margin:.3f} (max({t.floor}, {t.z} SE of the difference), "
+                   f"n={n_best})")
 
 
 def reward_hacking(proxy_reward: Sequence[float], accuracy: Sequence[float],
@@ -114,8 +122,8 @@ def reward_hacking(proxy_reward: Sequence[float], accuracy: Sequence[float],
         return Verdict("reward_hacking", False, f"fewer than {t.window + 1} checkpoints")
     rise = proxy_reward[-1] - proxy_reward[-1 - t.window]
     fall = accuracy[-1 - t.window] - accuracy[-1]
-    margin = _margin(accuracy[-1 - t.window],
-                     _n_at(n_problems, len(accuracy) - 1 - t.window), t)
+    margin = _margin(accuracy[-1 - t.window], _n_at(n_problems, len(accuracy) - 1 - t.window),
+                     accuracy[-1], _n_at(n_problems, len(accuracy) - 1), t)
     fired = rise >= t.reward_rise and fall > margin
     return Verdict("reward_hacking", fired,
                    f"over the last {t.window} checkpoints the proxy reward went "

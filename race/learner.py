@@ -30,7 +30,7 @@ class LearnerConfig:
     lora_dropout: float = 0.0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj",
                                      "gate_proj", "up_proj", "down_proj")
-    lr: float = 5e-5  # the grid's and RunSpec's default
+    lr: float = 3e-4  # the grid's and RunSpec's default
     max_grad_norm: float = 1.0
     update_epochs: int = 1
     minibatch_size: int = 0  # completions per optimizer step (0: the whole batch)
@@ -43,7 +43,7 @@ class LearnerConfig:
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
     kl_coef: float = 0.0
-    aggregation: str = "token"
+    aggregation: str = "sequence"
     temperature: float = 1.0
 
 

@@ -124,7 +124,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
 
     from race.devices import resolve_device, resolve_dtype, torch_dtype
     from race.learner import LearnerConfig, LoraLearner
-    from race.policies import build_tiny_policy
+    from race.policies import build_tiny_policy, warm_start_recipe
     from race.rewards import build_reward
     from race.tasks import build_task, prompt_bound, with_chat_template
 
@@ -132,7 +132,9 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
     dtype = resolve_dtype(spec.dtype, device)
     shape = spec.policy or load_model_shape(spec.model)
     folder = policy_folder or spec.policy_path or (
-        build_tiny_policy(spec.model) if shape.tokenizer == "race-char" else shape.hf_id)
+        build_tiny_policy(spec.model, recipe=warm_start_recipe(spec.model, dict(spec.task),
+                                                               dict(spec.warmstart)))
+        if shape.tokenizer == "race-char" else shape.hf_id)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
         tokenizer.padding_side = "left"
@@ -149,7 +151,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
                            update_epochs=spec.update_epochs,
                            minibatch_size=spec.minibatch_size,
                            micro_batch_size=spec.micro_batch_size, tis_cap=spec.tis_cap,
-                           clip_eps=spec.clip_eps,
+                           clip_eps=spec.clip_eps, aggregation=spec.aggregation,
                            kl_coef=spec.kl_coef, temperature=spec.temperature)
     learner = LoraLearner(model, shape, config, pad_id=tokenizer.pad_token_id,
                           seed=spec.seed, measure=spec.measure, device=device)
@@ -174,7 +176,8 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
     else:
         raise UsageError(f"pilot.backend={spec.backend!r}: use hf or vllm")
     reward = build_reward(dict(spec.reward), task, device=device, dtype=dtype,
-                          shape=spec.reward_model)
+                          shape=spec.reward_model,
+                          family=(dict(spec.task), dict(spec.warmstart)))
     return Components(task, reward, learner, backend, tokenizer)
 
 
@@ -225,18 +228,17 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
     """Greedy accuracy and mean reward on every held-out target (eval FLOPs, uncharged).
 
     Each row carries the ledger's cumulative FLOPs after it (``flops``), as step rows do.
-    At the start (the warm start, which every config of a size shares) and at the final
-    checkpoint the target selection reads (``spec.select_target``) is scored on
-    ``spec.select_examples`` problems (the same first ``eval_examples`` and more), so the
-    decision, and a pick's gain over the warm start, rest on a small standard error; other
-    checkpoints use ``eval_examples``.
+    Every checkpoint scores the same fixed problems of each target (the first ``n`` of
+    its ``seed=10_000`` draw), so any two checkpoints compare paired, problem by problem:
+    the target selection reads (``spec.select_target``) on ``spec.select_examples``
+    problems, so rankings, promotions, guards and a pick's gain over the warm start rest
+    on a small standard error; the other targets on ``eval_examples``.
     """
     rows = []
     with (meter or PhaseMeter()).phase("eval", ledger.wall_s):
         for target in spec.eval_targets:
             n = (max(spec.select_examples, spec.eval_examples)
-                 if target == spec.select_target and fraction in (0.0, 1.0)
-                 else spec.eval_examples)
+                 if target == spec.select_target else spec.eval_examples)
             examples = parts.task.sample(target, n, seed=10_000)
             prompts = [ex.prompt for ex in examples]
             _longest_prompt(parts, spec, prompts)
@@ -580,7 +582,8 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
             with meter.phase("feedback", ledger.wall_s):
                 rewards = score(spec, parts, ledger, "feedback", out,
                                 [examples[i].problem for i in out.prompt_index], answers)
-            advantages = group_advantages(torch.tensor(rewards), spec.group_size)
+            advantages = group_advantages(torch.tensor(rewards), spec.group_size,
+                                          scale=spec.scale_rewards)
             before = dict(parts.learner.flops)
             with meter.phase("learning", ledger.wall_s):
                 try:

@@ -22,12 +22,14 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from race import flops
 from race.catalog import load_model_shape
@@ -36,7 +38,9 @@ from race.specs import ModelShape
 from race.tasks.arith import ArithTask
 from race.tasks.base import Example
 
-RECIPE_VERSION = 2  # 2: one recipe for every size (fixed steps, cosine decay), no targets
+# 2: one recipe for every size (fixed steps, cosine decay), no targets; 3: flawed
+# demonstrations (``flip``)
+RECIPE_VERSION = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,8 @@ class WarmStartRecipe:
     val_examples: int = 1000  # the final ``val`` accuracy (SE <= 0.016)
     eval_examples: int = 512  # ``test`` and ``ood``, reported
     seed: int = 0
+    # share of the demonstrations' subtraction steps computed as additions (0: clean)
+    flip: float = 0.6
     task: dict = field(default_factory=lambda: asdict(ArithTask()))
     version: int = RECIPE_VERSION
 
@@ -66,6 +72,19 @@ class WarmStartRecipe:
         warm = (step + 1) / self.warmup_steps
         decay = 0.5 * (1 + math.cos(math.pi * min(1.0, step / self.steps)))
         return min(warm, decay)
+
+
+def warm_start_recipe(model: str, task: Mapping[str, Any] = (),
+                      warmstart: Mapping[str, Any] = ()) -> WarmStartRecipe:
+    """The recipe of ``model``'s warm start for a cell's task entry and ``warmstart.*``
+    knobs (a ``RunSpec``'s ``task`` and ``warmstart`` as dicts): the embedded task's knobs
+    when the cell runs it, else its defaults."""
+    task, warmstart = dict(task), dict(warmstart)
+    knobs = {k: v for k, v in task.items() if k != "name"} if task.get("name") == "arith" \
+        else {}
+    fields = {k: warmstart[k] for k in ("steps", "batch_size", "lr", "flip", "seed")
+              if k in warmstart}
+    return WarmStartRecipe(model=model, task=asdict(ArithTask(**knobs)), **fields)
 
 
 def cache_dir() -> Path:
@@ -175,6 +194,9 @@ def _train(recipe: WarmStartRecipe, shape: ModelShape, folder: Path) -> dict:
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     task = ArithTask(**recipe.task)
     train = task.sample("train", recipe.steps * recipe.batch_size, seed=recipe.seed)
+    if recipe.flip:
+        noise = random.Random(f"demonstrations/{recipe.seed}")
+        train = [task.demonstration(ex, noise, recipe.flip) for ex in train]
     curve_set = task.sample("val", recipe.curve_examples, seed=recipe.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, recipe.lr_factor)

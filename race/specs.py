@@ -233,6 +233,10 @@ class RewardShape:
     steps_per_trace: int = 0  # PRM: step tags scored per completion (for plans and cards)
 
 
+# Ways to fold per-token losses [B, T] into one scalar (race.grpo.masked_mean).
+AGGREGATIONS: tuple[str, ...] = ("token", "sequence")
+
+
 @dataclass(frozen=True, slots=True)
 class RunSpec:
     """One allocation cell as a pilot runs it: picklable, plain values, hashable id.
@@ -244,6 +248,8 @@ class RunSpec:
     reward: tuple[tuple[str, Any], ...]  # the conf/reward entry as sorted items
     task: tuple[tuple[str, Any], ...]  # the conf/task entry as sorted items
     budget_flops: float
+    # the tiny family's warm-start recipe (``warmstart.*``) as sorted items
+    warmstart: tuple[tuple[str, Any], ...] = ()
     convention: str = "model"
     prompts_per_step: int = 8
     group_size: int = 8
@@ -253,13 +259,17 @@ class RunSpec:
     minibatch_size: int = 0
     micro_batch_size: int = 0  # completions per forward/backward pass (0: the minibatch)
     tis_cap: float = 0.0  # truncated importance sampling of vLLM rollouts (0: off)
-    lr: float = 5e-5
+    lr: float = 3e-4
     lora_rank: int = 16
     lora_alpha: int = 32
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj",
                                      "gate_proj", "up_proj", "down_proj")
     kl_coef: float = 0.0
     clip_eps: float = 0.2
+    # how per-token losses fold into one: token (DAPO) | sequence (GRPO's 1/|o| mean)
+    aggregation: str = "sequence"
+    # divide group-centred rewards by the group's std (GRPO) or not (Dr. GRPO)
+    scale_rewards: bool = True
     seed: int = 0
     backend: str = "hf"
     checkpoints: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
@@ -323,15 +333,16 @@ class RunSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"reward": dict(self.reward), "task": dict(self.task),
-                               "cell_id": self.cell_id, "config_id": self.config_id}
+                               "warmstart": dict(self.warmstart), "cell_id": self.cell_id, "config_id": self.config_id}
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> RunSpec:
         """The inverse of :meth:`to_dict` (extra keys such as ``cell_id`` are ignored)."""
         names = {f.name for f in fields(cls)}
         kept = {k: v for k, v in values.items() if k in names}
-        for key in ("reward", "task"):
-            kept[key] = tuple(sorted(dict(kept[key]).items()))
+        for key in ("reward", "task", "warmstart"):
+            if key in kept:
+                kept[key] = tuple(sorted(dict(kept[key]).items()))
         for key in ("lora_targets", "checkpoints", "eval_targets"):
             if key in kept:
                 kept[key] = tuple(kept[key])

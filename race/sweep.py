@@ -97,7 +97,9 @@ def warm_start(specs, workers: int) -> list[str]:
           f"sweep)...", file=sys.stderr, flush=True)
     from race.family import build_family
 
-    build_family(policies, prms=prms, workers=workers)
+    for task, warm in sorted({(tuple(s.task), tuple(s.warmstart)) for s in specs}):
+        build_family(policies, prms=prms, workers=workers, task=dict(task),
+                     warmstart=dict(warm))
     print(f"race sweep: warm start ready in {time.perf_counter() - start:.0f} s",
           file=sys.stderr)
     return policies + prms

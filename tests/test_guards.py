@@ -22,10 +22,11 @@ def test_standard_error_is_binomial():
 
 def test_drawdown_fires_on_a_collapse_and_not_on_a_rising_curve():
     verdict = guards.drawdown(COLLAPSE, N)
-    # best 0.47 at checkpoint 2; margin max(0.03, 2 * sqrt(0.47 * 0.53 / 128)) = 0.0882
+    # best 0.47 at checkpoint 2, last 0.12: margin max(0.03, 3.5 * hypot(
+    # sqrt(0.47 * 0.53 / 128), sqrt(0.12 * 0.88 / 128))) = 3.5 * 0.05264 = 0.184
     assert verdict.fired and verdict.guard == "drawdown"
     assert "best 0.470 at checkpoint 2" in verdict.evidence and "drop 0.350" in verdict.evidence
-    assert "margin 0.088" in verdict.evidence
+    assert "margin 0.184" in verdict.evidence
     assert not guards.drawdown(RISING, N).fired
 
 
@@ -150,13 +151,60 @@ def test_each_step_logs_the_precursors_guards_read():
     assert precursors(out) == {"truncation_rate": 0.5, "entropy": 1.0}
 
 
-def test_drawdown_margin_uses_the_best_checkpoints_own_problem_count():
-    # best 0.40 on 128 problems (SE 0.0433), last 0.33 on 1000: a 0.07 drop is within
-    # 2 SE of the noisy best, though far beyond 2 SE of the last checkpoint
-    curve = [0.2, 0.40, 0.33]
+def test_drawdown_margin_is_the_standard_error_of_the_difference():
+    # best 0.40 on 128 problems (SE 0.0433), last 0.30 on 1000 (SE 0.0145): the SE of the
+    # difference is hypot(0.0433, 0.0145) = 0.0457, so a 0.10 drop is within 3.5 of them;
+    # on 1000 problems each (hypot 0.0212, margin 0.074) it is not
+    curve = [0.2, 0.40, 0.30]
     assert not guards.drawdown(curve, [128, 128, 1000]).fired
     assert "n=128" in guards.drawdown(curve, [128, 128, 1000]).evidence
     assert guards.drawdown(curve, [1000, 1000, 1000]).fired
+
+
+def _default_sweep_curves(rng, accuracy) -> list[list[tuple[list[float], int]]]:
+    """Each rung of the default ladder: for every config still running, its curve so far
+    (the start, then each rung's checkpoints above the rung below) with binomial noise on
+    the same ``n`` problems at every checkpoint (``pilot.select_examples``)."""
+    import numpy as np
+
+    from race import ladder
+    from race.config import PilotConfig
+
+    n = PilotConfig().select_examples
+    rungs, configs = list(ladder.DEFAULT_RUNGS), 16
+    checkpoints = sorted(PilotConfig().checkpoints)
+    points = [0.0]
+    out = []
+    for i, rung in enumerate(rungs):
+        below = rungs[i - 1] if i else 0.0
+        points += [c * rung for c in checkpoints if c * rung > below * (1 + 1e-9)]
+        alive = max(2, configs // ladder.DEFAULT_REDUCTION ** i)
+        out.append([([float(rng.binomial(n, accuracy(f)) / n) for f in points], n)
+                    for _ in range(alive)])
+    return out
+
+
+def test_drawdown_rarely_fires_on_flat_curves_over_a_whole_default_sweep():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    sweeps = 400
+    fired = sum(any(guards.drawdown(curve, n).fired for rung in
+                    _default_sweep_curves(rng, lambda f: 0.4) for curve, n in rung)
+                for _ in range(sweeps))
+    assert fired / sweeps < 0.05, f"drawdown fired on {fired} of {sweeps} flat sweeps"
+
+
+def test_drawdown_still_fires_on_a_real_collapse():
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    # rises to 0.5 by F/24, then collapses to 0.3 by F/6 (a late overshoot)
+    def collapse(f):
+        return 0.4 + 0.1 * min(1.0, f * 24) - 0.2 * max(0.0, (f - 1 / 24) / (1 / 6 - 1 / 24))
+    caught = sum(guards.drawdown(*_default_sweep_curves(rng, collapse)[-1][0]).fired
+                 for _ in range(100))
+    assert caught >= 95
 
 
 def test_the_report_reads_the_guard_thresholds_the_sweep_ran_with(tmp_path):

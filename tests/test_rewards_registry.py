@@ -68,3 +68,50 @@ def test_roc_auc_by_hand():
     assert roc_auc([0.5, 0.5], [0, 1]) == 0.5
     with pytest.raises(ValueError):
         roc_auc([0.1, 0.2], [1, 1])
+
+
+# --------------------------------------------------------------- the verifier family
+# One problem, 7+5-3 = 9, and four hand-made traces: fully right; a right answer after a
+# wrong step (the step claims 7+5=11); a right answer in a malformed trace; wrong throughout.
+_TASK = ArithTask()
+_EX = _TASK.example([7, 5, 3], ["+", "-"], "test")
+_RIGHT = "7+5=12\n12-3=9\n#### 9"
+_WRONG_STEP = "7+5=11\n12-3=9\n#### 9"
+_MALFORMED = "seven plus five\n#### 9"
+_WRONG = "7+5=13\n13-3=10\n#### 10"
+_TRACES = [_RIGHT, _WRONG_STEP, _MALFORMED, _WRONG]
+
+
+def _score(reward_name: str) -> list[float]:
+    from race import catalog
+
+    reward = build_reward(catalog.load_entry("reward", reward_name), _TASK)
+    got = reward([_EX.prompt] * 4, _TRACES, answer=[_EX.answer] * 4)
+    assert reward.pop_flops().model == 0  # a verifier costs no FLOPs
+    return got
+
+
+def test_rule_reward_pays_every_right_answer():
+    assert _EX.trace == _RIGHT
+    assert _score("rule") == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_structured_reward_pays_format_and_answer():
+    # 0.8 x right answer + 0.2 x well-formed: the malformed right answer loses the
+    # format's share; a well-formed wrong trace keeps it
+    assert _score("structured") == pytest.approx([1.0, 1.0, 0.8, 0.2])
+
+
+def test_dense_reward_pays_each_correct_step_before_the_first_wrong_one():
+    # reference lines: 7+5=12, 12-3=9, #### 9 (three); the wrong first step earns nothing
+    # after it, even though the final answer is right
+    assert _score("dense") == pytest.approx([1.0, 0.0, 0.0, 0.0])
+    reward = build_reward({"name": "dense", "kind": "rule", "check": "steps"}, _TASK)
+    half = reward([_EX.prompt], ["7+5=12\n12-3=8\n#### 8"], answer=[_EX.answer])
+    assert half == pytest.approx([1 / 3])
+
+
+def test_well_formed_and_reference_steps():
+    assert _TASK.well_formed(_RIGHT) and _TASK.well_formed(_WRONG)
+    assert not _TASK.well_formed(_MALFORMED) and not _TASK.well_formed("#### 9")
+    assert _TASK.reference_steps(_EX.prompt) == _EX.steps

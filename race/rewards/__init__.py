@@ -17,21 +17,23 @@ from race.specs import ModelShape
 __all__ = ["REWARD_KINDS", "Reward", "RewardFlops", "build_reward", "check_rewards"]
 
 
-def _rule(entry: Mapping[str, Any], task: Any) -> Reward:
+def _rule(entry: Mapping[str, Any], task: Any, **_: Any) -> Reward:
     from race.rewards.rule import RuleReward
 
-    return RuleReward(entry["name"], task)
+    return RuleReward(entry["name"], task, entry.get("check", "answer"))
 
 
 def _prm(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
-         dtype: str = "float32", shape: ModelShape | None = None) -> Reward:
+         dtype: str = "float32", shape: ModelShape | None = None,
+         family: tuple[Mapping[str, Any], Mapping[str, Any]] = ({}, {})) -> Reward:
     shape = shape or load_model_shape(entry["model"])
     aggregate = entry.get("aggregate", "min")
     if shape.head == "lm_verifier" and not shape.hf_id:  # the tiny PRM, built by RACE
-        from race.rewards.tiny_prm import TinyPRM
+        from race.rewards.tiny_prm import TinyPRM, family_prm
 
         return TinyPRM(entry["name"], entry["model"], aggregate=aggregate, device=device,
-                       dtype=dtype, shape=shape)
+                       dtype=dtype, shape=shape,
+                       folder=family_prm(entry["model"], *family))
     from race.devices import torch_dtype
     from race.rewards.qwen_prm import QwenPRM
 
@@ -59,10 +61,12 @@ REWARD_KINDS: dict[str, Callable[..., Reward]] = {
 
 
 def build_reward(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
-                 dtype: str = "float32", shape: ModelShape | None = None) -> Reward:
+                 dtype: str = "float32", shape: ModelShape | None = None,
+                 family: tuple[Mapping[str, Any], Mapping[str, Any]] = ({}, {})) -> Reward:
     """The reward system of a ``conf/reward/*.yaml`` entry, for ``task``; a reward model
     runs on ``device`` in ``dtype`` (the pilot's), accounted with ``shape`` (default: its
-    catalog entry's)."""
+    catalog entry's). ``family``: the cell's task entry and ``warmstart.*`` knobs, which a
+    tiny PRM is trained for."""
     kind = entry.get("kind")
     if kind not in REWARD_KINDS:
         raise UnknownName(f"reward.kind={kind}: no reward of this kind is built; valid "
@@ -70,4 +74,5 @@ def build_reward(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
                           name=str(kind))
     if kind == "rule":
         return REWARD_KINDS[kind](entry, task)
-    return REWARD_KINDS[kind](entry, task, device=device, dtype=dtype, shape=shape)
+    return REWARD_KINDS[kind](entry, task, device=device, dtype=dtype, shape=shape,
+                              family=family)

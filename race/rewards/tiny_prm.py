@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 from race import flops
 from race.catalog import load_model_shape
 from race.errors import RewardInputTooLong, UsageError
-from race.policies import build_tiny_policy, cached_build
+from race.policies import build_tiny_policy, cached_build, warm_start_recipe
 from race.rewards.base import FlopLedger, RewardFlops, check_rewards
 from race.rewards.qwen_prm import aggregate_scores
 from race.specs import ModelShape, RewardShape
@@ -281,6 +282,18 @@ def _train(recipe: PRMRecipe, shape: ModelShape, init: Path, folder: Path) -> di
             "train_s": train_s, "build_s": time.perf_counter() - start,
             "final_loss": float(loss.detach()), "params": shape.total_params,
             "pretrain_flops": pretrain}
+
+
+def family_prm(name: str, task: Mapping[str, Any] = (), warmstart: Mapping[str, Any] = (),
+               *, rebuild: bool = False) -> Path:
+    """Folder of the tiny PRM ``name`` for a cell's task entry and ``warmstart.*`` knobs
+    (a ``RunSpec``'s ``task`` and ``warmstart``): trained on that task's traces, its body
+    from that recipe's warm-started policy."""
+    init = INIT_FROM.get(name, "")
+    policy_recipe = warm_start_recipe(init, task, warmstart)
+    recipe = PRMRecipe(model=name, init_from=init, seed=policy_recipe.seed,
+                       task=policy_recipe.task)
+    return build_tiny_prm(name, recipe=recipe, policy_recipe=policy_recipe, rebuild=rebuild)
 
 
 def build_tiny_prm(name: str, *, seed: int = 0, rebuild: bool = False,

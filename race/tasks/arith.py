@@ -31,6 +31,8 @@ from race.tasks.base import Example
 FINAL_PREFIX = "#### "
 SPLITS = ("train", "val", "test", "ood")
 _FINAL = re.compile(r"####\s*(-?\d+)")
+_STEP = re.compile(r"-?\d+[+-]\d+=-?\d+")
+_FINAL_LINE = re.compile(r"####\s*-?\d+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,9 @@ class ArithTask:
 
     Attributes:
         digits: maximum digits per operand (difficulty).
+        first_digits: maximum digits of the chain's first number (0: ``digits``); a wide
+            first number with narrow operands gives wide answers (hard to guess) from
+            steps that each stay easy.
         min_ops, max_ops: operations per chain in ``train`` and ``test``.
         ood_min_ops, ood_max_ops: operations per chain in ``ood`` (longer: harder).
         test_buckets: one prompt in ``test_buckets`` (by hash) is held out as ``test``,
@@ -46,6 +51,7 @@ class ArithTask:
     """
 
     digits: int = 1
+    first_digits: int = 0
     min_ops: int = 2
     max_ops: int = 3
     ood_min_ops: int = 4
@@ -56,6 +62,9 @@ class ArithTask:
     def __post_init__(self) -> None:
         if self.digits < 1:
             raise UsageError(f"task.digits={self.digits}: must be >= 1")
+        if self.first_digits < 0:
+            raise UsageError(f"task.first_digits={self.first_digits}: must be >= 0 (0: "
+                             f"task.digits)")
         if not 1 <= self.min_ops <= self.max_ops:
             raise UsageError(f"task.min_ops={self.min_ops}, task.max_ops={self.max_ops}: "
                              f"need 1 <= min_ops <= max_ops")
@@ -65,7 +74,8 @@ class ArithTask:
 
     def _chain(self, rng: random.Random, ops: int) -> tuple[list[int], list[str]]:
         top = 10 ** self.digits - 1
-        numbers, signs, total = [rng.randint(0, top)], [], 0
+        first = 10 ** (self.first_digits or self.digits) - 1
+        numbers, signs, total = [rng.randint(0, first)], [], 0
         total = numbers[0]
         for _ in range(ops):
             value = rng.randint(0, top)
@@ -91,6 +101,25 @@ class ArithTask:
         return Example(prompt=f"{prompt}=?\n", answer=str(total), trace="\n".join(steps),
                        steps=tuple(steps), split=split)
 
+    def demonstration(self, example: Example, rng: random.Random, flip: float) -> Example:
+        """``example`` with a flawed reference trace: each ``-`` step is computed as ``+``
+        with probability ``flip`` (the line still reads ``a-b=c``; later steps follow from
+        the wrong total). Warm starts imitate such demonstrations, so the right procedure
+        is in the policy's support without being its mode (what RL can then sharpen).
+        """
+        if not flip:
+            return example
+        numbers, signs = parse_chain(example.prompt)
+        steps, total = [], numbers[0]
+        for sign, value in zip(signs, numbers[1:]):
+            wrong = sign == "-" and rng.random() < flip
+            new = total + value if sign == "+" or wrong else total - value
+            steps.append(f"{total}{sign}{value}={new}")
+            total = new
+        steps.append(f"{FINAL_PREFIX}{total}")
+        return Example(example.prompt, str(total), "\n".join(steps), tuple(steps),
+                       example.split)
+
     def sample(self, split: str, n: int, seed: int = 0) -> list[Example]:
         """``n`` problems of ``split``, deterministic for (task, split, seed)."""
         if split not in SPLITS:
@@ -113,6 +142,24 @@ class ArithTask:
     def step_labels(self, example: Example, completion: str) -> list[int]:
         """Math-Shepherd labels of each written line: 1 while every line so far is right."""
         return step_labels(example.steps, completion)
+
+    def reference_steps(self, problem: str) -> tuple[str, ...]:
+        """The reference steps (final-answer line last) of a chain prompt."""
+        numbers, signs = parse_chain(problem)
+        return self.example(numbers, signs, "train").steps
+
+    def well_formed(self, completion: str) -> bool:
+        """Whether ``completion`` has the solution's form: one or more ``a+b=c`` /
+        ``a-b=c`` lines, then a ``#### N`` line, and nothing else."""
+        lines = split_lines(completion)
+        return (len(lines) >= 2 and all(_STEP.fullmatch(line) for line in lines[:-1])
+                and _FINAL_LINE.fullmatch(lines[-1]) is not None)
+
+
+def parse_chain(prompt: str) -> tuple[list[int], list[str]]:
+    """The numbers and signs of a chain prompt such as ``23+45-17=?``."""
+    body = prompt.strip().removesuffix("=?")
+    return [int(n) for n in re.split(r"[+-]", body)], re.findall(r"[+-]", body)
 
 
 def final_answer(completion: str) -> str | None:
