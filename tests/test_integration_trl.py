@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch", reason="TRL trains with torch")
 pytest.importorskip("trl", reason="needs TRL: pip install 'race[trl]' (CI installs it)")
 
 from race.errors import UsageError  # noqa: E402
+from race.fmt import fmt_flops  # noqa: E402
 from race.integrations import trl as race_trl  # noqa: E402
 
 pytestmark = pytest.mark.trl
@@ -148,6 +149,16 @@ def test_rule_reward_ledger_equals_flopcountermode(policy_dir, tmp_path):
     assert summary["flops_executed"] == flops["executed"]  # the evaluation after training too
     assert summary["total_flops"] == pytest.approx(
         sum(flops["model"][p] for p in race_trl.CHARGED))
+    # race report on the folder: the compute card with the ledger's split
+    from race.report import write_report
+
+    written = write_report(tmp_path / "race")
+    card = written["paths"]["compute_card_md"].read_text()
+    charged = summary["total_flops"]
+    assert written["totals"]["total"] == pytest.approx(charged)
+    assert written["totals"]["learning"] == pytest.approx(flops["model"]["learning"])
+    assert f"| learning | {fmt_flops(flops['model']['learning'])} |" in card
+    assert "the compute card only" in written["summary"]
     # the trainer's own logs carry the ledger, so every report_to sink gets it
     logged = [h for h in trainer.state.log_history if "race/flops/rollout" in h]
     assert logged and logged[-1]["race/flops/total"] > 0
@@ -185,3 +196,27 @@ def test_refuses_what_it_cannot_count(policy_dir, tmp_path):
     trainer.args.use_transformers_continuous_batching = True
     with pytest.raises(UsageError, match="continuous_batching"):
         race_trl.track(trainer, tmp_path / "race")
+
+
+def test_example_then_race_report_writes_the_card(tmp_path):
+    """examples/trl_grpo_with_race.py, then `race report` on its folder (as the README says)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = os.environ | {"PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "trl-example"
+    run = subprocess.run([sys.executable, str(root / "examples" / "trl_grpo_with_race.py"),
+                          "--out", str(out), "--steps", "2"], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert f"next: race report {out}" in run.stdout
+    report = subprocess.run([sys.executable, "-m", "race.cli", "report", str(out)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert report.returncode == 0, report.stderr[-2000:]
+    card = (out / "compute_card.md").read_text()
+    summary = json.loads(next((out / "cells").glob("*/summary.json")).read_text())
+    assert summary["steps"] == 2 and summary["flops"]["learning"] > 0
+    assert f"| **total charged** | **{fmt_flops(summary['total_flops'])}** |" in card
