@@ -196,6 +196,10 @@ def test_refuses_what_it_cannot_count(policy_dir, tmp_path):
     trainer.args.use_transformers_continuous_batching = True
     with pytest.raises(UsageError, match="continuous_batching"):
         race_trl.track(trainer, tmp_path / "race")
+    trainer.args.use_transformers_continuous_batching = False
+    race_trl.track(trainer, tmp_path / "race")
+    with pytest.raises(UsageError, match="tracked already"):
+        race_trl.track(trainer, tmp_path / "race")
 
 
 def test_example_then_race_report_writes_the_card(tmp_path):

@@ -467,6 +467,10 @@ def track(trainer, out_dir: str | Path | None = None, *, run_id: str | None = No
     """
     import torch
 
+    if getattr(trainer, "_race_callback", None) is not None:
+        raise _refuse("track(trainer)", type(trainer).__name__, "this trainer is tracked "
+                      "already (a second ledger would count every pass twice)",
+                      "call track once per trainer")
     out_dir = Path(out_dir) if out_dir is not None else Path(trainer.args.output_dir) / "race"
     cb = RaceCallback(trainer, out_dir, run_id=run_id, budget_flops=budget_flops,
                       measure=measure)
@@ -547,4 +551,5 @@ def track(trainer, out_dir: str | Path | None = None, *, run_id: str | None = No
                 cb.ledger.add(cb._phase("feedback"), float(model), float(executed), 0.0)
             func.register_forward_pre_hook(hook, with_kwargs=True)
     trainer.add_callback(cb)
+    trainer._race_callback = cb
     return cb
