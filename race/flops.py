@@ -104,7 +104,8 @@ class _GradFlow:
     attn_grads: tuple[tuple[bool, bool, bool], ...]  # per layer: (q, k, v) need grad
 
 
-def _grad_flow(shape: ModelShape, lora: LoraShape | None) -> _GradFlow:
+def _grad_flow(shape: ModelShape, lora: LoraShape | None,
+               input_grad: bool = False) -> _GradFlow:
     """Follow which activations need gradients through the decoder, layer by layer.
 
     ``lora=None`` is full fine-tuning: every weight (embedding included) trains, so every
@@ -116,7 +117,9 @@ def _grad_flow(shape: ModelShape, lora: LoraShape | None) -> _GradFlow:
     dims = {m: (d_in, d_out) for m, d_in, d_out in shape.linear_dims()}
     backward = 0
     attn_grads = []
-    stream_rg = full  # the residual stream entering layer 0 (embedding output)
+    # the residual stream entering layer 0 (embedding output); input_grad: it needs a
+    # gradient anyway (transformers' enable_input_require_grads, set for checkpointing)
+    stream_rg = full or input_grad
 
     def linear(module: str, input_rg: bool) -> bool:
         nonlocal backward
@@ -297,6 +300,30 @@ def lora_train_flops(shape: ModelShape, seq_tokens: Sequence[int], lora: LoraSha
     layers where q, k or v needs a gradient (2x with ``fused_attention=False``).
     """
     return _train_flops(shape, seq_tokens, lora, convention, fused_attention)
+
+
+def decoder_backward_flops(shape: ModelShape, seq_tokens: Sequence[int],
+                           lora: LoraShape | None = None, *, convention: Convention = "model",
+                           fused_attention: bool = True, input_grad: bool = False) -> float:
+    """The backward pass of the decoder layers alone: everything :func:`lora_train_flops`
+    (``lora`` given) or :func:`train_flops` (``lora=None``) adds to the forward pass except
+    the output head's gradients.
+
+    For trainers whose output head runs its own kernel, e.g. a chunked log-prob head that
+    recomputes its logits in the backward pass (TRL's ``GRPOTrainer``); the caller adds that
+    head's cost. Same conventions and ``fused_attention`` as :func:`lora_train_flops`;
+    ``input_grad``: the embedding output needs a gradient although the embedding is frozen
+    (``enable_input_require_grads``, which PEFT models get for gradient checkpointing), so
+    frozen linears below the first adapter compute their input gradients too.
+    """
+    _check_convention(convention)
+    _check_tokens("seq_tokens", seq_tokens)
+    if lora is not None:
+        lora.validate(shape)
+    flow = _grad_flow(shape, lora, input_grad)
+    positions, pairs, _ = _layout(seq_tokens, convention)
+    return (flow.linear_backward_per_token * positions
+            + _attention_backward(shape, flow, pairs, convention, fused_attention))
 
 
 def reward_flops(reward: RewardShape, seq_tokens: Sequence[int],

@@ -7,8 +7,10 @@ grouped-query shapes (fewer key/value heads than query heads) in their SDPA form
 efficient and cuDNN, forward and backward -- to the formulas below, which are torch's
 own (two bmm forward; five backward, the scores recomputed) with the query's heads
 counted, so GQA needs no repeated keys. The math path runs plain bmm, which the counter
-counts natively (backward: four bmm). The ``executed`` convention in :mod:`race.flops`
-reproduces these counts.
+counts natively (backward: four bmm). The registry also lacks the in-place
+``aten.addmm_`` (``acc += a @ b``), with which TRL's chunked log-prob head accumulates its
+gradients off CUDA; it is counted here as the matmul it is. The ``executed`` convention in
+:mod:`race.flops` reproduces these counts.
 """
 
 from __future__ import annotations
@@ -65,13 +67,19 @@ def _sdpa_ops() -> dict:
             if hasattr(aten, name)}  # a kernel this torch build lacks cannot run either
 
 
+def _addmm_inplace(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    return _bmm(1, a_shape[0], a_shape[1], b_shape[1])
+
+
 SDPA_FLOPS = _sdpa_ops()
+# what flop_counter() adds to torch's registry: the SDPA kernels and the in-place addmm_
+COUNTED_OPS = SDPA_FLOPS | {torch.ops.aten.addmm_: _addmm_inplace}
 
 
 def flop_counter() -> FlopCounterMode:
-    """A silent FlopCounterMode counting every SDPA kernel (GQA included); read
-    ``get_total_flops()``."""
-    return FlopCounterMode(display=False, custom_mapping=SDPA_FLOPS)
+    """A silent FlopCounterMode counting every SDPA kernel (GQA included) and in-place
+    ``addmm_``; read ``get_total_flops()``."""
+    return FlopCounterMode(display=False, custom_mapping=COUNTED_OPS)
 
 
 def qwen2_config(shape: ModelShape, **overrides: Any):

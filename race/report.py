@@ -280,6 +280,34 @@ def _summary(name: str, sweep_dir: Path, cells: pd.DataFrame, ok: pd.DataFrame,
     return "\n".join(lines)
 
 
+def _from_other_trainers(ok: pd.DataFrame) -> bool:
+    """Whether every ok cell is a run another trainer made (race.integrations: TRL)."""
+    return "backend" in ok and bool((ok["backend"] == "trl").all())
+
+
+def _card_only(sweep_dir: Path, cells: pd.DataFrame, ok: pd.DataFrame) -> dict:
+    """The compute card of runs that carry RACE's ledger but no RACE held-out evals (TRL
+    runs tracked by race.integrations.trl): ranking, frontier and selection need those."""
+    name = sweep_dir.resolve().name
+    paths = {"compute_card_md": sweep_dir / "compute_card.md",
+             "compute_card_tex": sweep_dir / "compute_card.tex"}
+    card, latex, totals = compute_card(name, aggregate.increments(cells), ok,
+                                       ok["cell_id"].tolist(), [])
+    results.write_text(paths["compute_card_md"], card)
+    results.write_text(paths["compute_card_tex"], latex)
+    charged = totals["total"]
+    split = ", ".join(f"{p} {_share(totals[p], charged)}" for p in CHARGED_PHASES)
+    summary = "\n".join([
+        f"RACE report: {name}",
+        f"runs: {len(ok)} ok of {len(cells)}; FLOPs {fmt_flops(charged)} charged ({split}) + "
+        f"{fmt_flops(totals['eval'])} eval",
+        "no RACE held-out evals (runs of another trainer): the compute card only; the "
+        "leaderboard, frontier and selection need pilots' checkpoint evals",
+        f"wrote {', '.join(p.name for p in paths.values())} in {sweep_dir}"])
+    return {"paths": paths, "summary": summary, "target": None, "selected": [],
+            "totals": totals}
+
+
 def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.9,
                  top_k: int = 3, basis: str = "extrapolated") -> dict:
     """Rank a sweep's pilots and write its leaderboard, compute card, plots and selection.
@@ -328,6 +356,8 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     # final_<target>_reward columns also start with final_: keep the evaluated targets.
     evaluated = set(evals["target"]) if "target" in evals else set()
     names = [t for t in aggregate.targets(ok) if t in evaluated]
+    if not names and _from_other_trainers(ok):
+        return _card_only(sweep_dir, every_cell, ok)
     if not names:
         raise UsageError(f"{sweep_dir}: the ok cells have no checkpoint evals; check "
                          "pilot.eval_targets and the cells' metrics.jsonl")
