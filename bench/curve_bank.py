@@ -61,7 +61,9 @@ def cell_curves(cell_dir: Path) -> dict | None:
             evals.append({"checkpoint": row["checkpoint"], "target": row["target"],
                           "flops": charged, "eval_flops": spent.get("eval", 0.0),
                           "accuracy": row["accuracy"], "n": len(row["correct"]),
-                          "mean_reward": row["mean_reward"]})
+                          "mean_reward": row["mean_reward"],
+                          # per problem, the same problems at every checkpoint (paired)
+                          "correct": "".join(map(str, row["correct"]))})
         elif row["kind"] == "step":
             steps.append({"step": row["step"], "flops": charged,
                           "entropy": row.get("entropy"),
@@ -69,6 +71,7 @@ def cell_curves(cell_dir: Path) -> dict | None:
                           "max_new_tokens": row.get("max_new_tokens"),
                           "train_reward": row["train_reward"]})
     return {"cell_id": spec["cell_id"], "config": spec["config_id"], "model": spec["model"],
+            "warmstart": spec.get("warmstart", {}), "lr": spec["lr"],
             "reward": spec["reward"]["name"], "group_size": spec["group_size"],
             "update_epochs": spec["update_epochs"], "seed": spec["seed"],
             "budget_flops": spec["budget_flops"], "evals": evals, "steps": steps}

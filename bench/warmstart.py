@@ -9,8 +9,14 @@ warm-start FLOPs (pre-training: never charged to a post-training budget). Then i
 each again from the cache and reports how long that takes, and whether the family is
 ordered by capacity on ``val``.
 
+Then, per size, the room it leaves RL on ``val`` (``race.policies.headroom``, 200 problems,
+8 samples each at temperature 1): greedy accuracy, pass@8 counting only step-correct traces
+(every line right), pass@8 counting any right final answer, and the lucky-answer rate (the
+share of sampled right answers whose trace has a wrong step). The testbed asks every size
+for greedy ``val`` in 0.15-0.65 and step-correct pass@8 at least 0.15 above it.
+
 Usage: ``python bench/warmstart.py [--cached]`` (``--cached`` reuses existing builds).
-Last line: ``accuracy tiny-s=<a> tiny-m=<b> tiny-l=<c>`` (in-distribution ``test``).
+Last line: ``headroom tiny-s=<greedy>/<pass@8 steps>/<lucky> ...`` and ``in_range=yes|no``.
 """
 
 from __future__ import annotations
@@ -63,6 +69,34 @@ def main() -> None:
     print(f"ordered by capacity on val: {'yes' if ordered else 'no'} ("
           + " < ".join(f"{n} {val[n]:.3f}" for n in NAMES) + ")")
     print("accuracy " + " ".join(f"{n}={accuracy[n]:.3f}" for n in NAMES))
+    print(f"{'model':<8}{'greedy val':>11}{'pass@8 steps':>14}{'pass@8 final':>14}"
+          f"{'sampled':>9}{'lucky rate':>12}   (val, 200 problems x 8 samples, T=1)")
+    rooms = {}
+    for name in NAMES:
+        rooms[name] = room = _headroom(folders[name])
+        print(f"{name:<8}{room['greedy']:>11.3f}{room['pass@8_steps']:>14.3f}"
+              f"{room['pass@8_final']:>14.3f}{room['sampled']:>9.3f}{room['lucky_rate']:>12.3f}")
+    ok = all(0.15 <= r["greedy"] <= 0.65 and r["pass@8_steps"] - r["greedy"] >= 0.15
+             for r in rooms.values())
+    print("headroom " + " ".join(f"{n}={r['greedy']:.3f}/{r['pass@8_steps']:.3f}/"
+                                 f"{r['lucky_rate']:.3f}" for n, r in rooms.items())
+          + f" in_range={'yes' if ok else 'no'}")
+
+
+def _headroom(folder) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from race.policies import headroom, single_thread
+    from race.tasks.arith import ArithTask
+
+    info = build_info(folder)
+    task = ArithTask(**info["recipe"]["task"])
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    with single_thread():
+        return headroom(model, tokenizer, task, task.sample("val", 200, seed=10_000))
 
 
 if __name__ == "__main__":

@@ -250,10 +250,19 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
                             [ex.problem for ex in examples], answers)
             correct = [parts.task.verify(t, a) for t, a in zip(out.texts, answers)]
             rows.append({"kind": "eval", "checkpoint": fraction, "target": target,
+                         "problems": problem_set_id(prompts),
                          "accuracy": sum(correct) / len(correct),
                          "mean_reward": sum(rewards) / len(rewards),
                          "correct": [int(c) for c in correct], "flops": ledger.snapshot()})
     return rows
+
+
+def problem_set_id(prompts: list[str]) -> str:
+    """A short hash of the problems an evaluation scored, in order: two checkpoints with
+    the same id scored the same problems (their ``correct`` lists pair up)."""
+    import hashlib
+
+    return hashlib.sha256("\0".join(prompts).encode()).hexdigest()[:12]
 
 
 def _summary(spec: RunSpec, ledger: Ledger, steps: int, evals: list[dict], status: str,

@@ -176,6 +176,51 @@ def greedy_accuracy(model, tokenizer, task: ArithTask, examples: list[Example], 
     return correct / len(examples)
 
 
+def headroom(model, tokenizer, task: ArithTask, examples: list[Example], *, k: int = 8,
+             max_new_tokens: int = 64, batch_size: int = 25, seed: int = 0) -> dict:
+    """How much room a warm start leaves RL, on ``examples``: greedy accuracy; pass@k
+    counting only step-correct traces (every line equals the reference) and counting any
+    right final answer, of ``k`` samples at temperature 1; the sampled accuracy; and the
+    lucky-answer rate, the share of sampled right answers whose trace has a wrong step."""
+    import torch
+
+    from race.tasks.arith import step_labels
+
+    model.eval()
+    torch.manual_seed(seed)
+    greedy = pass_step = pass_final = right = lucky = 0
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        batch = tokenizer([ex.prompt for ex in chunk], return_tensors="pt", padding=True,
+                          add_special_tokens=False)
+        common = {"max_new_tokens": max_new_tokens, "eos_token_id": tokenizer.eos_token_id,
+                  "pad_token_id": tokenizer.pad_token_id}
+        with torch.no_grad():
+            best = model.generate(**batch, do_sample=False, **common)
+            sampled = model.generate(**batch, do_sample=True, temperature=1.0, top_k=0,
+                                     num_return_sequences=k, **common)
+        width = batch["input_ids"].shape[1]
+        best = tokenizer.batch_decode(best[:, width:], skip_special_tokens=True)
+        sampled = tokenizer.batch_decode(sampled[:, width:], skip_special_tokens=True)
+        for i, ex in enumerate(chunk):
+            greedy += task.verify(best[i], ex.answer)
+            any_step = any_final = False
+            for text in sampled[i * k:(i + 1) * k]:
+                ok = task.verify(text, ex.answer)
+                labels = step_labels(ex.steps, text)
+                steps_ok = len(labels) == len(ex.steps) and all(labels)
+                right += ok
+                lucky += ok and not steps_ok
+                any_step |= steps_ok
+                any_final |= ok
+            pass_step += any_step
+            pass_final += any_final
+    n = len(examples)
+    return {"greedy": greedy / n, f"pass@{k}_steps": pass_step / n,
+            f"pass@{k}_final": pass_final / n, "sampled": right / (n * k),
+            "lucky_rate": lucky / max(1, right), "n": n, "k": k}
+
+
 def _train(recipe: WarmStartRecipe, shape: ModelShape, folder: Path) -> dict:
     import torch
     from transformers import AutoModelForCausalLM

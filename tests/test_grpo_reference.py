@@ -9,7 +9,9 @@ padding and masks) with only the sampling replaced by the fixed completions, the
 ``LoraLearner``. Per-token log-probs, masked tokens, advantages, loss and the LoRA gradient
 must agree.
 
-Matched settings: TRL ``loss_type="dapo"`` is RACE's token-level aggregation (``"token"``);
+Matched settings: TRL ``loss_type="dapo"`` is RACE's token-level aggregation (``"token"``),
+and TRL ``loss_type="grpo"`` (each completion's mean, then the batch mean) is RACE's
+``"sequence"``, the pilots' default (both are checked);
 ``beta=0`` and ``kl_coef=0`` (no KL term, no reference pass); ``scale_rewards="group"`` is
 RACE's per-group std scaling; one optimizer step per generation (``num_iterations=1``,
 ``steps_per_generation=1``), so both use the detached current log-probs as the old ones;
@@ -69,7 +71,7 @@ def setup(tmp_path_factory):
         base = AutoModelForCausalLM.from_config(
             qwen2_config(shape, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id), attn_implementation="sdpa")
-        config = LearnerConfig(lora_rank=4, lora_alpha=8, lr=1e-3)
+        config = LearnerConfig(lora_rank=4, lora_alpha=8, lr=1e-3, aggregation="token")
         learner = LoraLearner(copy.deepcopy(base), shape, config,
                               pad_id=tokenizer.pad_token_id, seed=0)
         # B starts at zero in LoRA, which leaves A without a gradient: draw it at random
@@ -207,3 +209,21 @@ def test_race_learner_matches_trl_grpo_on_one_batch(setup):
         assert math.isclose(float(race_flat.norm()), float(trl_flat.norm()), rel_tol=1e-3)
         # the A matrices get a gradient too (B was drawn at random)
         assert any("lora_A" in n and float(g.abs().sum()) > 0 for n, g in race_grads.items())
+
+        # sequence-level aggregation (the pilots' default) against TRL's loss_type="grpo"
+        import dataclasses
+
+        learner.config = dataclasses.replace(learner.config, aggregation="sequence")
+        trainer.loss_type = "grpo"
+        learner.optimizer.zero_grad(set_to_none=True)
+        race_loss, _ = learner._backward(batch, rows, None, None, None,
+                                         torch.tensor(batch.advantages), 1.0, step=0)
+        trainer.model.zero_grad(set_to_none=True)
+        trl_loss = trainer.compute_loss(trainer.model, inputs)
+        trl_loss.backward()
+        assert math.isclose(race_loss, float(trl_loss.detach()), rel_tol=1e-5, abs_tol=1e-8)
+        race_flat = torch.cat([p.grad.flatten() for n, p in
+                               sorted(learner.model.named_parameters()) if p.requires_grad])
+        trl_flat = torch.cat([p.grad.flatten() for n, p in
+                              sorted(trainer.model.named_parameters()) if p.requires_grad])
+        assert float(torch.nn.functional.cosine_similarity(race_flat, trl_flat, dim=0)) >= 0.9999

@@ -206,17 +206,24 @@ def test_prm_pilot_keeps_to_its_budget(tmp_path, policy, tiny_prm):
     assert summary["total_flops"] <= spec.budget_flops
 
 
-def test_the_selection_target_is_scored_on_more_problems_at_the_start_and_the_end(tmp_path,
-                                                                                 policy):
+def test_every_checkpoint_of_the_selection_target_scores_the_same_problems(tmp_path,
+                                                                           policy):
     spec = small_spec(3, eval_examples=4, eval_targets=("test", "ood"), select_target="test",
                       select_examples=12, checkpoints=(0.5, 1.0))
     summary = run(spec, tmp_path, policy)
     assert summary["status"] == "ok", summary["error"]
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    sizes = [(r["checkpoint"], r["target"], len(r["correct"])) for r in rows
-             if r["kind"] == "eval"]
-    assert sizes == [(0.0, "test", 12), (0.0, "ood", 4), (0.5, "test", 4), (0.5, "ood", 4),
+    evals = [r for r in rows if r["kind"] == "eval"]
+    sizes = [(r["checkpoint"], r["target"], len(r["correct"])) for r in evals]
+    # the selection target on select_examples problems at every checkpoint, others on
+    # eval_examples
+    assert sizes == [(0.0, "test", 12), (0.0, "ood", 4), (0.5, "test", 12), (0.5, "ood", 4),
                      (1.0, "test", 12), (1.0, "ood", 4)]
+    for target in ("test", "ood"):  # the same problems, in the same order (paired)
+        ids = {r["problems"] for r in evals if r["target"] == target}
+        assert len(ids) == 1, (target, ids)
+    assert {r["problems"] for r in evals if r["target"] == "test"} != {
+        r["problems"] for r in evals if r["target"] == "ood"}
 
 
 def live_tensor_bytes() -> int:
