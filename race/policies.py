@@ -35,6 +35,7 @@ from race.errors import UsageError
 from race.specs import ModelShape
 from race.tasks.arith import ArithTask
 from race.tasks.base import Example
+from race.umask import share_like_umask
 
 RECIPE_VERSION = 2  # 2: one recipe for every size (fixed steps, cosine decay), no targets
 
@@ -108,6 +109,7 @@ def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], di
         with single_thread():
             info = build(staging) | {"cache_key": key}
         (staging / "build_info.json").write_text(json.dumps(info, indent=2))
+        share_like_umask(staging)  # mkdtemp's 0700, safetensors' 0600 files
         if folder.exists():
             shutil.rmtree(folder)
         staging.rename(folder)

@@ -19,23 +19,45 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from race.errors import UsageError
+from race.errors import DamagedResult, NoSpace, UsageError
+from race.umask import file_mode, share_like_umask
+
+
+@contextlib.contextmanager
+def _no_space_named(path: Path):
+    """Turn a full disk (``ENOSPC``, or ``EDQUOT``: over quota) into :class:`NoSpace`
+    naming ``path``; other errors pass unchanged."""
+    import errno
+
+    try:
+        yield
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise NoSpace(str(path)) from error
+        raise
 
 
 def _atomic(path: Path, write: Callable[[Any], None], mode: str = "w") -> None:
-    """Call ``write(file)`` on a temp file beside ``path``, sync it, rename it to ``path``."""
+    """Call ``write(file)`` on a temp file beside ``path``, sync it, rename it to ``path``.
+
+    The file gets the umask's mode (:func:`file_mode`). On any failure (a full disk
+    included: :class:`~race.errors.NoSpace`) the temp file is removed and ``path`` keeps
+    its old content, whole.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, mode) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with _no_space_named(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(handle, mode) as f:
+                write(f)
+                f.flush()
+                os.fchmod(f.fileno(), file_mode())
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -54,11 +76,13 @@ def write_folder(path: Path, fill: Callable[[Path], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        fill(tmp)
-        for file in tmp.rglob("*"):
-            if file.is_file():
-                with open(file, "rb") as f:
-                    os.fsync(f.fileno())
+        with _no_space_named(path):
+            fill(tmp)
+            share_like_umask(tmp)  # mkdtemp's 0700, whatever the umask
+            for file in tmp.rglob("*"):
+                if file.is_file():
+                    with open(file, "rb") as f:
+                        os.fsync(f.fileno())
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
             os.replace(path, old / path.name)
@@ -82,15 +106,54 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def append_jsonl(path: Path, row: dict) -> None:
-    """Append one row as a single write: readers see whole lines only."""
+    """Append one row, whole or not at all: readers see whole lines only.
+
+    The line goes out in one ``write`` on an ``O_APPEND`` descriptor. A write that
+    stops short (a full disk) is undone by truncating the file back to its old length,
+    and raises :class:`~race.errors.NoSpace`, so no torn line is ever left behind.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(row, sort_keys=True) + "\n")
+    data = (json.dumps(row, sort_keys=True) + "\n").encode()
+    with _no_space_named(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            start = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, data)
+            except OSError:
+                os.ftruncate(fd, start)
+                raise
+            if written != len(data):  # short write: the disk filled midway
+                import errno
+
+                os.ftruncate(fd, start)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        finally:
+            os.close(fd)
 
 
 def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
+
+
+def read_result(path: Path, fix: str, *, kind: type = dict) -> Any:
+    """A JSON results file the sweep wrote, or :class:`~race.errors.DamagedResult`
+    naming the file and ``fix`` when it is not valid JSON of type ``kind`` (a truncated,
+    edited or ``null`` file); a missing file raises FileNotFoundError."""
+    path = Path(path)
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise
+    except (ValueError, UnicodeDecodeError) as error:
+        raise DamagedResult(str(path), f"not valid JSON ({type(error).__name__})",
+                            fix) from None
+    if not isinstance(value, kind):
+        shown = json.dumps(value)
+        raise DamagedResult(str(path), f"holds {shown[:40]}, not a JSON "
+                            f"{'object' if kind is dict else kind.__name__}", fix)
+    return value
 
 
 def read_jsonl(path: Path, *, skip_corrupt: bool = False) -> list[dict]:
