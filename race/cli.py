@@ -440,6 +440,12 @@ def pilot_multirun(overrides: list[str]) -> int:
 def _one_line(error: BaseException) -> str:
     """Hydra's message, its cause, and the fix, on one line."""
     line = _first_line(error)
+    if line.startswith("LexerNoViableAltException: "):  # Hydra's lexer on an override
+        override = line.split(": ", 1)[1]
+        return (f"{override}: Hydra cannot read this value unquoted (it holds a character "
+                f"outside its unquoted grammar, e.g. a non-ASCII letter); quote the value as "
+                f"Hydra documents, e.g. \"{override.split('=', 1)[0]}='"
+                f"{override.split('=', 1)[-1]}'\" in the shell")
     if error.__cause__ is not None:
         line = f"{line.rstrip('.')}: {_first_line(error.__cause__)}"
     hint = next((fix for start, fix in HYDRA_HINTS.items() if line.startswith(start)), "")

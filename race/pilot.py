@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from race import flops, results
+from race import flops, preflight, results
 from race.budget import check_budget, last_step_cap, trace_token_limit, worst_step_flops
 from race.catalog import load_model_shape
 from race.devices import PhaseMeter, measure_peak_flops, resolve_device, resolve_dtype, throughput
@@ -126,13 +126,17 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
     from race.learner import LearnerConfig, LoraLearner
     from race.policies import build_tiny_policy
     from race.rewards import build_reward
-    from race.tasks import build_task, prompt_bound, with_chat_template
+    from race.tasks import prompt_bound, with_chat_template
 
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
     shape = spec.policy or load_model_shape(spec.model)
+    # the plan's own checks (race.preflight), so that the two never disagree
+    inner_task = preflight.open_task(dict(spec.task), spec.eval_targets)
     folder = policy_folder or spec.policy_path or (
         build_tiny_policy(spec.model) if shape.tokenizer == "race-char" else shape.hf_id)
+    if preflight.is_local(str(folder)):
+        preflight.check_policy_folder(folder, key=preflight.policy_key(spec))
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
         tokenizer.padding_side = "left"
@@ -153,7 +157,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
                            kl_coef=spec.kl_coef, temperature=spec.temperature)
     learner = LoraLearner(model, shape, config, pad_id=tokenizer.pad_token_id,
                           seed=spec.seed, measure=spec.measure, device=device)
-    task = with_chat_template(build_task(dict(spec.task)), tokenizer)
+    task = with_chat_template(inner_task, tokenizer)
     if spec.backend == "hf":
         from race.rollout.hf import HFBackend
 

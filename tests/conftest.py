@@ -90,15 +90,18 @@ class Shaped:
 
 @pytest.fixture
 def broken_policy(tmp_path, policy):
-    """A model folder with the policy's tokenizer and no weights: it passes the plan's
-    checks, and its pilot fails when the model loads."""
+    """A model folder with the policy's config.json and tokenizer and a weights file of
+    garbage bytes: it passes every check before the pilot (race.preflight: the weights
+    exist, the architecture is causal, the tokenizer fits), and its pilot fails when the
+    model loads."""
     from pathlib import Path
 
     from race import catalog
 
     broken = tmp_path / "broken-policy"
     broken.mkdir()
-    for name in catalog.TOKENIZER_FILES:
+    for name in (*catalog.TOKENIZER_FILES, "config.json"):
         if (Path(policy) / name).is_file():
             shutil.copy(Path(policy) / name, broken / name)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file" * 8)
     return broken
