@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from race import results
-from race.errors import UsageError
+from race.errors import NoSpace, UsageError
 from race.pilot import unfinished_summary
 from race.specs import RunSpec
 
@@ -145,7 +145,8 @@ class PilotJob:
         from race.pilot import StopRequested, run_pilot
 
         torch.set_num_threads(self.threads)
-        with StopSignals() as stop:
+        # the cell's run lock for the pilot's whole life: no other process runs it meanwhile
+        with StopSignals() as stop, results.cell_lock(cell_dir):
             try:
                 summary = run_pilot(spec, Path(cell_dir), stop=stop,
                                     checkpoint_every=self.checkpoint_every,
@@ -290,8 +291,11 @@ def record_lost(task: Task, error: str) -> None:
     (:func:`race.pilot.unfinished_summary`), so the sweep's totals keep them.
     """
     summary_path = Path(task.cell_dir) / "summary.json"
-    if summary_path.is_file() and results.read_json(summary_path).get("status") == "ok":
-        return
+    try:
+        if results.read_json(summary_path).get("status") == "ok":
+            return
+    except (OSError, ValueError, AttributeError):  # none, or damaged: write a failed one
+        pass
     results.write_json(Path(task.cell_dir) / "spec.json", task.spec.to_dict())
     results.write_json(summary_path, unfinished_summary(task.spec, task.cell_dir, error))
 
@@ -482,7 +486,10 @@ def _count_end(end: Ended, counts: Counts) -> None:
     summary_path = Path(end.task.cell_dir) / "summary.json"
     if not summary_path.is_file():  # its job returned or died without writing one
         record_lost(end.task, _job_error(end.submission, end.task).message)
-    ok = results.read_json(summary_path).get("status") == "ok"
+    try:
+        ok = results.read_json(summary_path).get("status") == "ok"
+    except (ValueError, AttributeError):  # damaged: counted failed, rerun next time
+        ok = False
     counts.done += ok
     counts.failed += not ok
 
@@ -562,6 +569,8 @@ class InlineWatcher:
         sub = self.executor.submit(self.job, task.spec, task.cell_dir)
         try:
             sub.result()
+        except NoSpace:  # a full disk ends the sweep: nothing more can be written
+            raise
         except Exception as error:  # recorded, never stops the others
             if not (Path(task.cell_dir) / "summary.json").is_file():
                 return [Ended(task, sub, lost=f"{type(error).__name__}: {error}")]
@@ -586,8 +595,10 @@ class SlotWorker:
     resumes the cells it had claimed.
     """
 
-    def __init__(self, job, claims: str, slot: int):
-        self.job, self.claims, self.slot = job, claims, slot
+    def __init__(self, job, claims: str, slot: int, owner: dict | None = None):
+        """``owner``: the sweep process (:func:`race.results.this_process`) this worker
+        must not outlive."""
+        self.job, self.claims, self.slot, self.owner = job, claims, slot, owner
 
     def claim(self, task: Task) -> bool:
         path = Path(self.claims) / task.spec.cell_id
@@ -600,6 +611,9 @@ class SlotWorker:
             return mine and not _finished_since(task, path.stat().st_mtime)
 
     def __call__(self, tasks: list[Task]) -> None:
+        die_with_parent()
+        if self.owner is not None:
+            watch_owner(self.owner)
         try:
             for task in tasks:
                 while _UNANSWERED:  # a warning the last pilot noted as it ended: requeue now
@@ -608,6 +622,8 @@ class SlotWorker:
                     continue
                 try:
                     self.job(task.spec, task.cell_dir)
+                except (NoSpace, results.CellBusy):  # a full disk: stop; busy: not ours
+                    raise
                 except Exception as error:  # recorded; the slot goes on with the next cell
                     record_lost(task, f"{type(error).__name__}: {error}")
         finally:  # the vLLM engine its pilots shared (pilot.backend=vllm), if one is open
@@ -618,6 +634,39 @@ class SlotWorker:
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, tasks)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal this process gets when its parent dies
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent (submitit's local controller)
+    dies (``prctl(PR_SET_PDEATHSIG)``); a no-op where libc or prctl is missing."""
+    import ctypes
+    import ctypes.util
+    import signal
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+
+
+def watch_owner(owner: dict, every_s: float = 0.5) -> None:
+    """End this process, and every process it started, once ``owner`` (the sweep that
+    launched it) is gone: a sweep killed with ``kill -9`` cannot stop its pilots, so each
+    slot worker stops itself (a daemon thread polls ``owner`` every ``every_s`` seconds).
+    What the pilot spent after its last saved state is redone, and recorded as redone,
+    by the sweep's rerun."""
+    import threading
+
+    def watch() -> None:
+        while results.owner_alive(owner):
+            time.sleep(every_s)
+        _kill_tree(os.getpid())
+
+    threading.Thread(target=watch, name="race-owner-watch", daemon=True).start()
 
 
 def _finished_since(task: Task, since: float) -> bool:
@@ -661,7 +710,7 @@ class LocalWatcher:
             if self.pin_gpus:
                 self.executor.update_parameters(visible_gpus=[slot], gpus_per_node=1)
             self.workers.append(self.executor.submit(
-                SlotWorker(self.job, str(self.claims), slot), tasks))
+                SlotWorker(self.job, str(self.claims), slot, results.this_process()), tasks))
 
     def poll(self, pending: list[Task]) -> list[Ended]:
         finished = [t for t in pending if _finished_since(t, self.start_epoch_s)]

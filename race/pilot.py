@@ -632,9 +632,12 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     except StopRequested:
         raise  # state saved at this step boundary; no summary: the cell is not finished
     except Exception as exc:  # a failed pilot is recorded, never lost
+        full = results.no_space(exc, cell_dir)
+        if full is not None:  # a full disk is not the cell's failure: stop, resume later
+            raise full from exc
         status = "failed"
         error = f"{type(exc).__name__}: {exc}"
-        (cell_dir / "error.txt").write_text(traceback.format_exc())
+        results.write_text(cell_dir / "error.txt", traceback.format_exc())
         last = next((r["flops"] for r in reversed(rows) if "flops" in r), Ledger().flops)
         if ledger.snapshot() != last:
             # what the failed step ran before it stopped, so that the file's last
@@ -686,7 +689,7 @@ def precursors(out) -> dict[str, float]:
 def _finished_ok(cell_dir: Path) -> bool:
     try:
         return results.read_json(Path(cell_dir) / "summary.json").get("status") == "ok"
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return False
 
 
