@@ -121,6 +121,10 @@ def _deliver(signum: int, preempt: int) -> None:
     os.kill(os.getpid(), signum)
 
 
+# PilotJob's status for a pilot stopped by a full disk (no summary was written)
+NO_SPACE = "no_space"
+
+
 class PilotJob:
     """The picklable callable every launcher runs: one pilot, resumed if checkpointed.
 
@@ -154,6 +158,9 @@ class PilotJob:
             except StopRequested:
                 stop.forward()  # under submitit: checkpoint() and requeue; exits
                 raise
+            except NoSpace as full:  # nothing torn, nothing recorded: the caller stops
+                return {"status": NO_SPACE, "error": str(full), "path": full.path,
+                        "steps": 0, "total_flops": 0.0}
         if stop.received == stop.preempt:  # too late for this pilot, not for its slot
             _UNANSWERED.append((stop.received, stop.preempt))
         elif stop.received is not None:  # SIGTERM during the final evaluation: end now
@@ -568,12 +575,13 @@ class InlineWatcher:
         task = pending[0]
         sub = self.executor.submit(self.job, task.spec, task.cell_dir)
         try:
-            sub.result()
-        except NoSpace:  # a full disk ends the sweep: nothing more can be written
-            raise
+            outcome = sub.result()
         except Exception as error:  # recorded, never stops the others
             if not (Path(task.cell_dir) / "summary.json").is_file():
                 return [Ended(task, sub, lost=f"{type(error).__name__}: {error}")]
+            return [Ended(task, sub)]
+        if isinstance(outcome, dict) and outcome.get("status") == NO_SPACE:
+            raise NoSpace(outcome["path"])  # a full disk ends the sweep
         return [Ended(task, sub)]
 
     def running(self, pending: list[Task]) -> int:
@@ -621,11 +629,14 @@ class SlotWorker:
                 if not self.claim(task):
                     continue
                 try:
-                    self.job(task.spec, task.cell_dir)
-                except (NoSpace, results.CellBusy):  # a full disk: stop; busy: not ours
-                    raise
+                    outcome = self.job(task.spec, task.cell_dir)
+                except results.CellBusy:  # another process runs it: not ours to record
+                    continue
                 except Exception as error:  # recorded; the slot goes on with the next cell
                     record_lost(task, f"{type(error).__name__}: {error}")
+                    continue
+                if isinstance(outcome, dict) and outcome.get("status") == NO_SPACE:
+                    raise NoSpace(outcome["path"])  # stop: no later cell could write
         finally:  # the vLLM engine its pilots shared (pilot.backend=vllm), if one is open
             if "race.rollout.vllm" in sys.modules:
                 sys.modules["race.rollout.vllm"].close_engine()

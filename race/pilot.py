@@ -144,7 +144,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
             tokenizer.pad_token = tokenizer.eos_token
         torch.manual_seed(spec.seed)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(dtype))
-    except (OSError, ValueError) as error:
+    except Exception as error:  # OSError, ValueError, safetensors' own error, ...
         first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         raise UsageError(f"model.hf_id={folder}: could not load the policy ({first}); point "
                       f"model.hf_id at a Hugging Face model folder or id") from error

@@ -457,10 +457,13 @@ def cell_lock(cell_dir: Path):
         except BlockingIOError:
             raise CellBusy(str(cell_dir), _lock_holder(path)) from None
         try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(json.dumps(this_process()))
-            handle.flush()
+            try:  # who holds it, for messages; the lock itself is what counts
+                handle.seek(0)
+                handle.truncate()
+                handle.write(json.dumps(this_process()))
+                handle.flush()
+            except OSError:
+                pass
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
