@@ -34,13 +34,20 @@ def _entry(folder: Path, **extra) -> dict:
             "max_steps": 8} | extra
 
 
+def _shape(world: dict, folder: Path):
+    """The PRM stand-in's shape, loading from ``folder``."""
+    import dataclasses
+
+    return dataclasses.replace(world["prm_shape"], hf_id=str(folder))
+
+
 def test_a_reward_folder_with_code_is_refused_without_the_flag_and_runs_none(tmp_path,
                                                                              standin):
     from race.rewards import build_reward
 
     folder, marker = _remote_code_folder(tmp_path, standin["prm"])
     with pytest.raises(UsageError) as error:
-        build_reward(_entry(folder), task=None, shape=standin["prm_shape"])
+        build_reward(_entry(folder), task=None, shape=_shape(standin, folder))
     message = str(error.value)
     assert "\n" not in message and "reward.trust_remote_code=true" in message
     assert message.startswith(f"reward.model={folder}: its config.json has an auto_map")
@@ -53,7 +60,7 @@ def test_with_the_flag_the_folder_code_loads(tmp_path, standin, monkeypatch):
     monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
     folder, marker = _remote_code_folder(tmp_path, standin["prm"])
     reward = build_reward(_entry(folder, trust_remote_code=True), task=None,
-                          shape=standin["prm_shape"])
+                          shape=_shape(standin, folder))
     assert marker.read_text() == "folder code ran"
     assert type(reward.model).__module__.endswith("marker_prm")
     [score] = reward(["Tom has 2 pens."], ["Tom has 2 pens.\n#### 2"])
@@ -64,7 +71,8 @@ def test_a_reward_folder_without_code_loads_into_races_copy(standin):
     from race.rewards import build_reward
     from race.rewards.qwen_prm_modeling import Qwen2ForProcessRewardModel
 
-    reward = build_reward(_entry(standin["prm"]), task=None, shape=standin["prm_shape"])
+    reward = build_reward(_entry(standin["prm"]), task=None,
+                          shape=_shape(standin, standin["prm"]))
     assert type(reward.model) is Qwen2ForProcessRewardModel
 
 
