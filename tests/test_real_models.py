@@ -195,7 +195,8 @@ def test_a_prm_of_another_tokenizer_is_refused_before_anything_runs(world, tmp_p
 def test_the_readme_gsm8k_workstation_command_ends_with_every_pilot_ok(world, tmp_path):
     """README's "Running on GPUs" form (model folders, task=gsm8k, task.source, no
     task.ood_source, so the default eval targets are val and test), on CPU: the grid is
-    shrunk (grid.axes={}, a flat grid, small steps and evals) and launcher.gpus is left
+    shrunk (one config per model, a flat grid, small steps and evals; the conf grid's
+    prm-tiny-s cells are refused: another tokenizer) and launcher.gpus is left
     out (no GPU here); nothing else is added. The report is then rebuilt after the model
     folders moved: it reads their shapes from spec.json, not from config.json."""
     a, b = tmp_path / "models" / "a", tmp_path / "models" / "b"
@@ -204,8 +205,8 @@ def test_the_readme_gsm8k_workstation_command_ends_with_every_pilot_ok(world, tm
     out = race(["sweep", "budget=4e10", f"model={a},{b}", "task=gsm8k",
                 f"task.source={world['data']}",
                 "grid.axes={}", "selection.policy=flat", "pilot.fraction=0.25",
-                "grid.prompts_per_step=2", "grid.group_size=2", "grid.max_new_tokens=16",
-                "pilot.eval_examples=4", "pilot.select_examples=4",
+                "grid.prompts_per_step=2", "grid.group_size=2", "grid.update_epochs=1",
+                "grid.max_new_tokens=16", "pilot.eval_examples=4", "pilot.select_examples=4",
                 f"sweep.out_dir={tmp_path}", "sweep.name=readme"], world["conf"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     sweep = tmp_path / "readme"
