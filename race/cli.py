@@ -475,9 +475,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"race {args.command}: {_one_line(error)}", file=sys.stderr)
         return USAGE_ERROR
     except OSError as error:
-        from race.results import no_space
-
         import errno
+
+        from race.results import no_space
 
         full = no_space(error, error.filename or ".")
         if full is not None:  # a disk filled (results, submitit's logs)

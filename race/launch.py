@@ -618,7 +618,9 @@ class SlotWorker:
             mine = path.read_text().strip() == str(self.slot)
             return mine and not _finished_since(task, path.stat().st_mtime)
 
-    def __call__(self, tasks: list[Task]) -> None:
+    def __call__(self, tasks: list[Task]) -> dict | None:
+        """Run the claimable ``tasks`` one after another; a full disk stops the slot and
+        is returned (``{"status": NO_SPACE, "path": ...}``) for the sweep to end on."""
         die_with_parent()
         if self.owner is not None:
             watch_owner(self.owner)
@@ -636,7 +638,7 @@ class SlotWorker:
                     record_lost(task, f"{type(error).__name__}: {error}")
                     continue
                 if isinstance(outcome, dict) and outcome.get("status") == NO_SPACE:
-                    raise NoSpace(outcome["path"])  # stop: no later cell could write
+                    return outcome  # stop: no later cell could write either
         finally:  # the vLLM engine its pilots shared (pilot.backend=vllm), if one is open
             if "race.rollout.vllm" in sys.modules:
                 sys.modules["race.rollout.vllm"].close_engine()
@@ -689,6 +691,16 @@ def _finished_since(task: Task, since: float) -> bool:
         return False
 
 
+def _raise_no_space(worker) -> None:
+    """Raise :class:`NoSpace` when a finished slot worker says a full disk stopped it."""
+    try:
+        outcome = worker.result()
+    except Exception:  # crashed or without a result: LocalWatcher.poll reports it
+        return
+    if isinstance(outcome, dict) and outcome.get("status") == NO_SPACE:
+        raise NoSpace(outcome["path"])
+
+
 class LocalWatcher:
     """Slot workers on this machine (:class:`SlotWorker`), one per slot, sharing the tasks.
 
@@ -726,6 +738,9 @@ class LocalWatcher:
     def poll(self, pending: list[Task]) -> list[Ended]:
         finished = [t for t in pending if _finished_since(t, self.start_epoch_s)]
         ends = [Ended(task) for task in finished]
+        for worker in self.workers:  # a worker stopped by a full disk ends the sweep
+            if worker.done():
+                _raise_no_space(worker)
         if not all(w.done() for w in self.workers):
             return ends
         # every worker ended: what is left never finishes

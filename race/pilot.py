@@ -29,6 +29,7 @@ finishes ok, and kept when it fails.
 from __future__ import annotations
 
 import contextlib
+import io
 import shutil
 import time
 import traceback
@@ -320,8 +321,12 @@ def save_state(state_dir: Path, spec: RunSpec, state: PilotState) -> Path:
             "format": STATE_FORMAT, "cell_id": spec.cell_id, "steps": state.steps,
             "ledger": asdict(state.ledger), "rows": state.rows, "evals": state.evals,
             "timing": state.timing, "pending": state.pending})
-        torch.save(state.learner, tmp / "learner.pt")
-        torch.save(state.torch_rng, tmp / "rng.pt")
+        for name, obj in (("learner.pt", state.learner), ("rng.pt", state.torch_rng)):
+            # serialised in memory, then written: a full disk is then an OSError (ENOSPC),
+            # not torch's "unexpected pos" RuntimeError
+            buffer = io.BytesIO()
+            torch.save(obj, buffer)
+            (tmp / name).write_bytes(buffer.getvalue())
 
     state_dir = Path(state_dir)
     folder = state_dir / f"step-{state.steps:06d}"

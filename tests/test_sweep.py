@@ -370,3 +370,55 @@ def test_a_full_disk_ends_the_sweep_with_one_line_files_whole_and_the_rerun_resu
     assert resumed["status"] == "ok" and resumed["resumed_from_step"] is not None
     assert resumed["total_flops"] == whole["total_flops"]
     assert resumed["flops"] == whole["flops"] and resumed["steps"] == whole["steps"]
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 400 KiB tmpfs (filled by a two-cell sweep midway), unmounted afterwards; skips
+    where mounting is not permitted."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mount)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({out.stderr.strip()[:80]}; needs root or "
+                    f"CAP_SYS_ADMIN); the injected-ENOSPC test covers the full-disk path")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_local_pilots_on_a_small_tmpfs_end_the_sweep_with_one_line_and_resume(
+        tmp_path, policy, small_tmpfs):
+    small = [a for a in SMALL if not a.startswith("budget=")]
+    args = ["sweep", *small, f"model.hf_id={policy}", "budget=2e10", "grid.lr=5e-5,1e-4",
+            "launcher.slots=2", "launcher.checkpoint_every=3", "launcher.poll_s=0.2"]
+
+    def run(out_dir: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "race.cli", *args,
+                               f"sweep.out_dir={out_dir}", "sweep.name=s"],
+                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
+
+    full = run(small_tmpfs)
+    assert full.returncode == 2, full.stderr
+    assert "Traceback" not in full.stderr
+    last = full.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"race sweep: no space left on {small_tmpfs}") and last.endswith(
+        "; free space and rerun: finished cells are kept"), full.stderr
+    for path in (small_tmpfs / "s").rglob("*"):
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".jsonl":
+            [json.loads(line) for line in path.read_text().splitlines()]
+    subprocess.run(["mount", "-o", "remount,size=20m", str(small_tmpfs)], check=True)
+    assert run(small_tmpfs).returncode == 0  # space freed: the rerun resumes
+    whole = run(tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr
+
+    def flops(root: Path) -> dict:
+        return {p.parent.name: (json.loads(p.read_text())["total_flops"],
+                                json.loads(p.read_text())["steps"])
+                for p in (root / "s" / "cells").glob("*/summary.json")}
+
+    assert flops(small_tmpfs) == flops(tmp_path / "whole") and len(flops(small_tmpfs)) == 2
