@@ -18,7 +18,7 @@ from race.devices import DEVICES, DTYPES
 from race.errors import UnknownName, UsageError
 from race.flops import CONVENTIONS
 from race.rewards import REWARD_KINDS as BUILT_REWARDS
-from race.specs import LoraShape, ModelShape, RewardShape, RunSpec
+from race.specs import HEADS, LoraShape, ModelShape, RewardShape, RunSpec
 from race.tasks import task_targets
 
 GROUPS = ("model", "reward", "task", "grid", "launcher")
@@ -612,6 +612,7 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
         need(isinstance(value, int) and value >= 1, f"model.{key}", value, "must be >= 1")
     need(model.head_dim >= 0, "model.head_dim", model.head_dim,
          "must be >= 0 (0: hidden_size // num_heads)")
+    need(model.head in HEADS, "model.head", repr(model.head), f"use one of {'|'.join(HEADS)}")
     reward = cfg.reward
     need(reward.aggregate in ("min", "prod", "last"), "reward.aggregate",
          repr(reward.aggregate), "use one of min|prod|last")

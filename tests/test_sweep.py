@@ -422,3 +422,25 @@ def test_local_pilots_on_a_small_tmpfs_end_the_sweep_with_one_line_and_resume(
                 for p in (root / "s" / "cells").glob("*/summary.json")}
 
     assert flops(small_tmpfs) == flops(tmp_path / "whole") and len(flops(small_tmpfs)) == 2
+
+
+def test_a_read_only_results_folder_is_one_line_naming_it(tmp_path):
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mount)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:  # root ignores file modes: only a read-only mount tests this
+        pytest.skip(f"cannot mount a read-only tmpfs here ({out.stderr.strip()[:80]}; needs "
+                    f"root or CAP_SYS_ADMIN)")
+    try:
+        out = subprocess.run([sys.executable, "-m", "race.cli", "sweep", *SMALL,
+                              f"sweep.out_dir={mount}/results"], capture_output=True,
+                             text=True, timeout=300, cwd=tmp_path)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"race sweep: cannot write {mount}/results (Read-only file system); make it "
+        f"writable, or write elsewhere with sweep.out_dir=<folder> (pilot.out_dir for race "
+        f"pilot)")
