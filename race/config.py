@@ -597,8 +597,10 @@ def eval_targets(cfg: RaceConfig) -> tuple[str, ...]:
 
 def schema_problems(cfg: RaceConfig) -> list[str]:
     """The rules of the keys :func:`validate`'s older checks leave out, one message per
-    problem (key, value, rule, fix). Every key of the schema has a rule here or there, so
-    ``race plan`` and ``race sweep`` refuse bad values before anything runs."""
+    problem (key, value, rule, fix). With those, every key whose value can be wrong has a
+    rule (free text such as ``task.system_prompt`` has none; paths are opened by
+    :mod:`race.preflight`), so ``race plan`` and ``race sweep`` refuse bad values before
+    anything runs. A key added to the schema gets its rule here."""
     problems = []
 
     def need(ok: bool, key: str, value, rule: str) -> None:
