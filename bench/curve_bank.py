@@ -20,6 +20,17 @@ fresh folder, exported with ``--previous`` (the bank before it). ``val`` is scor
 300 problems at every checkpoint and on 1,000 at F; ``test`` on 300. The first bank,
 run at the earlier default lr 5e-4, is kept as ``bench/data/curve_bank_lr5e-4.json.gz``.
 
+The bank of the new testbed (flawed-demonstration warm start, lr 3e-4, sizes tiny-m and
+tiny-l, rewards rule and prm-tiny-s; ``bench/data/curve_bank_v3.json.gz`` once exported,
+read by ``bench/testbed.py``) is run by::
+
+    race sweep selection.policy=flat pilot.fraction=1 pilot.seed=0,1,2 \
+        'pilot.checkpoints=[1/96,1/48,1/24,1/16,1/12,1/8,1/6,1/4,1/3,1/2,3/4,1]' \
+        'pilot.eval_targets=[val,test,ood]' pilot.select_examples=500 \
+        pilot.eval_examples=200 sweep.name=curve-bank-v3
+
+(the checkpoints written out as decimals), which resumes where it stopped when rerun.
+
 Several commands may run into one sweep folder (a rerun with another axis value adds its
 cells); ``--previous`` names the bank exported before, whose commands are kept in
 ``runs`` beside this one's, so that every cell's command stays on record. Its cells are

@@ -194,9 +194,9 @@ def main() -> None:
         print(f"  conditional on {dim}: {name_a} at {_label(a)} but {name_b} at {_label(b)} "
               f"(each leads the other, 90% intervals excluding 0)")
     changed = sorted({c[0] for c in changes})
-    print(f"\nper size, best config's gain over its warm start at F, in SE: "
+    print("\nper size, best config's gain over its warm start at F, in SE: "
           + ", ".join(f"{s} {z:.1f}" for s, z in gains.items()))
-    print(f"per size, best vs worst config at F, in SE: "
+    print("per size, best vs worst config at F, in SE: "
           + ", ".join(f"{s} {z:.1f}" for s, z in spreads.items()))
     print(f"conditions that change the best allocation: {changed or 'none'}")
     print(f"min_gain_se={min(gains.values(), default=0):.1f} "

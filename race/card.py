@@ -8,6 +8,7 @@ import math
 import pandas as pd
 
 from race import aggregate
+from race.errors import UsageError
 from race.fmt import CHARGED_PHASES, PHASE_NAMES, fmt_flops
 from race.fmt import acc as _acc
 from race.fmt import flops_text as _flops
@@ -63,8 +64,9 @@ def _reward_model(reward: str) -> str | None:
         return None
 
 
-def _model_rows(ok: pd.DataFrame) -> list[list]:
-    """Per policy and reward model: params and forward FLOPs per token."""
+def _model_rows(ok: pd.DataFrame, shapes: dict | None = None) -> list[list]:
+    """Per policy and reward model: params and forward FLOPs per token (``shapes``: the
+    sweep's model shapes by name, from its specs; else the catalog's)."""
     from race.catalog import load_model_shape
     from race.flops import head_flops_per_position, linear_forward_flops_per_token
 
@@ -76,8 +78,8 @@ def _model_rows(ok: pd.DataFrame) -> list[list]:
     rows = []
     for model, role in roles.items():
         try:
-            shape = load_model_shape(model)
-        except KeyError:
+            shape = (shapes or {}).get(model) or load_model_shape(model)
+        except (KeyError, UsageError):
             rows.append([model, role, "-", "-", "-"])
             continue
         per_token = linear_forward_flops_per_token(shape) + head_flops_per_position(shape)
@@ -136,8 +138,9 @@ def _latex_card(name: str, totals: dict, by_model: dict[str, tuple[float, float]
 
 
 def compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[str],
-                  names: list[str]) -> tuple[str, str, dict]:
-    """compute_card.md, its LaTeX block, and the sweep totals."""
+                  names: list[str], shapes: dict | None = None) -> tuple[str, str, dict]:
+    """compute_card.md, its LaTeX block, and the sweep totals (``shapes``: the sweep's
+    model shapes by name, :func:`race.results.model_shapes`)."""
     totals = _phase_totals(cells)
     charged = totals["total"]
     spent = cells[cells["total_flops"].fillna(0) > 0] if "total_flops" in cells else cells
@@ -217,7 +220,7 @@ def compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[s
              "Forward FLOPs per token: the decoder linears (2 per weight) plus the output "
              "head; attention adds 4 L d_attn per attended key, by context length.",
              _md_table(["model", "role", "params", "exact", "forward FLOPs / token"],
-                       _model_rows(ok), "llrrr"),
+                       _model_rows(ok, shapes), "llrrr"),
              "What each policy size buys under the same pilot budget (means over its ok "
              "cells; rollouts = steps x prompts x G, updates = steps x mu):",
              _sizes_markdown(ok, names)]

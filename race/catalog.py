@@ -81,20 +81,48 @@ def folder_entry(name: str) -> dict[str, Any]:
     ``config.json``, ``hf_id`` the folder, and its tokenizer family when the folder's
     ``tokenizer_config.json`` names a known class (else "": reward models are then
     matched by vocabulary size)."""
-    import json
-
     folder = Path(name).expanduser()
     if not (folder / "config.json").is_file():
         raise UsageError(f"model={name}: no config.json in that folder; point model= at a "
                          f"saved Hugging Face model folder or use a name from conf/model/ "
                          f"({', '.join(names('model'))})")
-    shape = ModelShape.from_hf_config(folder, name=name)
+    config = read_config_json(folder, key="model")
+    missing = [k for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
+                           "num_attention_heads", "vocab_size")
+               if not isinstance(config.get(k), int) or config.get(k) < 1]
+    if missing:
+        raise UsageError(f"model={name}: {folder / 'config.json'} lacks a positive "
+                         f"{', '.join(missing)}; RACE reads the shape of a decoder "
+                         f"transformer from it: save the folder with model.save_pretrained")
+    shape = ModelShape.from_hf_config(config, name=name)
     family = ""
-    config = folder / "tokenizer_config.json"
-    if config.is_file():
-        family = TOKENIZER_FAMILIES.get(json.loads(config.read_text()).get("tokenizer_class"),
-                                        "")
+    if (folder / "tokenizer_config.json").is_file():
+        family = TOKENIZER_FAMILIES.get(
+            read_config_json(folder, "tokenizer_config.json", key="model").get(
+                "tokenizer_class"), "")
     return dataclasses.asdict(shape) | {"hf_id": str(folder), "tokenizer": family}
+
+
+def read_config_json(folder: str | Path, file: str = "config.json", *,
+                     key: str = "model") -> dict[str, Any]:
+    """A model folder's ``config.json`` (or another JSON file of it) as a dict; a file
+    that is not a UTF-8 JSON object is a UsageError naming ``key``, the file and the fix."""
+    import json
+
+    path = Path(folder).expanduser() / file
+    if not path.is_file():
+        raise UsageError(f"{key}={folder}: no {file} in that folder; point {key} at a saved "
+                         f"Hugging Face model folder (save_pretrained writes it)")
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise UsageError(f"{key}={folder}: {path} is not valid JSON ({type(error).__name__}"
+                         f"); save the folder again with save_pretrained, or fix the file"
+                         ) from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{key}={folder}: {path} holds {json.dumps(value)[:40]}, not a JSON "
+                         f"object; save the folder again with save_pretrained")
+    return value
 
 
 def has_tokenizer(folder: str | Path) -> bool:

@@ -313,6 +313,9 @@ def _sweep_one(plan, overrides: list[str], sweep_dir) -> int:
     if outcome["ok"]:
         _report(sweep_dir, base)
     else:
+        from race.report import write_failures
+
+        write_failures(sweep_dir, frame)
         targets = [c for c in frame.columns
                    if c.startswith("final_") and not c.endswith("_reward")]
         columns = ["cell_id", "model", "reward", "group_size", "update_epochs", "seed",
@@ -440,6 +443,12 @@ def pilot_multirun(overrides: list[str]) -> int:
 def _one_line(error: BaseException) -> str:
     """Hydra's message, its cause, and the fix, on one line."""
     line = _first_line(error)
+    if line.startswith("LexerNoViableAltException: "):  # Hydra's lexer on an override
+        override = line.split(": ", 1)[1]
+        return (f"{override}: Hydra cannot read this value unquoted (it holds a character "
+                f"outside its unquoted grammar, e.g. a non-ASCII letter); quote the value as "
+                f"Hydra documents, e.g. \"{override.split('=', 1)[0]}='"
+                f"{override.split('=', 1)[-1]}'\" in the shell")
     if error.__cause__ is not None:
         line = f"{line.rstrip('.')}: {_first_line(error.__cause__)}"
     hint = next((fix for start, fix in HYDRA_HINTS.items() if line.startswith(start)), "")
@@ -465,19 +474,39 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, HydraException, OmegaConfBaseException) as error:
         print(f"race {args.command}: {_one_line(error)}", file=sys.stderr)
         return USAGE_ERROR
+    except OSError as error:
+        import errno
+
+        from race.results import no_space
+
+        full = no_space(error, error.filename or ".")
+        if full is not None:  # a disk filled (results, submitit's logs)
+            print(f"race {args.command}: {full}", file=sys.stderr)
+            return USAGE_ERROR
+        if error.errno in (errno.EACCES, errno.EROFS, errno.EPERM) and error.filename:
+            print(f"race {args.command}: cannot write {error.filename} ({error.strerror}); "
+                  f"make it writable, or write elsewhere with sweep.out_dir=<folder> "
+                  f"(pilot.out_dir for race pilot)", file=sys.stderr)
+            return USAGE_ERROR
+        return _internal_error(args.command, error)
     except KeyboardInterrupt:
         print(f"\nrace {args.command}: interrupted; local pilots were stopped (SLURM jobs "
               f"keep running); rerun the same command to resume: finished cells are kept",
               file=sys.stderr)
         return 130
     except Exception as error:  # a bug: keep the traceback, ask for a report
-        import traceback
+        return _internal_error(args.command, error)
 
-        traceback.print_exc()
-        print(f"race {args.command}: internal error ({type(error).__name__}: "
-              f"{_first_line(error)}); this is a bug in RACE, not in your input: please "
-              f"report it with the traceback above", file=sys.stderr)
-        return INTERNAL_ERROR
+
+def _internal_error(command: str, error: BaseException) -> int:
+    """A bug: its traceback, one line asking to report it, exit code 1."""
+    import traceback
+
+    traceback.print_exc()
+    print(f"race {command}: internal error ({type(error).__name__}: "
+          f"{_first_line(error)}); this is a bug in RACE, not in your input: please "
+          f"report it with the traceback above", file=sys.stderr)
+    return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ from race.devices import DEVICES, DTYPES
 from race.errors import UnknownName, UsageError
 from race.flops import CONVENTIONS
 from race.rewards import REWARD_KINDS as BUILT_REWARDS
-from race.specs import LoraShape, ModelShape, RewardShape, RunSpec
+from race.specs import HEADS, LoraShape, ModelShape, RewardShape, RunSpec
+from race.tasks import task_targets
 
 GROUPS = ("model", "reward", "task", "grid", "launcher")
 # The embedded default's full-run budget (FLOPs): each pilot (1/16 of it, 2.2e11) buys
@@ -80,6 +81,10 @@ class RewardConfig:
     # rule: what the verifier checks: answer (the final answer, sparse) | structured
     # (format and final answer) | steps (credit per correct step, dense)
     check: str = "answer"
+    # let a reward-model checkpoint run its own modelling code (its config.json's
+    # auto_map); off: such a folder is refused, and the weights of a hub id load into
+    # RACE's copy of the architecture
+    trust_remote_code: bool = False
 
 
 @dataclass
@@ -177,8 +182,9 @@ class PilotConfig:
     # held-out problems per evaluation target and checkpoint
     eval_examples: int = 128
     # evaluation targets (held-out splits of the task): val is what selection reads;
-    # test and ood are only reported
-    eval_targets: list[str] = field(default_factory=lambda: ["val", "test", "ood"])
+    # test and ood are only reported (null: every target the task has; ood only where
+    # the task has out-of-distribution problems, e.g. task.ood_source for GSM8K)
+    eval_targets: list[str] | None = None
     # the target rankings and selection read (tuning and selection on val, never on test)
     select_target: str = "val"
     # its problems at the start and the final checkpoint: SE sqrt(p(1-p)/n) <= 0.016 at n=1000
@@ -360,8 +366,9 @@ def check_group_choices(overrides: list[str]) -> None:
         group = override.key_or_group
         if group not in GROUPS or override.is_delete():
             continue
-        values = (list(override.sweep_string_iterator()) if override.is_sweep_override()
-                  else [override.get_value_element_as_str()])
+        # parsed values: a quoted or escaped path ('/my models/a') without its quotes
+        values = ([str(v) for v in override.sweep_iterator()] if override.is_sweep_override()
+                  else [str(override.value())])
         for value in values:
             if group == "model" and catalog.is_model_folder(value):
                 catalog.folder_entry(value)  # a folder without config.json: UsageError
@@ -654,8 +661,126 @@ def validate(cfg: RaceConfig) -> None:
     problems += testbed_problems(cfg)
     if cfg.report.basis not in ("observed", "extrapolated"):
         problems.append(f"report.basis={cfg.report.basis!r}: use observed or extrapolated")
+    problems += [p for p in schema_problems(cfg) if p.split("=", 1)[0] not in broken]
     if problems:
         raise UsageError("; ".join(problems))
+
+
+def eval_targets(cfg: RaceConfig) -> tuple[str, ...]:
+    """The pilot's evaluation targets: ``pilot.eval_targets``, or (null) every target the
+    task has (:func:`race.tasks.task_targets`)."""
+    if cfg.pilot.eval_targets is not None:
+        return tuple(cfg.pilot.eval_targets)
+    return task_targets(cfg.task.name, cfg.task.ood_source)
+
+
+def schema_problems(cfg: RaceConfig) -> list[str]:
+    """The rules of the keys :func:`validate`'s older checks leave out, one message per
+    problem (key, value, rule, fix). With those, every key whose value can be wrong has a
+    rule (free text such as ``task.system_prompt`` has none; paths are opened by
+    :mod:`race.preflight`), so ``race plan`` and ``race sweep`` refuse bad values before
+    anything runs. A key added to the schema gets its rule here."""
+    problems = []
+
+    def need(ok: bool, key: str, value, rule: str) -> None:
+        if not ok:
+            problems.append(f"{key}={value}: {rule}")
+
+    model = cfg.model
+    for key in ("hidden_size", "intermediate_size", "num_layers", "num_heads",
+                "num_kv_heads", "vocab_size", "num_labels"):
+        value = getattr(model, key)
+        need(isinstance(value, int) and value >= 1, f"model.{key}", value, "must be >= 1")
+    need(model.head_dim >= 0, "model.head_dim", model.head_dim,
+         "must be >= 0 (0: hidden_size // num_heads)")
+    need(model.head in HEADS, "model.head", repr(model.head), f"use one of {'|'.join(HEADS)}")
+    reward = cfg.reward
+    need(reward.aggregate in ("min", "prod", "last"), "reward.aggregate",
+         repr(reward.aggregate), "use one of min|prod|last")
+    need(reward.tag_tokens_per_step >= 0, "reward.tag_tokens_per_step",
+         reward.tag_tokens_per_step, "must be >= 0")
+    need(cfg.task.steps_per_trace >= 0, "task.steps_per_trace", cfg.task.steps_per_trace,
+         "must be >= 0")
+    grid = cfg.grid
+    need(grid.lora_alpha > 0, "grid.lora_alpha", grid.lora_alpha, "must be > 0, e.g. 32")
+    need(bool(grid.lora_targets), "grid.lora_targets", list(grid.lora_targets),
+         "name at least one module, e.g. grid.lora_targets=[q_proj,v_proj]")
+    pilot = cfg.pilot
+    need(pilot.clip_eps > 0, "pilot.clip_eps", pilot.clip_eps, "must be > 0, e.g. 0.2")
+    need(pilot.seed >= 0, "pilot.seed", pilot.seed, "must be >= 0")
+    checkpoints = list(pilot.checkpoints)
+    need(all(0 < c <= 1 for c in checkpoints) and checkpoints == sorted(set(checkpoints)),
+         "pilot.checkpoints", checkpoints, "need ascending, distinct budget fractions in "
+         "(0, 1], e.g. pilot.checkpoints=[0.25,0.5,0.75,1.0]")
+    has = task_targets(cfg.task.name, cfg.task.ood_source)
+    if pilot.eval_targets is not None:
+        targets = list(pilot.eval_targets)
+        shown = f"[{','.join(map(str, targets))}]"
+        unknown = [t for t in targets if t not in ("val", "test", "ood")]
+        if not targets:
+            problems.append(f"pilot.eval_targets=[]: evaluate at least one target, e.g. "
+                            f"pilot.eval_targets=[{','.join(has)}], or null for all the "
+                            f"task's targets")
+        elif unknown:
+            problems.append(f"pilot.eval_targets={shown}: unknown target(s) {unknown}; use "
+                            f"some of [{','.join(has)}] (held-out splits of task="
+                            f"{cfg.task.name}), or null for all of them")
+        elif len(set(targets)) < len(targets):
+            problems.append(f"pilot.eval_targets={shown}: a target listed twice; list each "
+                            f"once")
+        elif "ood" in targets and "ood" not in has:
+            problems.append(f"pilot.eval_targets={shown}: task={cfg.task.name} has no ood "
+                            f"problems (task.ood_source is unset); give task.ood_source=<a "
+                            f"GSM8K-format file>, or drop ood, e.g. pilot.eval_targets="
+                            f"[{','.join(t for t in targets if t != 'ood')}]")
+    need(pilot.select_target in ("val", "test", "ood"), "pilot.select_target",
+         pilot.select_target, "use val (selection reads a held-out split; never select "
+         "on test)")
+    for key, value in (("regime.feedback_heavy", cfg.regime.feedback_heavy),
+                       ("regime.learning_heavy", cfg.regime.learning_heavy),
+                       ("regime.search_heavy", cfg.regime.search_heavy)):
+        need(0 <= value <= 1, key, value, "a FLOP share: must be in [0, 1]")
+    launcher = cfg.launcher
+    gpus = list(launcher.gpus)
+    need(all(isinstance(g, int) and g >= 0 for g in gpus) and len(set(gpus)) == len(gpus),
+         "launcher.gpus", gpus, "need distinct GPU indices >= 0, e.g. launcher.gpus=[0,1]")
+    for key in ("threads_per_pilot", "gpus_per_node", "signal_delay_s", "max_requeues",
+                "checkpoint_every"):
+        value = getattr(launcher, key)
+        need(value >= 0, f"launcher.{key}", value, "must be >= 0")
+    need(launcher.gpu_mem_gb is None or launcher.gpu_mem_gb > 0, "launcher.gpu_mem_gb",
+         launcher.gpu_mem_gb, "must be > 0 GiB (null: no check)")
+    need(launcher.poll_s > 0, "launcher.poll_s", launcher.poll_s,
+         "seconds between polls: must be > 0, e.g. launcher.poll_s=2")
+    need(launcher.lost_after_s > 0, "launcher.lost_after_s", launcher.lost_after_s,
+         "must be > 0 seconds, e.g. launcher.lost_after_s=60")
+    report = cfg.report
+    need(report.n_boot >= 1, "report.n_boot", report.n_boot,
+         "bootstrap resamples: must be >= 1, e.g. report.n_boot=1000")
+    need(0 < report.level < 1, "report.level", report.level,
+         "an interval's coverage: must be in (0, 1), e.g. report.level=0.9")
+    need(report.top_k >= 1, "report.top_k", report.top_k,
+         "select at least 1 config for validation")
+    need(cfg.validate.top_k is None or cfg.validate.top_k >= 1, "validate.top_k",
+         cfg.validate.top_k, "must be >= 1 (null: every selected config)")
+    problems += sweep_name_problems(cfg.sweep)
+    return problems
+
+
+def sweep_name_problems(sweep: SweepConfig) -> list[str]:
+    """``sweep.name`` must name a folder inside ``sweep.out_dir`` (no ``..``, no absolute
+    path): a sweep never writes outside its results folder."""
+    from pathlib import PurePath
+
+    name = sweep.name
+    if name is None:
+        return []
+    parts = PurePath(name).parts
+    if not name.strip() or PurePath(name).is_absolute() or ".." in parts or name in (".",):
+        return [f"sweep.name={name}: must name a folder inside sweep.out_dir="
+                f"{sweep.out_dir} (no '..', no absolute path); e.g. sweep.name=my-sweep, "
+                f"or set sweep.out_dir to write elsewhere"]
+    return []
 
 
 @dataclass(frozen=True, slots=True)
@@ -727,6 +852,26 @@ def check_device(cfg: RaceConfig) -> None:
         resolve_device("cuda")
 
 
+def check_gpus(cfg: RaceConfig) -> None:
+    """``launcher.gpus`` under the local launcher names GPUs this machine has: a
+    UsageError otherwise (the pilots would silently run on CPU). Torch is imported only
+    when GPUs are named."""
+    gpus = list(cfg.launcher.gpus)
+    if not gpus or cfg.launcher.name != "local":
+        return
+    from race.devices import visible_gpus
+
+    count = visible_gpus()
+    missing = [g for g in gpus if g >= count]
+    if missing:
+        have = (f"{count} visible GPU(s), indices 0..{count - 1}" if count
+                else "no visible CUDA GPU")
+        fix = (f"use launcher.gpus=[{','.join(str(g) for g in range(min(count, len(gpus))))}]"
+               if count else "run on a GPU machine, or leave launcher.gpus=[] to run on CPU")
+        raise UsageError(f"launcher.gpus={gpus}: this machine has {have}, so GPU(s) "
+                         f"{missing} do not exist; {fix}")
+
+
 def check_reward_built(cfg: RaceConfig) -> None:
     """A reward kind the accounting knows but no pilot can run: UsageError (checked before
     the rest of the cell, so that this is what a user hears first)."""
@@ -764,10 +909,13 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True,
     if runnable:
         _check_paths(cfg)
         check_device(cfg)
+        check_gpus(cfg)
     if runnable and cfg.task.name == "gsm8k" and not cfg.task.source:
         raise UsageError("task.source=: GSM8K-format pilots read a local data file; give "
                          "task.source=<file.jsonl|.json|.parquet> (question, answer '#### N')")
-    reward = {k: v for k, v in asdict(cfg.reward).items() if v is not None}
+    # trust_remote_code only when set, so that cells without it keep their ids
+    reward = {k: v for k, v in asdict(cfg.reward).items()
+              if v is not None and not (k == "trust_remote_code" and not v)}
     return RunSpec(
         model=cfg.model.name, reward=tuple(sorted(reward.items())),
         task=tuple(sorted(task_entry(cfg.task).items())),
@@ -783,7 +931,7 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True,
         kl_coef=grid.kl_coef, clip_eps=pilot.clip_eps, aggregation=grid.aggregation,
         scale_rewards=grid.scale_rewards, seed=pilot.seed,
         backend=pilot.backend, checkpoints=tuple(pilot.checkpoints),
-        eval_examples=pilot.eval_examples, eval_targets=tuple(pilot.eval_targets),
+        eval_examples=pilot.eval_examples, eval_targets=eval_targets(cfg),
         select_target=pilot.select_target, select_examples=pilot.select_examples,
         measure=cfg.accounting.measure, policy_path=cfg.model.hf_id,
         device=pilot.device, dtype=pilot.dtype, policy=specs.policy,

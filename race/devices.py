@@ -42,6 +42,14 @@ def resolve_device(name: str) -> str:
     return "cuda" if name == "cuda" or (name == "auto" and visible) else "cpu"
 
 
+@functools.cache
+def visible_gpus() -> int:
+    """CUDA devices torch sees on this machine (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def resolve_dtype(name: str, device: str) -> str:
     """``auto`` -> bfloat16 on CUDA, float32 on CPU (the dtype of the frozen base weights;
     LoRA adapters and AdamW stay float32)."""

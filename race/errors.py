@@ -126,3 +126,33 @@ class PromptTooLong(UsageError):
             f"{max_new_tokens} exceeds its context of {context} tokens; lower "
             f"grid.max_new_tokens to {max(0, context - prompt_tokens)} or less, or drop "
             f"the longer problems from task.source")
+
+
+class DamagedResult(UsageError):
+    """A results file RACE wrote that no longer reads (truncated, edited, ``null``).
+
+    Attributes:
+        path: the file.
+        problem: what is wrong with it.
+        fix: what to do (delete the cell folder and rerun the sweep, rerun the report...).
+    """
+
+    def __init__(self, path: str, problem: str, fix: str):
+        self.path, self.problem, self.fix = path, problem, fix
+        super().__init__(f"{path}: {problem}; {fix}")
+
+
+class NoSpace(UsageError):
+    """The disk (or quota) holding ``path`` is full: nothing was torn, nothing is lost.
+
+    Attributes:
+        path: the file that could not be written.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        super().__init__(f"no space left on {path}; free space and rerun: finished cells "
+                         f"are kept")
+
+    def __reduce__(self):  # raised in pilot processes, pickled back to the sweep
+        return (NoSpace, (self.path,))

@@ -9,7 +9,8 @@ Each cell is composed like a single run (``compose_config``), frozen into a
 :class:`~race.specs.RunSpec` at the pilot budget ``pilot.fraction x budget``, and solved:
 the GRPO steps its budget buys at nominal token counts, FLOPs by phase, and its regime.
 A cell whose pilot budget cannot buy one worst-case step is refused, with the reason.
-Nothing here loads weights.
+Nothing here loads weights; the data files and model folders the cells name are opened
+and checked once (:func:`race.preflight.check_plan`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from race import catalog, flops
+from race import catalog, flops, preflight
 from race.budget import worst_step_flops
 from race.errors import RewardTokenizerMismatch, UsageError
 from race.fmt import fmt_flops
@@ -246,6 +247,8 @@ def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
         raise UsageError(f"budget={budget:.3g}: no cell can buy one GRPO step with its pilot "
                          f"budget ({knob}; cheapest cell: {cheapest.refused}); raise budget "
                          f"or {fix}")
+    # every data file and model folder the pilots will read, opened before any runs
+    preflight.check_plan(c.spec for c in cells if c.spec is not None)
     return Plan(budget, fraction, tuple((k, tuple(v)) for k, v in axes.items()),
                 tuple(cells), base.task.name, base, ladder)
 

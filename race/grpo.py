@@ -30,8 +30,6 @@ from torch import Tensor
 
 from race.specs import AGGREGATIONS  # ways to fold per-token values into one (masked_mean)
 
-
-
 # --------------------------------------------------------------------------- checks
 
 

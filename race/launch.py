@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from race import results
-from race.errors import UsageError
+from race.errors import NoSpace, UsageError
 from race.pilot import unfinished_summary
 from race.specs import RunSpec
 
@@ -121,6 +121,10 @@ def _deliver(signum: int, preempt: int) -> None:
     os.kill(os.getpid(), signum)
 
 
+# PilotJob's status for a pilot stopped by a full disk (no summary was written)
+NO_SPACE = "no_space"
+
+
 class PilotJob:
     """The picklable callable every launcher runs: one pilot, resumed if checkpointed.
 
@@ -145,7 +149,8 @@ class PilotJob:
         from race.pilot import StopRequested, run_pilot
 
         torch.set_num_threads(self.threads)
-        with StopSignals() as stop:
+        # the cell's run lock for the pilot's whole life: no other process runs it meanwhile
+        with StopSignals() as stop, results.cell_lock(cell_dir):
             try:
                 summary = run_pilot(spec, Path(cell_dir), stop=stop,
                                     checkpoint_every=self.checkpoint_every,
@@ -153,6 +158,9 @@ class PilotJob:
             except StopRequested:
                 stop.forward()  # under submitit: checkpoint() and requeue; exits
                 raise
+            except NoSpace as full:  # nothing torn, nothing recorded: the caller stops
+                return {"status": NO_SPACE, "error": str(full), "path": full.path,
+                        "steps": 0, "total_flops": 0.0}
         if stop.received == stop.preempt:  # too late for this pilot, not for its slot
             _UNANSWERED.append((stop.received, stop.preempt))
         elif stop.received is not None:  # SIGTERM during the final evaluation: end now
@@ -290,8 +298,11 @@ def record_lost(task: Task, error: str) -> None:
     (:func:`race.pilot.unfinished_summary`), so the sweep's totals keep them.
     """
     summary_path = Path(task.cell_dir) / "summary.json"
-    if summary_path.is_file() and results.read_json(summary_path).get("status") == "ok":
-        return
+    try:
+        if results.read_json(summary_path).get("status") == "ok":
+            return
+    except (OSError, ValueError, AttributeError):  # none, or damaged: write a failed one
+        pass
     results.write_json(Path(task.cell_dir) / "spec.json", task.spec.to_dict())
     results.write_json(summary_path, unfinished_summary(task.spec, task.cell_dir, error))
 
@@ -482,7 +493,10 @@ def _count_end(end: Ended, counts: Counts) -> None:
     summary_path = Path(end.task.cell_dir) / "summary.json"
     if not summary_path.is_file():  # its job returned or died without writing one
         record_lost(end.task, _job_error(end.submission, end.task).message)
-    ok = results.read_json(summary_path).get("status") == "ok"
+    try:
+        ok = results.read_json(summary_path).get("status") == "ok"
+    except (ValueError, AttributeError):  # damaged: counted failed, rerun next time
+        ok = False
     counts.done += ok
     counts.failed += not ok
 
@@ -561,10 +575,13 @@ class InlineWatcher:
         task = pending[0]
         sub = self.executor.submit(self.job, task.spec, task.cell_dir)
         try:
-            sub.result()
+            outcome = sub.result()
         except Exception as error:  # recorded, never stops the others
             if not (Path(task.cell_dir) / "summary.json").is_file():
                 return [Ended(task, sub, lost=f"{type(error).__name__}: {error}")]
+            return [Ended(task, sub)]
+        if isinstance(outcome, dict) and outcome.get("status") == NO_SPACE:
+            raise NoSpace(outcome["path"])  # a full disk ends the sweep
         return [Ended(task, sub)]
 
     def running(self, pending: list[Task]) -> int:
@@ -586,8 +603,10 @@ class SlotWorker:
     resumes the cells it had claimed.
     """
 
-    def __init__(self, job, claims: str, slot: int):
-        self.job, self.claims, self.slot = job, claims, slot
+    def __init__(self, job, claims: str, slot: int, owner: dict | None = None):
+        """``owner``: the sweep process (:func:`race.results.this_process`) this worker
+        must not outlive."""
+        self.job, self.claims, self.slot, self.owner = job, claims, slot, owner
 
     def claim(self, task: Task) -> bool:
         path = Path(self.claims) / task.spec.cell_id
@@ -599,7 +618,12 @@ class SlotWorker:
             mine = path.read_text().strip() == str(self.slot)
             return mine and not _finished_since(task, path.stat().st_mtime)
 
-    def __call__(self, tasks: list[Task]) -> None:
+    def __call__(self, tasks: list[Task]) -> dict | None:
+        """Run the claimable ``tasks`` one after another; a full disk stops the slot and
+        is returned (``{"status": NO_SPACE, "path": ...}``) for the sweep to end on."""
+        die_with_parent()
+        if self.owner is not None:
+            watch_owner(self.owner)
         try:
             for task in tasks:
                 while _UNANSWERED:  # a warning the last pilot noted as it ended: requeue now
@@ -607,9 +631,14 @@ class SlotWorker:
                 if not self.claim(task):
                     continue
                 try:
-                    self.job(task.spec, task.cell_dir)
+                    outcome = self.job(task.spec, task.cell_dir)
+                except results.CellBusy:  # another process runs it: not ours to record
+                    continue
                 except Exception as error:  # recorded; the slot goes on with the next cell
                     record_lost(task, f"{type(error).__name__}: {error}")
+                    continue
+                if isinstance(outcome, dict) and outcome.get("status") == NO_SPACE:
+                    return outcome  # stop: no later cell could write either
         finally:  # the vLLM engine its pilots shared (pilot.backend=vllm), if one is open
             if "race.rollout.vllm" in sys.modules:
                 sys.modules["race.rollout.vllm"].close_engine()
@@ -620,6 +649,39 @@ class SlotWorker:
         return submitit.helpers.DelayedSubmission(self, tasks)
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal this process gets when its parent dies
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent (submitit's local controller)
+    dies (``prctl(PR_SET_PDEATHSIG)``); a no-op where libc or prctl is missing."""
+    import ctypes
+    import ctypes.util
+    import signal
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+
+
+def watch_owner(owner: dict, every_s: float = 0.5) -> None:
+    """End this process, and every process it started, once ``owner`` (the sweep that
+    launched it) is gone: a sweep killed with ``kill -9`` cannot stop its pilots, so each
+    slot worker stops itself (a daemon thread polls ``owner`` every ``every_s`` seconds).
+    What the pilot spent after its last saved state is redone, and recorded as redone,
+    by the sweep's rerun."""
+    import threading
+
+    def watch() -> None:
+        while results.owner_alive(owner):
+            time.sleep(every_s)
+        _kill_tree(os.getpid())
+
+    threading.Thread(target=watch, name="race-owner-watch", daemon=True).start()
+
+
 def _finished_since(task: Task, since: float) -> bool:
     """Whether the cell has a summary.json written at or after ``since`` (epoch seconds)."""
     path = Path(task.cell_dir) / "summary.json"
@@ -627,6 +689,16 @@ def _finished_since(task: Task, since: float) -> bool:
         return path.stat().st_mtime >= since
     except FileNotFoundError:
         return False
+
+
+def _raise_no_space(worker) -> None:
+    """Raise :class:`NoSpace` when a finished slot worker says a full disk stopped it."""
+    try:
+        outcome = worker.result()
+    except Exception:  # crashed or without a result: LocalWatcher.poll reports it
+        return
+    if isinstance(outcome, dict) and outcome.get("status") == NO_SPACE:
+        raise NoSpace(outcome["path"])
 
 
 class LocalWatcher:
@@ -661,11 +733,14 @@ class LocalWatcher:
             if self.pin_gpus:
                 self.executor.update_parameters(visible_gpus=[slot], gpus_per_node=1)
             self.workers.append(self.executor.submit(
-                SlotWorker(self.job, str(self.claims), slot), tasks))
+                SlotWorker(self.job, str(self.claims), slot, results.this_process()), tasks))
 
     def poll(self, pending: list[Task]) -> list[Ended]:
         finished = [t for t in pending if _finished_since(t, self.start_epoch_s)]
         ends = [Ended(task) for task in finished]
+        for worker in self.workers:  # a worker stopped by a full disk ends the sweep
+            if worker.done():
+                _raise_no_space(worker)
         if not all(w.done() for w in self.workers):
             return ends
         # every worker ended: what is left never finishes

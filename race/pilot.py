@@ -29,6 +29,7 @@ finishes ok, and kept when it fails.
 from __future__ import annotations
 
 import contextlib
+import io
 import shutil
 import time
 import traceback
@@ -37,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from race import flops, results
+from race import flops, preflight, results
 from race.budget import check_budget, last_step_cap, trace_token_limit, worst_step_flops
 from race.catalog import load_model_shape
 from race.devices import PhaseMeter, measure_peak_flops, resolve_device, resolve_dtype, throughput
@@ -126,15 +127,19 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
     from race.learner import LearnerConfig, LoraLearner
     from race.policies import build_tiny_policy, warm_start_recipe
     from race.rewards import build_reward
-    from race.tasks import build_task, prompt_bound, with_chat_template
+    from race.tasks import prompt_bound, with_chat_template
 
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
     shape = spec.policy or load_model_shape(spec.model)
+    # the plan's own checks (race.preflight), so that the two never disagree
+    inner_task = preflight.open_task(dict(spec.task), spec.eval_targets)
     folder = policy_folder or spec.policy_path or (
         build_tiny_policy(spec.model, recipe=warm_start_recipe(spec.model, dict(spec.task),
                                                                dict(spec.warmstart)))
         if shape.tokenizer == "race-char" else shape.hf_id)
+    if preflight.is_local(str(folder)):
+        preflight.check_policy_folder(folder, key=preflight.policy_key(spec))
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
         tokenizer.padding_side = "left"
@@ -142,7 +147,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
             tokenizer.pad_token = tokenizer.eos_token
         torch.manual_seed(spec.seed)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(dtype))
-    except (OSError, ValueError) as error:
+    except Exception as error:  # OSError, ValueError, safetensors' own error, ...
         first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         raise UsageError(f"model.hf_id={folder}: could not load the policy ({first}); point "
                       f"model.hf_id at a Hugging Face model folder or id") from error
@@ -155,7 +160,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
                            kl_coef=spec.kl_coef, temperature=spec.temperature)
     learner = LoraLearner(model, shape, config, pad_id=tokenizer.pad_token_id,
                           seed=spec.seed, measure=spec.measure, device=device)
-    task = with_chat_template(build_task(dict(spec.task)), tokenizer)
+    task = with_chat_template(inner_task, tokenizer)
     if spec.backend == "hf":
         from race.rollout.hf import HFBackend
 
@@ -327,8 +332,12 @@ def save_state(state_dir: Path, spec: RunSpec, state: PilotState) -> Path:
             "format": STATE_FORMAT, "cell_id": spec.cell_id, "steps": state.steps,
             "ledger": asdict(state.ledger), "rows": state.rows, "evals": state.evals,
             "timing": state.timing, "pending": state.pending})
-        torch.save(state.learner, tmp / "learner.pt")
-        torch.save(state.torch_rng, tmp / "rng.pt")
+        for name, obj in (("learner.pt", state.learner), ("rng.pt", state.torch_rng)):
+            # serialised in memory, then written: a full disk is then an OSError (ENOSPC),
+            # not torch's "unexpected pos" RuntimeError
+            buffer = io.BytesIO()
+            torch.save(obj, buffer)
+            (tmp / name).write_bytes(buffer.getvalue())
 
     state_dir = Path(state_dir)
     folder = state_dir / f"step-{state.steps:06d}"
@@ -640,9 +649,12 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     except StopRequested:
         raise  # state saved at this step boundary; no summary: the cell is not finished
     except Exception as exc:  # a failed pilot is recorded, never lost
+        full = results.no_space(exc, cell_dir)
+        if full is not None:  # a full disk is not the cell's failure: stop, resume later
+            raise full from exc
         status = "failed"
         error = f"{type(exc).__name__}: {exc}"
-        (cell_dir / "error.txt").write_text(traceback.format_exc())
+        results.write_text(cell_dir / "error.txt", traceback.format_exc())
         last = next((r["flops"] for r in reversed(rows) if "flops" in r), Ledger().flops)
         if ledger.snapshot() != last:
             # what the failed step ran before it stopped, so that the file's last
@@ -694,7 +706,7 @@ def precursors(out) -> dict[str, float]:
 def _finished_ok(cell_dir: Path) -> bool:
     try:
         return results.read_json(Path(cell_dir) / "summary.json").get("status") == "ok"
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return False
 
 

@@ -37,6 +37,7 @@ from race.errors import UsageError
 from race.specs import ModelShape
 from race.tasks.arith import ArithTask
 from race.tasks.base import Example
+from race.umask import share_like_umask
 
 # 2: one recipe for every size (fixed steps, cosine decay), no targets; 3: flawed
 # demonstrations (``flip``)
@@ -127,6 +128,7 @@ def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], di
         with single_thread():
             info = build(staging) | {"cache_key": key}
         (staging / "build_info.json").write_text(json.dumps(info, indent=2))
+        share_like_umask(staging)  # mkdtemp's 0700, safetensors' 0600 files
         if folder.exists():
             shutil.rmtree(folder)
         staging.rename(folder)
@@ -221,6 +223,15 @@ def headroom(model, tokenizer, task: ArithTask, examples: list[Example], *, k: i
             "lucky_rate": lucky / max(1, right), "n": n, "k": k}
 
 
+def demonstrations(recipe: WarmStartRecipe) -> list[Example]:
+    """The recipe's supervised data: ``steps x batch_size`` training problems with their
+    reference traces, a ``flip`` share of subtraction steps computed as additions."""
+    task = ArithTask(**recipe.task)
+    train = task.sample("train", recipe.steps * recipe.batch_size, seed=recipe.seed)
+    noise = random.Random(f"demonstrations/{recipe.seed}")
+    return [task.demonstration(ex, noise, recipe.flip) for ex in train]
+
+
 def _train(recipe: WarmStartRecipe, shape: ModelShape, folder: Path) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
@@ -238,10 +249,7 @@ def _train(recipe: WarmStartRecipe, shape: ModelShape, folder: Path) -> dict:
                           max_position_embeddings=512)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     task = ArithTask(**recipe.task)
-    train = task.sample("train", recipe.steps * recipe.batch_size, seed=recipe.seed)
-    if recipe.flip:
-        noise = random.Random(f"demonstrations/{recipe.seed}")
-        train = [task.demonstration(ex, noise, recipe.flip) for ex in train]
+    train = demonstrations(recipe)
     curve_set = task.sample("val", recipe.curve_examples, seed=recipe.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, recipe.lr_factor)

@@ -183,8 +183,8 @@ def _guard_thresholds(sweep_dir: Path):
     from race.guards import DEFAULT, GuardThresholds
 
     path = sweep_dir / "sweep.json"
-    given = (results.read_json(path).get("config", {}).get("selection", {}).get("guards")
-             if path.is_file() else None)
+    record = results.read_result(path, results.SWEEP_JSON_FIX) if path.is_file() else {}
+    given = record.get("config", {}).get("selection", {}).get("guards")
     return GuardThresholds(**given) if given else DEFAULT
 
 
@@ -227,6 +227,30 @@ def _no_ok_cells(sweep_dir: Path, cells: pd.DataFrame) -> UsageError:
     return UsageError(f"{sweep_dir}: no ok cells to rank ({failed} failed, {missing} missing); "
                       "rerun `race sweep` with the same overrides to resume them, or check the "
                       "errors in pilots.csv")
+
+
+def write_failures(sweep_dir: Path | str, cells: pd.DataFrame) -> Path:
+    """``leaderboard.md`` of a sweep with no ok cell: every cell with its status and
+    error (nothing to rank), so that the failures are read where the ranking would be.
+    Returns its path."""
+    sweep_dir = Path(sweep_dir)
+    columns = [c for c in ("cell_id", "model", "reward", "group_size", "update_epochs",
+                           "seed", "budget_flops", "status", "error") if c in cells]
+    rows = [[f"`{r['cell_id']}`" if c == "cell_id" else
+             fmt_flops(r[c]) if c == "budget_flops" and pd.notna(r[c]) else
+             str(r[c]).replace("|", "\\|").replace("\n", " ") for c in columns]
+            for _, r in cells.iterrows()]
+    status = cells["status"] if len(cells) else pd.Series(dtype=str)
+    text = [f"# RACE leaderboard: {sweep_dir.resolve().name}",
+            f"No ok cell to rank: {int((status != 'ok').sum())} of {len(cells)} cell(s) did "
+            f"not finish ok ({int((status == 'failed').sum())} failed, "
+            f"{int((status == 'missing').sum())} missing). Fix what the errors say, then "
+            f"rerun the same `race sweep` command: finished cells are kept, the others run "
+            f"again.",
+            _md_table(columns, rows, "l" * len(columns)) if rows else "No cells."]
+    path = sweep_dir / "leaderboard.md"
+    results.write_text(path, "\n\n".join(text) + "\n")
+    return path
 
 
 def _summary(name: str, sweep_dir: Path, cells: pd.DataFrame, ok: pd.DataFrame,
@@ -341,7 +365,7 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     if every_cell.empty:
         raise _no_ok_cells(sweep_dir, every_cell)
     aggregate.check_consistent(every_cell)
-    ladder = (results.read_json(sweep_dir / "ladder.json")
+    ladder = (results.read_result(sweep_dir / "ladder.json", results.SWEEP_JSON_FIX)
               if (sweep_dir / "ladder.json").is_file() else None)
     cells = every_cell
     if ladder is not None:  # rank on the first rung: every config at one budget
@@ -409,7 +433,7 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
         + (_ladder_markdown(ladder, primary, selected, starts) if ladder is not None else "")
         + _guards_markdown(checks, primary, len(ok), ladder))
     card, latex, totals = compute_card(name, aggregate.increments(every_cell), ok, order,
-                                        names)
+                                        names, results.model_shapes(sweep_dir))
     results.write_text(paths["compute_card_md"], card)
     results.write_text(paths["compute_card_tex"], latex)
     plots.frontier(paths["frontier_png"], fronts, evals, ok, names, primary, name)
@@ -427,7 +451,8 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
 
     comparison_path = sweep_dir / "validate" / "comparison.json"
     if comparison_path.is_file():  # a rerun of the report keeps the validation section
-        validation_section(sweep_dir, results.read_json(comparison_path))
+        validation_section(sweep_dir, results.read_result(
+            comparison_path, "rerun `race validate` on the sweep folder to rewrite it"))
 
     summary = _summary(name, sweep_dir, every_cell, every_cell[every_cell["status"] == "ok"],
                        totals, primary, primary_configs, ranked[primary][1], by_target,
@@ -458,7 +483,7 @@ def validation_section(sweep_dir: Path | str, comparison: dict) -> str:
     labels = {}
     selection = sweep_dir / "selection.json"
     if selection.is_file():
-        for s in results.read_json(selection).get("selected", []):
+        for s in results.read_result(selection, results.REPORT_FIX).get("selected", []):
             labels[s["config_id"]] = f"{s.get('model')}/{s.get('reward')} ({s.get('regime')})"
 
     target = comparison.get("target")

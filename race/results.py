@@ -19,23 +19,56 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from race.errors import UsageError
+from race.errors import DamagedResult, NoSpace, UsageError
+from race.umask import file_mode, share_like_umask
+
+
+def no_space(error: BaseException, path: Path) -> NoSpace | None:
+    """``error`` as :class:`~race.errors.NoSpace` when it says the disk is full (its own
+    file named, else ``path``), else None."""
+    import errno
+
+    if isinstance(error, NoSpace):
+        return error
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return NoSpace(str(error.filename or path))
+    return None
+
+
+@contextlib.contextmanager
+def _no_space_named(path: Path):
+    """Turn a full disk (``ENOSPC``, or ``EDQUOT``: over quota) into :class:`NoSpace`
+    naming ``path``; other errors pass unchanged."""
+    try:
+        yield
+    except OSError as error:
+        full = no_space(error, path)
+        if full is not None:
+            raise NoSpace(str(path)) from error
+        raise
 
 
 def _atomic(path: Path, write: Callable[[Any], None], mode: str = "w") -> None:
-    """Call ``write(file)`` on a temp file beside ``path``, sync it, rename it to ``path``."""
+    """Call ``write(file)`` on a temp file beside ``path``, sync it, rename it to ``path``.
+
+    The file gets the umask's mode (:func:`file_mode`). On any failure (a full disk
+    included: :class:`~race.errors.NoSpace`) the temp file is removed and ``path`` keeps
+    its old content, whole.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, mode) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with _no_space_named(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(handle, mode) as f:
+                write(f)
+                f.flush()
+                os.fchmod(f.fileno(), file_mode())
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -54,11 +87,13 @@ def write_folder(path: Path, fill: Callable[[Path], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        fill(tmp)
-        for file in tmp.rglob("*"):
-            if file.is_file():
-                with open(file, "rb") as f:
-                    os.fsync(f.fileno())
+        with _no_space_named(path):
+            fill(tmp)
+            share_like_umask(tmp)  # mkdtemp's 0700, whatever the umask
+            for file in tmp.rglob("*"):
+                if file.is_file():
+                    with open(file, "rb") as f:
+                        os.fsync(f.fileno())
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
             os.replace(path, old / path.name)
@@ -82,15 +117,65 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def append_jsonl(path: Path, row: dict) -> None:
-    """Append one row as a single write: readers see whole lines only."""
+    """Append one row, whole or not at all: readers see whole lines only.
+
+    The line goes out in one ``write`` on an ``O_APPEND`` descriptor. A write that
+    stops short (a full disk) is undone by truncating the file back to its old length,
+    and raises :class:`~race.errors.NoSpace`, so no torn line is ever left behind.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(row, sort_keys=True) + "\n")
+    data = (json.dumps(row, sort_keys=True) + "\n").encode()
+    with _no_space_named(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            start = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, data)
+            except OSError:
+                os.ftruncate(fd, start)
+                raise
+            if written != len(data):  # short write: the disk filled midway
+                import errno
+
+                os.ftruncate(fd, start)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        finally:
+            os.close(fd)
 
 
 def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
+
+
+def rerun_cell_fix(cell_dir: Path) -> str:
+    """The fix for a damaged file of a cell: delete the cell, rerun the sweep."""
+    return (f"delete the cell folder {cell_dir} and rerun the same race sweep command to "
+            f"rerun it (finished cells are kept)")
+
+
+SWEEP_JSON_FIX = ("rerun the same race sweep command to rewrite it (finished cells are "
+                  "kept)")
+REPORT_FIX = "rerun `race report` on the sweep folder to rewrite it"
+
+
+def read_result(path: Path, fix: str, *, kind: type = dict) -> Any:
+    """A JSON results file the sweep wrote, or :class:`~race.errors.DamagedResult`
+    naming the file and ``fix`` when it is not valid JSON of type ``kind`` (a truncated,
+    edited or ``null`` file); a missing file raises FileNotFoundError."""
+    path = Path(path)
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise
+    except (ValueError, UnicodeDecodeError) as error:
+        raise DamagedResult(str(path), f"not valid JSON ({type(error).__name__})",
+                            fix) from None
+    if not isinstance(value, kind):
+        shown = json.dumps(value)
+        raise DamagedResult(str(path), f"holds {shown[:40]}, not a JSON "
+                            f"{'object' if kind is dict else kind.__name__}", fix)
+    return value
 
 
 def read_jsonl(path: Path, *, skip_corrupt: bool = False) -> list[dict]:
@@ -166,7 +251,8 @@ def pilot_row(cell_dir: Path) -> dict:
 
     A cell without ``summary.json`` (never finished) is reported as ``status: missing``.
     """
-    spec = read_json(cell_dir / "spec.json")
+    rerun = rerun_cell_fix(cell_dir)
+    spec = read_result(cell_dir / "spec.json", rerun)
     row = {"cell_id": spec["cell_id"]} | {k: spec.get(k) for k in SPEC_COLUMNS}
     row["reward"] = spec["reward"].get("name")
     row["task"] = spec["task"].get("name")
@@ -175,7 +261,7 @@ def pilot_row(cell_dir: Path) -> dict:
     if not path.is_file():
         return row | {"status": "missing", "error": "no summary.json: the pilot never "
                       "finished; rerun the sweep to resume it"}
-    summary = read_json(path)
+    summary = read_result(path, rerun)
     row |= {"status": summary["status"], "error": summary.get("error"),
             "steps": summary.get("steps", 0), "total_flops": summary.get("total_flops", 0.0),
             "resumed_from_step": summary.get("resumed_from_step"),
@@ -207,6 +293,26 @@ STEP_KEYS = ("step", "max_new_tokens", "train_reward", "entropy", "truncation_ra
              "clip_fraction", "kl")
 
 
+def model_shapes(sweep_dir: Path) -> dict[str, Any]:
+    """Every policy's and reward model's :class:`~race.specs.ModelShape` of a sweep, by
+    name, as its cells' ``spec.json`` recorded them (an older spec without shapes: the
+    catalog's). A report never reopens a model folder, which may have moved since."""
+    from race.catalog import load_model_shape
+    from race.specs import ModelShape
+
+    shapes: dict[str, Any] = {}
+    for cell_dir in cell_dirs(sweep_dir):
+        spec = read_result(cell_dir / "spec.json", rerun_cell_fix(cell_dir))
+        if spec.get("policy"):
+            shapes[spec["model"]] = ModelShape.from_dict(spec["policy"])
+        elif spec.get("model") not in shapes:
+            shapes[spec["model"]] = load_model_shape(spec["model"])
+        reward_model = (spec.get("reward") or {}).get("model")
+        if reward_model and spec.get("reward_model"):
+            shapes[reward_model] = ModelShape.from_dict(spec["reward_model"])
+    return shapes
+
+
 def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
     """A sweep folder as the aggregator's three DataFrames: ``(cells, evals, examples)``.
 
@@ -226,20 +332,21 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
 
     import pandas as pd
 
-    from race.catalog import load_model_shape
     from race.grid import regime_label
 
     sweep_dir = Path(sweep_dir)
-    record = read_json(sweep_dir / "sweep.json") if (sweep_dir / "sweep.json").is_file() else {}
+    record = (read_result(sweep_dir / "sweep.json", SWEEP_JSON_FIX)
+              if (sweep_dir / "sweep.json").is_file() else {})
     if thresholds is None:
         thresholds = SimpleNamespace(**record.get("config", {}).get("regime", {
             "feedback_heavy": 0.15, "learning_heavy": 0.8, "search_heavy": 0.4}))
     rows, evals, examples, steps = [], [], [], []
+    shapes = model_shapes(sweep_dir)
     for cell_dir in cell_dirs(sweep_dir):
         row = pilot_row(cell_dir)
         fraction = record.get("pilot_fraction") or 1.0
         row["full_budget_flops"] = record.get("budget_flops") or row["budget_flops"] / fraction
-        row["params"] = load_model_shape(row["model"]).total_params
+        row["params"] = shapes[row["model"]].total_params
         total = row.get("total_flops") or 0.0
         shares = {p: (row.get(f"flops_{p}", 0.0) or 0.0) / total if total else 0.0
                   for p in ("rollout", "learning", "feedback")}
@@ -327,26 +434,103 @@ def claims_lock(sweep_dir: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+CELL_LOCK = ".running"  # <cell>/.running: flock-ed by the process running the pilot
+
+
+@contextlib.contextmanager
+def cell_lock(cell_dir: Path):
+    """Hold the cell's run lock (``fcntl.flock`` on ``<cell>/.running``) while a pilot
+    runs; the file records who holds it (:func:`this_process`).
+
+    The kernel drops the lock when the process ends however it ends (``kill -9``
+    included), so a lock that is held means a pilot is running this cell now, whichever
+    sweep started it: :func:`claim_cells` never takes such a cell over. Raises
+    :class:`CellBusy` when another process holds it.
+    """
+    import fcntl
+
+    path = Path(cell_dir) / CELL_LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CellBusy(str(cell_dir), _lock_holder(path)) from None
+        try:
+            try:  # who holds it, for messages; the lock itself is what counts
+                handle.seek(0)
+                handle.truncate()
+                handle.write(json.dumps(this_process()))
+                handle.flush()
+            except OSError:
+                pass
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class CellBusy(RuntimeError):
+    """A cell another live process is running (its pilot holds :func:`cell_lock`)."""
+
+    def __init__(self, cell_dir: str, holder: dict):
+        self.cell_dir, self.holder = cell_dir, holder
+        super().__init__(f"{cell_dir}: another process runs this cell now "
+                         f"(pid {holder.get('pid')} on {holder.get('host')})")
+
+    def __reduce__(self):
+        return (CellBusy, (self.cell_dir, self.holder))
+
+
+def _lock_holder(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def running_pilot(cell_dir: Path) -> dict | None:
+    """Who runs the cell's pilot now (its :func:`cell_lock` is held), else None."""
+    import fcntl
+
+    path = Path(cell_dir) / CELL_LOCK
+    if not path.is_file():
+        return None
+    with open(path) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _lock_holder(path) or {"pid": None, "host": None}
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
+
+
+def cell_holder(sweep_dir: Path, cell_id: str, me: dict) -> dict | None:
+    """The live process other than ``me`` that holds a cell of a sweep: the sweep that
+    claimed it, else a pilot still running it (a killed sweep's orphan), else None."""
+    owner = claim_owner(sweep_dir, cell_id)
+    if owner and not _same(owner, me) and owner_alive(owner):
+        return owner
+    return running_pilot(Path(sweep_dir) / "cells" / cell_id)
+
+
 def claim_cells(sweep_dir: Path, cell_ids: list[str], me: dict
                 ) -> tuple[list[str], dict[str, dict]]:
     """Claim ``cell_ids`` for the process ``me`` (:func:`this_process`).
 
     Returns the cells now claimed by ``me`` and, for the others, the live process that
-    holds each. A claim whose owner is gone (killed, crashed) is taken over. Claims are
-    taken under one lock, so two processes never both get a cell.
+    holds each: another sweep's live claim, or a pilot still running the cell (its
+    :func:`cell_lock`: a killed sweep's pilot that has not ended yet). A claim whose owner
+    is gone and whose cell no pilot runs is taken over. Claims are taken under one lock,
+    so two processes never both get a cell.
     """
     mine, held = [], {}
-    with claims_lock(sweep_dir) as folder:
+    with claims_lock(sweep_dir):
         for cell_id in cell_ids:
-            path = folder / cell_id
-            try:
-                owner = read_json(path)
-            except (OSError, ValueError):
-                owner = None
-            if owner and not _same(owner, me) and owner_alive(owner):
-                held[cell_id] = owner
+            holder = cell_holder(sweep_dir, cell_id, me)
+            if holder is not None:
+                held[cell_id] = holder
                 continue
-            write_json(path, me)
+            write_json(Path(sweep_dir) / CLAIMS / cell_id, me)
             mine.append(cell_id)
     return mine, held
 

@@ -333,7 +333,8 @@ class RunSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"reward": dict(self.reward), "task": dict(self.task),
-                               "warmstart": dict(self.warmstart), "cell_id": self.cell_id, "config_id": self.config_id}
+                               "warmstart": dict(self.warmstart), "cell_id": self.cell_id,
+                               "config_id": self.config_id}
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> RunSpec:

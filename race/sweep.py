@@ -16,13 +16,12 @@ reuses it and runs only what is not done.
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 import time
 from pathlib import Path
 
 from race import results
-from race.errors import UsageError
+from race.errors import DamagedResult, UsageError
 from race.fmt import fmt_flops
 from race.grid import Plan
 from race.ladder import next_rung_bound, promote, rank_last_rung
@@ -106,10 +105,11 @@ def warm_start(specs, workers: int) -> list[str]:
 
 
 def is_ok(cell_dir: Path) -> bool:
+    """Whether a cell finished ok (a missing or damaged summary.json: not ok, rerun)."""
     path = Path(cell_dir) / "summary.json"
     try:
         return path.is_file() and results.read_json(path).get("status") == "ok"
-    except (json.JSONDecodeError, OSError):
+    except (ValueError, OSError, AttributeError):
         return False
 
 
@@ -137,7 +137,7 @@ class SweepProgress:
             if (cell / "summary.json").is_file():
                 try:
                     spent = results.read_json(cell / "summary.json")["total_flops"]
-                except (json.JSONDecodeError, KeyError, OSError):
+                except (ValueError, KeyError, OSError, TypeError):
                     continue
                 self.finished_flops[cell_id] = spent
                 total += spent
@@ -175,8 +175,10 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
     (:func:`run_ladder`, which writes ``ladder.json``).
 
     Cells are claimed first (``<sweep>/claims/``): a cell another live ``race sweep`` of
-    the same folder is running is not launched again but waited for, so two identical
-    commands never run one cell twice nor write one cell folder together.
+    the same folder is running, or whose pilot still runs (each pilot holds its cell's
+    run lock for its whole life, :func:`race.results.cell_lock`, so a killed sweep's
+    pilot is seen too), is not launched again but waited for, so no two processes ever
+    run one cell or write one cell folder at once.
 
     Returns ``{"ok", "failed", "skipped", "ran", "wall_s", "by_other"}``; ``by_other``
     maps the cells another process ran to that process (pid, host, command). Bad
@@ -237,7 +239,7 @@ def _run_cells(sweep_dir: Path, specs: list, cfg, me: dict, *, label: str = "",
         with quiet_library_output(sweep_dir / "sweep.log"):
             counts = launch(tasks, cfg.launcher, sweep_dir / "submitit", on_change=progress,
                             job=job)
-            _wait_for_others(sweep_dir, held, cfg.launcher.poll_s, counts, progress)
+            _wait_for_others(sweep_dir, held, cfg.launcher.poll_s, counts, progress, me)
         progress.close()
         wall_s = time.perf_counter() - launch_start
     finally:
@@ -306,8 +308,12 @@ def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
     from race import aggregate
 
     ids = {s.cell_id for s in specs}
+    if not specs:
+        return []
     target = specs[0].selection_target
     cells, evals, examples, steps = results.load_results(sweep_dir, with_steps=True)
+    if evals.empty:  # no ok cell evaluated anything (every pilot of the rung failed)
+        return []
     evals = evals[evals["cell_id"].isin(ids) & (evals["target"] == target)]
     checks = aggregate.guard_cells(evals, examples[examples["cell_id"].isin(ids)]
                                    if len(examples) else examples,
@@ -365,15 +371,15 @@ def held_text(held: dict[str, dict]) -> str:
 
 
 def _wait_for_others(sweep_dir: Path, held: dict[str, dict], poll_s: float, counts,
-                     progress) -> None:
-    """Wait until every process holding one of ``held`` has released it (its sweep ended)
-    or is gone (killed: the cell stays unfinished and a rerun resumes it). The cells count
-    as running in ``counts`` (shown by ``progress``) until then."""
+                     progress, me: dict) -> None:
+    """Wait until no other process holds any of ``held``: its sweep released it or is
+    gone, and no pilot runs it any more (a killed sweep's pilot still running: the cell
+    stays unfinished when it dies, and a rerun resumes it). The cells count as running
+    in ``counts`` (shown by ``progress``) until then."""
     waiting = dict(held)
     while waiting:
-        for cell_id, owner in list(waiting.items()):
-            if results.claim_owner(sweep_dir, cell_id) != owner or not results.owner_alive(
-                    owner):
+        for cell_id in list(waiting):
+            if results.cell_holder(sweep_dir, cell_id, me) is None:
                 waiting.pop(cell_id)
                 ok = is_ok(sweep_dir / "cells" / cell_id)
                 counts.done += ok
@@ -395,6 +401,16 @@ def full_budget_spec(spec_dict: dict, full_budget_flops: float):
                    continues="")
 
 
+def _cell_spec(cell_dir: Path) -> dict:
+    """A selected cell's spec.json, or DamagedResult naming it (missing or damaged)."""
+    path = cell_dir / "spec.json"
+    fix = (f"rerun the same race sweep command (the cell runs again), then `race report "
+           f"{cell_dir.parent.parent}`")
+    if not path.is_file():
+        raise DamagedResult(str(path), "missing (selection.json selects this cell)", fix)
+    return results.read_result(path, fix)
+
+
 def run_validation(sweep_dir: Path, cfg, top_k: int | None = None) -> dict:
     """Run the selected cells of ``selection.json`` at the full budget; compare.
 
@@ -405,8 +421,11 @@ def run_validation(sweep_dir: Path, cfg, top_k: int | None = None) -> dict:
     from race import aggregate
     from race.launch import Task, cores, launch, quiet_library_output
 
-    selection = results.read_json(sweep_dir / "selection.json")
-    record = results.read_json(sweep_dir / "sweep.json")
+    selection = results.read_result(sweep_dir / "selection.json", results.REPORT_FIX)
+    record = results.read_result(sweep_dir / "sweep.json", results.SWEEP_JSON_FIX)
+    if not isinstance(selection.get("selected"), list) or "target" not in selection:
+        raise DamagedResult(str(sweep_dir / "selection.json"), "lacks its selected cells "
+                            "or target", results.REPORT_FIX)
     chosen = selection["selected"][:top_k] if top_k else selection["selected"]
     if not chosen:
         raise UsageError(f"{sweep_dir}/selection.json: selects no cells; run `race report "
@@ -416,8 +435,7 @@ def run_validation(sweep_dir: Path, cfg, top_k: int | None = None) -> dict:
     tasks, config_of = [], {}
     for choice in chosen:
         for cell_id in choice["cell_ids"]:
-            spec = full_budget_spec(results.read_json(sweep_dir / "cells" / cell_id /
-                                                      "spec.json"), full)
+            spec = full_budget_spec(_cell_spec(sweep_dir / "cells" / cell_id), full)
             config_of[spec.cell_id] = choice["config_id"]
             if not is_ok(out_dir / "cells" / spec.cell_id):
                 tasks.append(Task(spec, str(out_dir / "cells" / spec.cell_id)))

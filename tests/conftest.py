@@ -90,15 +90,65 @@ class Shaped:
 
 @pytest.fixture
 def broken_policy(tmp_path, policy):
-    """A model folder with the policy's tokenizer and no weights: it passes the plan's
-    checks, and its pilot fails when the model loads."""
+    """A model folder with the policy's config.json and tokenizer and a weights file of
+    garbage bytes: it passes every check before the pilot (race.preflight: the weights
+    exist, the architecture is causal, the tokenizer fits), and its pilot fails when the
+    model loads."""
     from pathlib import Path
 
     from race import catalog
 
     broken = tmp_path / "broken-policy"
     broken.mkdir()
-    for name in catalog.TOKENIZER_FILES:
+    for name in (*catalog.TOKENIZER_FILES, "config.json"):
         if (Path(policy) / name).is_file():
             shutil.copy(Path(policy) / name, broken / name)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file" * 8)
     return broken
+
+
+def gsm8k_rows(n: int, seed: int = 0) -> list[dict]:
+    """GSM8K-format word problems: two worked steps with calculator notes, then #### N."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        name = rng.choice(["Tom", "Ana", "Lee", "Mia", "Raj", "Zoe"])
+        item = rng.choice(["apples", "pens", "books", "coins", "shells"])
+        a, b, c = rng.randint(2, 40), rng.randint(2, 40), rng.randint(1, 9)
+        total, left = a + b, a + b - c
+        rows.append({"question": f"{name} has {a} {item} and buys {b} more. Then {name} "
+                                 f"gives away {c}. How many {item} does {name} have now?",
+                     "answer": f"{name} has {a} + {b} = <<{a}+{b}={total}>>{total} {item}.\n"
+                               f"After giving away {c}, {name} has {total} - {c} = "
+                               f"<<{total}-{c}={left}>>{left}.\n#### {left}"})
+    return rows
+
+
+@pytest.fixture(scope="session")
+def standin(tmp_path_factory):
+    """A GSM8K-format data file (240 rows), a local policy folder trained on its text (a
+    64-wide, 2-layer Qwen2 stand-in with a BPE tokenizer and a chat template: what
+    `model=<folder> task=gsm8k task.source=<file>` reads) and a Qwen-PRM-style stand-in
+    of the same width (no auto_map: it loads into RACE's copy of the architecture)."""
+    import dataclasses
+    import json
+
+    from race.catalog import load_model_shape
+    from race.standin import build_prm_standin, build_standin
+
+    root = tmp_path_factory.mktemp("standin")
+    rows = gsm8k_rows(240)
+    data = root / "gsm8k.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    shape = dataclasses.replace(load_model_shape("qwen2.5-0.5b"), hidden_size=64,
+                                intermediate_size=128, num_layers=2, num_heads=4,
+                                num_kv_heads=2, head_dim=16, vocab_size=512)
+    texts = [row["question"] + "\n" + row["answer"] for row in rows]
+    policy = build_standin(root / "policy", shape, texts)
+    prm_shape = dataclasses.replace(shape, name="prm-standin", head="prm_value",
+                                    tied_embeddings=False, step_tag="<extra_0>")
+    prm = build_prm_standin(root / "prm", prm_shape, texts)
+    return {"root": root, "data": data, "policy": policy, "rows": rows, "shape": shape,
+            "prm": prm, "prm_shape": prm_shape}

@@ -1,8 +1,13 @@
 """Bad input to `race sweep` (and its siblings): exit code 2, one line naming the key and
-the fix, and no results folder left behind. One table covers every case of the issue."""
+the fix, and no results folder left behind. One table covers every case of the issue:
+keys (CASES), data files and model folders (FILE_CASES: checked by race.preflight before
+any pilot), and damaged results of a real sweep (DAMAGED)."""
 
+import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +67,27 @@ CASES = [
     pytest.param(["plan", "grid.update_epochs=0"], "grid.update_epochs=0", id="plan-epochs"),
     pytest.param(["report", "/nonexistent/sweep"], "SWEEP_DIR=/nonexistent/sweep",
                  id="report-not-a-sweep"),
+    pytest.param(["sweep", "launcher.poll_s=-1"], "launcher.poll_s=-1.0: seconds between "
+                 "polls: must be > 0, e.g. launcher.poll_s=2", id="poll-negative"),
+    pytest.param(["sweep", "report.level=1.5"], "report.level=1.5: an interval's coverage: "
+                 "must be in (0, 1), e.g. report.level=0.9", id="report-level"),
+    pytest.param(["sweep", "report.n_boot=0"], "report.n_boot=0: bootstrap resamples: must "
+                 "be >= 1", id="report-n-boot"),
+    pytest.param(["plan", "report.n_boot=0"], "report.n_boot=0", id="plan-report-n-boot"),
+    pytest.param(["sweep", "pilot.eval_targets=[foo]"], "pilot.eval_targets=[foo]: unknown "
+                 "target(s) ['foo']; use some of [val,test,ood]", id="eval-target-unknown"),
+    pytest.param(["sweep", "pilot.eval_targets=[]"], "pilot.eval_targets=[]: evaluate at "
+                 "least one target", id="eval-targets-empty"),
+    pytest.param(["sweep", "pilot.checkpoints=[0.5,2]"], "pilot.checkpoints=[0.5, 2.0]: need "
+                 "ascending, distinct budget fractions in (0, 1]", id="checkpoints"),
+    pytest.param(["sweep", "launcher.gpus=[64]"], "launcher.gpus=[64]: this machine has",
+                 id="gpus-absent"),
+    pytest.param(["sweep", "sweep.name=../../x"], "sweep.name=../../x: must name a folder "
+                 "inside sweep.out_dir", id="sweep-name-escapes"),
+    pytest.param(["sweep", "sweep.name=/tmp/x"], "sweep.name=/tmp/x: must name a folder "
+                 "inside sweep.out_dir", id="sweep-name-absolute"),
+    pytest.param(["sweep", "launcher.checkpoint_every=-1"], "launcher.checkpoint_every=-1: "
+                 "must be >= 0", id="checkpoint-every"),
     pytest.param(["sweep", "launcher=slurm", "launcher.partition=nope"],
                  "launcher.partition='nope': no such SLURM partition", id="slurm-partition",
                  marks=SLURM),
@@ -106,3 +132,186 @@ def test_report_of_a_folder_with_no_ok_cells_exits_2(tmp_path):
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "no ok cells to rank (1 failed" in lines[0], out.stderr
     assert not (tmp_path / "leaderboard.md").exists()
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd)
+
+
+def _one_line(out: subprocess.CompletedProcess, command: str, needle: str) -> str:
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"race {command}: ")
+    assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def _data(tmp: Path, rows: list[dict], name: str = "data.jsonl") -> Path:
+    path = tmp / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _folder(tmp: Path, world: dict, edit) -> Path:
+    """A copy of the stand-in policy folder, changed by ``edit(folder)``."""
+    folder = tmp / "policy"
+    shutil.copytree(world["policy"], folder)
+    edit(folder)
+    return folder
+
+
+def _config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | changes))
+
+
+def _non_numeric(tmp: Path, world: dict) -> Path:
+    rows = [dict(r) for r in world["rows"]]
+    rows[4]["answer"] = rows[4]["answer"].rsplit("####", 1)[0] + "#### many"
+    return _data(tmp, rows)
+
+
+def _binary(tmp: Path, world: dict) -> Path:
+    import random
+
+    rng = random.Random(0)
+    path = tmp / "data.jsonl"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(rng.randrange(256) for _ in range(4096)))
+    return path
+
+
+def _remote_code_folder(tmp: Path, world: dict) -> Path:
+    """A PRM folder whose config.json's auto_map names a modelling file that writes a
+    marker file when it is imported."""
+    folder = tmp / "prm-with-code"
+    shutil.copytree(world["prm"], folder)
+    source = Path(__file__).parent.parent / "race" / "rewards" / "qwen_prm_modeling.py"
+    marker = tmp / "MARKER"
+    (folder / "marker_prm.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('folder code ran')\n"
+        + source.read_text().replace("from __future__ import annotations\n", ""))
+    _config(folder, auto_map={"AutoModel": "marker_prm.Qwen2ForProcessRewardModel"})
+    return folder
+
+
+def _no_weights(folder: Path) -> None:
+    (folder / "model.safetensors").unlink()
+
+
+def _not_causal(folder: Path) -> None:
+    _config(folder, architectures=["BertForMaskedLM"])
+
+
+def _bad_config(folder: Path) -> None:
+    (folder / "config.json").write_text("{oops")
+
+
+def _small_vocab(folder: Path) -> None:
+    _config(folder, vocab_size=100)
+
+
+def _model_case(tmp: Path, world: dict, edit) -> list[str]:
+    return [f"model={_folder(tmp, world, edit)}", *GSM8K, f"task.source={world['data']}"]
+
+
+# (command, arguments built from (tmp_path, world), text the one line must contain)
+GSM8K = ["task=gsm8k", "budget=1e12"]
+FILE_CASES = [
+    pytest.param("sweep", lambda t, w: [f"model={w['policy']}", *GSM8K, "task.source="
+                 f"{_data(t, [])}"], "data.jsonl: holds no GSM8K rows", id="data-empty"),
+    pytest.param("sweep", lambda t, w: [f"model={w['policy']}", *GSM8K, "task.source="
+                 f"{_data(t, w['rows'][:3])}"], "no val problems", id="data-3-rows"),
+    pytest.param("sweep", lambda t, w: [f"model={w['policy']}", *GSM8K, "task.source="
+                 f"{_non_numeric(t, w)}"], "data.jsonl:5: invalid GSM8K row (final answer "
+                 "'many' after '####' is not a number)", id="data-non-numeric"),
+    pytest.param("plan", lambda t, w: [f"model={w['policy']}", *GSM8K, "task.source="
+                 f"{_non_numeric(t, w)}"], "fix or delete those rows", id="plan-data-row"),
+    pytest.param("sweep", lambda t, w: [f"model={w['policy']}", *GSM8K, "task.source="
+                 f"{_binary(t, w)}"], "data.jsonl: not UTF-8 text (byte 0x89 at offset 0)",
+                 id="data-binary"),
+    pytest.param("sweep", lambda t, w: [f"model={w['policy']}", *GSM8K, "task.source="
+                 f"{w['data']}", "pilot.eval_targets=[val,test,ood]"], "task=gsm8k has no "
+                 "ood problems (task.ood_source is unset)", id="ood-without-ood-source"),
+    pytest.param("sweep", lambda t, w: [f"model={w['policy']}", *GSM8K, "task.source="
+                 f"{w['data']}".replace("/gsm8k.jsonl", "/données.jsonl")],
+                 "quote the value as Hydra documents", id="non-ascii-unquoted"),
+    pytest.param("sweep", lambda t, w: _model_case(t, w, _no_weights), "no weights in that "
+                 "folder", id="model-no-weights"),
+    pytest.param("sweep", lambda t, w: _model_case(t, w, _not_causal), "not a causal "
+                 "language model", id="model-not-causal"),
+    pytest.param("plan", lambda t, w: _model_case(t, w, _bad_config), "config.json is not "
+                 "valid JSON", id="model-config-invalid"),
+    pytest.param("sweep", lambda t, w: _model_case(t, w, _small_vocab), "its tokenizer has "
+                 "500 tokens, more than the model's vocab_size=100", id="tokenizer-too-big"),
+    pytest.param("sweep", lambda t, w: [f"model={w['policy']}", *GSM8K, "task.source="
+                 f"{w['data']}", "reward=qwen2.5-math-prm-7b",
+                 f"reward.model={_remote_code_folder(t, w)}"],
+                 "pass reward.trust_remote_code=true if you trust it", id="remote-code"),
+]
+
+
+@pytest.mark.parametrize("command, build, needle", FILE_CASES)
+def test_bad_files_exit_2_one_line_before_any_cell_folder(command, build, needle, tmp_path,
+                                                         standin):
+    out_dir = tmp_path / "results"
+    args = [command, *build(tmp_path, standin)]
+    if command == "sweep":
+        args.append(f"sweep.out_dir={out_dir}")
+    _one_line(_run(args, tmp_path), command, needle)
+    assert not out_dir.exists()  # no cell folder, no sweep folder
+    assert not (tmp_path / "MARKER").exists()  # no folder code ran
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory, policy):
+    """A real one-cell sweep folder with its report (selection.json included)."""
+    root = tmp_path_factory.mktemp("finished")
+    out = _run(["sweep", "model=tiny-s", f"model.hf_id={policy}", "reward=rule",
+                "grid.axes={}", "grid.prompts_per_step=2", "grid.group_size=2",
+                "grid.max_new_tokens=12", "grid.lora_rank=4", "pilot.eval_examples=4",
+                "pilot.select_examples=4", "pilot.eval_targets=[val]", "budget=2e10",
+                "selection.policy=flat", "launcher=inline", f"sweep.out_dir={root}",
+                "sweep.name=s"], root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return root / "s"
+
+
+def _null(path: Path) -> None:
+    path.write_text("null\n")
+
+
+def _torn(path: Path) -> None:
+    path.write_text(path.read_text()[:40])
+
+
+def _cell(sweep: Path) -> Path:
+    return next((sweep / "cells").iterdir())
+
+
+# (command, damage(sweep), file named, fix the line gives)
+DAMAGED = [
+    pytest.param("report", lambda s: _torn(_cell(s) / "summary.json"), "summary.json: not "
+                 "valid JSON", "delete the cell folder", id="summary-invalid"),
+    pytest.param("report", lambda s: _null(_cell(s) / "summary.json"), "summary.json: holds "
+                 "null, not a JSON object", "delete the cell folder", id="summary-null"),
+    pytest.param("report", lambda s: _torn(s / "sweep.json"), "sweep.json: not valid JSON",
+                 "rerun the same race sweep command", id="sweep-json-invalid"),
+    pytest.param("validate", lambda s: _torn(s / "selection.json"), "selection.json: not "
+                 "valid JSON", "rerun `race report`", id="selection-invalid"),
+    pytest.param("validate", lambda s: (_cell(s) / "spec.json").unlink(), "spec.json: missing",
+                 "rerun the same race sweep command", id="spec-missing"),
+]
+
+
+@pytest.mark.parametrize("command, damage, named, fix", DAMAGED)
+def test_damaged_results_exit_2_naming_the_file_and_the_fix(command, damage, named, fix,
+                                                            finished_sweep, tmp_path):
+    sweep = tmp_path / "s"
+    shutil.copytree(finished_sweep, sweep)
+    damage(sweep)
+    line = _one_line(_run([command, str(sweep)], tmp_path), command, named)
+    assert fix in line
+    assert not (sweep / "validate").exists()  # race validate ran nothing

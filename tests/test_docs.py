@@ -59,7 +59,7 @@ def test_relative_links_resolve(page: Path):
 def test_links_found():
     """The link pattern matches what the pages use (guards the test above from passing empty)."""
     assert any(t.startswith("docs/") for t in _links(README))
-    assert "bench/figures/race_fidelity.png" in _links(README)
+    assert "docs/pilots.md#it-learns" in _links(README)
 
 
 def test_readme_is_short():

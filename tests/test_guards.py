@@ -165,7 +165,6 @@ def _default_sweep_curves(rng, accuracy) -> list[list[tuple[list[float], int]]]:
     """Each rung of the default ladder: for every config still running, its curve so far
     (the start, then each rung's checkpoints above the rung below) with binomial noise on
     the same ``n`` problems at every checkpoint (``pilot.select_examples``)."""
-    import numpy as np
 
     from race import ladder
     from race.config import PilotConfig

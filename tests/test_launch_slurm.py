@@ -30,7 +30,7 @@ def race(tmp_path, *args, timeout=600):
 
 
 def test_slurm_sweep_two_cells_one_failing(tmp_path, policy, slurm_cluster, broken_policy):
-    broken = broken_policy  # holds no weights: that pilot fails, the other runs
+    broken = broken_policy  # garbage weights: that pilot fails, the other runs
     out = race(tmp_path, "sweep", *SMALL, f"model.hf_id={policy},{broken}",
                "selection.policy=flat", "launcher=slurm", f"launcher.partition={slurm_cluster}",
                "launcher.poll_s=1", "launcher.timeout_min=10", f"sweep.out_dir={tmp_path}",

@@ -76,13 +76,13 @@ def test_build_is_deterministic(cache):
 
 
 def test_warm_start_flops_match_the_sft_batches(cache):
-    from race.policies import _sft_batch
+    from race.policies import _sft_batch, demonstrations
     from race.tokenizer import build_char_tokenizer
 
     recipe = WarmStartRecipe(model="tiny-s", **SHORT)
     info = build_info(build_tiny_policy("tiny-s", recipe=recipe))
     tokenizer = build_char_tokenizer(64)
-    train = ArithTask(**recipe.task).sample("train", recipe.steps * recipe.batch_size)
+    train = demonstrations(recipe)  # the flawed traces, whose lengths the FLOPs follow
     shape = load_model_shape("tiny-s")
     expected = sum(flops.train_flops(shape, _sft_batch(tokenizer, train[i:i + 8])[3])
                    for i in range(0, len(train), 8))

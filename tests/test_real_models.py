@@ -189,3 +189,34 @@ def test_a_prm_of_another_tokenizer_is_refused_before_anything_runs(world, tmp_p
                tmp_path)
     assert out.returncode == 2, out.stderr
     assert "reward=prm-standin: its tokenizer" in out.stderr
+
+
+@pytest.mark.slow
+def test_the_readme_gsm8k_workstation_command_ends_with_every_pilot_ok(world, tmp_path):
+    """README's "Running on GPUs" form (model folders, task=gsm8k, task.source, no
+    task.ood_source, so the default eval targets are val and test), on CPU: the grid is
+    shrunk (one config per model, a flat grid, small steps and evals; the conf grid's
+    prm-tiny-s cells are refused: another tokenizer) and launcher.gpus is left
+    out (no GPU here); nothing else is added. The report is then rebuilt after the model
+    folders moved: it reads their shapes from spec.json, not from config.json."""
+    a, b = tmp_path / "models" / "a", tmp_path / "models" / "b"
+    shutil.copytree(world["a"], a)
+    shutil.copytree(world["b"], b)
+    out = race(["sweep", "budget=4e10", f"model={a},{b}", "task=gsm8k",
+                f"task.source={world['data']}",
+                "grid.axes={}", "selection.policy=flat", "pilot.fraction=0.25",
+                "grid.prompts_per_step=2", "grid.group_size=2", "grid.update_epochs=1",
+                "grid.max_new_tokens=16", "pilot.eval_examples=4", "pilot.select_examples=4",
+                f"sweep.out_dir={tmp_path}", "sweep.name=readme"], world["conf"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sweep = tmp_path / "readme"
+    summaries = [json.loads(p.read_text()) for p in sweep.glob("cells/*/summary.json")]
+    assert len(summaries) == 2
+    for summary in summaries:
+        assert summary["status"] == "ok", summary["error"]
+        assert set(summary["final_eval"]) == {"val", "test"}
+    before = (sweep / "compute_card.md").read_text()
+    shutil.rmtree(tmp_path / "models")  # the checkpoints moved away after the sweep
+    again = race(["report", str(sweep)], world["conf"], tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (sweep / "compute_card.md").read_text() == before

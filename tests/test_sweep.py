@@ -218,3 +218,229 @@ def test_a_budget_list_runs_one_ladder_per_budget_and_reports_where_the_pick_cha
     [validated] = (folder / "validate" / "cells").iterdir()
     spec = json.loads((validated / "spec.json").read_text())
     assert spec["budget_flops"] == 3e10 and spec["continues"] == ""  # from the warm start
+
+
+def _pilot_processes(marker: str) -> list[int]:
+    """Live processes started for a sweep under ``marker`` (submitit's local controller
+    and the slot workers running the pilots name the sweep's folder on their command
+    line)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="ignore")
+        except OSError:
+            continue
+        if marker in command and "submitit" in command:
+            found.append(int(proc.name))
+    return found
+
+
+def test_kill_9_of_a_sweep_leaves_no_pilot_running_and_the_rerun_records_the_redone(
+        tmp_path, policy):
+    """`kill -9` cannot be caught, so each slot worker watches its sweep and ends with it
+    (and dies with submitit's controller): no orphan keeps computing outside any ledger.
+    The rerun redoes what the killed pilots had spent and records it as redone."""
+    import signal
+    import time
+
+    from race import results
+
+    small = [a for a in SMALL if not a.startswith("budget=")]
+    args = ["sweep", *small, f"model.hf_id={policy}", "budget=2e11", "grid.lr=5e-5,1e-4",
+            "launcher.slots=2", "launcher.checkpoint_every=0", "launcher.poll_s=0.2",
+            f"sweep.out_dir={tmp_path}", "sweep.name=k"]
+    proc = subprocess.Popen([sys.executable, "-m", "race.cli", *args], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cells = tmp_path / "k" / "cells"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # until both pilots have spent FLOPs
+        files = [results.read_jsonl(p, skip_corrupt=True) for p in cells.glob("*/metrics.jsonl")]
+        if len(files) == 2 and all(any("flops" in r for r in rows) for rows in files):
+            break
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        time.sleep(0.1)
+    assert _pilot_processes(str(tmp_path)), "no pilot process was found running"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 20  # the workers poll their sweep every 0.5 s
+    while _pilot_processes(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _pilot_processes(str(tmp_path)) == []
+    assert not list(cells.glob("*/summary.json"))  # both were killed mid-run
+    again = subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True,
+                           text=True, timeout=600, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    for path in cells.glob("*/summary.json"):
+        summary = json.loads(path.read_text())
+        assert summary["status"] == "ok"
+        assert summary["redone_flops"] > 0  # what the killed pilot spent, spent again
+        rows = [json.loads(line) for line in (path.parent / "metrics.jsonl").read_text()
+                .splitlines()]
+        steps = [r["step"] for r in rows if r["kind"] == "step"]
+        assert steps == list(range(1, summary["steps"] + 1))  # one writer: no doubled rows
+
+
+def test_a_ladder_whose_every_pilot_fails_exits_1_with_pilots_csv_and_the_failures(
+        tmp_path, broken_policy):
+    ladder = [a for a in SMALL if not a.startswith(("selection.policy=", "budget="))]
+    args = ["sweep", *ladder, f"model.hf_id={broken_policy}", "budget=2e11",
+            "grid.lr=5e-5,1e-4", "launcher=inline", f"sweep.out_dir={tmp_path}",
+            "sweep.name=s"]
+    for _ in range(2):  # and the rerun, the same way
+        out = subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True,
+                             text=True, timeout=600, cwd=tmp_path)
+        assert out.returncode == 1, out.stderr
+        assert "Traceback" not in out.stderr
+        frame = pd.read_csv(tmp_path / "s" / "pilots.csv")
+        assert len(frame) == 2 and set(frame.status) == {"failed"}
+        board = (tmp_path / "s" / "leaderboard.md").read_text()
+        assert "No ok cell to rank: 2 of 2 cell(s)" in board
+        for _, row in frame.iterrows():
+            assert row.cell_id in board and "could not load the policy" in row.error
+        assert board.count("could not load the policy") == 2
+        assert (tmp_path / "s" / "ladder.json").is_file()
+
+
+class _DiskFillsUp:
+    """``os`` as race.results sees it, on a disk that fills after ``room`` more writes
+    (appends and synced atomic writes): every later one fails with ENOSPC."""
+
+    def __init__(self, room: float):
+        self.room, self.calls = room, 0
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def _spend(self):
+        import errno
+
+        self.calls += 1
+        if self.calls > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def write(self, fd, data):
+        self._spend()
+        return os.write(fd, data)
+
+    def fsync(self, fd):
+        self._spend()
+        return os.fsync(fd)
+
+
+def test_a_full_disk_ends_the_sweep_with_one_line_files_whole_and_the_rerun_resumes(
+        tmp_path, policy, monkeypatch, capsys):
+    """An injected ENOSPC midway (race.results' writes) ends the sweep with one line; every
+    JSON and JSON-lines file left parses; the rerun, with space again, finishes with the
+    FLOPs of a sweep that never stopped."""
+    from race import cli, results
+
+    args = ["sweep", *SMALL, f"model.hf_id={policy}", "launcher=inline",
+            "launcher.checkpoint_every=3"]
+
+    def run(name: str, disk) -> int:
+        monkeypatch.setattr(results, "os", disk)
+        try:
+            return cli.main([*args, f"sweep.out_dir={tmp_path}", f"sweep.name={name}"])
+        finally:
+            monkeypatch.setattr(results, "os", os)
+
+    counted = _DiskFillsUp(float("inf"))
+    assert run("whole", counted) == 0
+    whole = json.loads(next((tmp_path / "whole" / "cells").glob("*/summary.json")).read_text())
+    capsys.readouterr()
+    assert run("full", _DiskFillsUp(counted.calls // 2)) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()
+             and not line.startswith(("race sweep: grid", "race sweep: 1 pilot", "[sweep]"))]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("race sweep: no space left on ") and lines[0].endswith(
+        "; free space and rerun: finished cells are kept")
+    folder = tmp_path / "full"
+    for path in folder.rglob("*"):
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".jsonl":
+            for line in path.read_text().splitlines():
+                json.loads(line)
+    assert not [p for p in folder.rglob(".*") if p.name not in (".lock", ".running")]
+    assert not list(folder.glob("cells/*/summary.json"))  # the cell is not finished
+    assert run("full", _DiskFillsUp(float("inf"))) == 0  # space freed: the rerun resumes
+    resumed = json.loads(next((folder / "cells").glob("*/summary.json")).read_text())
+    assert resumed["status"] == "ok" and resumed["resumed_from_step"] is not None
+    assert resumed["total_flops"] == whole["total_flops"]
+    assert resumed["flops"] == whole["flops"] and resumed["steps"] == whole["steps"]
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 400 KiB tmpfs (filled by a two-cell sweep midway), unmounted afterwards; skips
+    where mounting is not permitted."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mount)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({out.stderr.strip()[:80]}; needs root or "
+                    f"CAP_SYS_ADMIN); the injected-ENOSPC test covers the full-disk path")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_local_pilots_on_a_small_tmpfs_end_the_sweep_with_one_line_and_resume(
+        tmp_path, policy, small_tmpfs):
+    small = [a for a in SMALL if not a.startswith("budget=")]
+    args = ["sweep", *small, f"model.hf_id={policy}", "budget=2e10", "grid.lr=5e-5,1e-4",
+            "launcher.slots=2", "launcher.checkpoint_every=3", "launcher.poll_s=0.2"]
+
+    def run(out_dir: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "race.cli", *args,
+                               f"sweep.out_dir={out_dir}", "sweep.name=s"],
+                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
+
+    full = run(small_tmpfs)
+    assert full.returncode == 2, full.stderr
+    assert "Traceback" not in full.stderr
+    last = full.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"race sweep: no space left on {small_tmpfs}") and last.endswith(
+        "; free space and rerun: finished cells are kept"), full.stderr
+    for path in (small_tmpfs / "s").rglob("*"):
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".jsonl":
+            [json.loads(line) for line in path.read_text().splitlines()]
+    subprocess.run(["mount", "-o", "remount,size=20m", str(small_tmpfs)], check=True)
+    assert run(small_tmpfs).returncode == 0  # space freed: the rerun resumes
+    whole = run(tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr
+
+    def flops(root: Path) -> dict:
+        return {p.parent.name: (json.loads(p.read_text())["total_flops"],
+                                json.loads(p.read_text())["steps"])
+                for p in (root / "s" / "cells").glob("*/summary.json")}
+
+    assert flops(small_tmpfs) == flops(tmp_path / "whole") and len(flops(small_tmpfs)) == 2
+
+
+def test_a_read_only_results_folder_is_one_line_naming_it(tmp_path):
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mount)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:  # root ignores file modes: only a read-only mount tests this
+        pytest.skip(f"cannot mount a read-only tmpfs here ({out.stderr.strip()[:80]}; needs "
+                    f"root or CAP_SYS_ADMIN)")
+    try:
+        out = subprocess.run([sys.executable, "-m", "race.cli", "sweep", *SMALL,
+                              f"sweep.out_dir={mount}/results"], capture_output=True,
+                             text=True, timeout=300, cwd=tmp_path)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"race sweep: cannot write {mount}/results (Read-only file system); make it "
+        f"writable, or write elsewhere with sweep.out_dir=<folder> (pilot.out_dir for race "
+        f"pilot)")

@@ -166,7 +166,8 @@ def test_bad_rows_raise_with_file_line_and_count(tmp_path):
     assert f"{path}:3:" in message
     assert "no '#### <number>'" in message
     assert "3 invalid row(s)" in message
-    assert "skip_invalid=True" in message
+    assert "skip_invalid" not in message  # no config key accepts it
+    assert "fix or delete those rows" in message
 
 
 def test_skip_invalid_reports(tmp_path, caplog):

@@ -11,6 +11,7 @@ from typing import Any
 
 from race.catalog import load_model_shape
 from race.errors import UnknownName
+from race.preflight import check_reward_folder, is_local
 from race.rewards.base import Reward, RewardFlops, check_rewards
 from race.specs import ModelShape
 
@@ -40,20 +41,20 @@ def _prm(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
     return QwenPRM(shape.hf_id, shape, aggregate=aggregate, name=entry["name"],
                    step_tag=shape.step_tag or "<extra_0>",
                    max_steps=int(entry.get("max_steps") or 0), device=device,
-                   dtype=torch_dtype(dtype), trust_remote_code=_ships_code(shape.hf_id))
+                   dtype=torch_dtype(dtype),
+                   trust_remote_code=_trusts_code(entry, shape.hf_id))
 
 
-def _ships_code(path_or_id: str) -> bool:
-    """Whether a PRM checkpoint brings its own modelling code (``auto_map`` in its
-    config.json; a hub id is assumed to, as Qwen2.5-Math-PRM does). A local folder
-    without it loads into RACE's copy of the architecture."""
-    import json
-    from pathlib import Path
-
-    config = Path(path_or_id).expanduser() / "config.json"
-    if not config.is_file():
-        return True
-    return "auto_map" in json.loads(config.read_text())
+def _trusts_code(entry: Mapping[str, Any], path_or_id: str) -> bool:
+    """Whether the reward model may run its checkpoint's own modelling code: only with
+    ``reward.trust_remote_code=true`` (as in transformers, vLLM and TRL). Without it the
+    weights load into RACE's copy of the architecture, and a local folder that ships code
+    (``auto_map``) is refused (:func:`race.preflight.check_reward_folder`, also run by
+    ``race plan`` and ``race sweep`` before any pilot)."""
+    trusted = bool(entry.get("trust_remote_code", False))
+    if is_local(path_or_id):
+        check_reward_folder(path_or_id, trust_remote_code=trusted)
+    return trusted
 
 
 REWARD_KINDS: dict[str, Callable[..., Reward]] = {

@@ -71,6 +71,9 @@ class Gsm8kTask:
         if by_file and split == "test":
             return load_gsm8k(self.source, split="test")
         rows = load_gsm8k(self.source, split="train" if by_file else "test")
+        if not rows:
+            raise UsageError(f"task.source={self.source}: holds no GSM8K rows; give a file "
+                             f"of rows with a question and an answer ending in #### N")
         kept = [ex for ex in rows if HELD_OUT.get(
             zlib.crc32(ex.problem.encode()) % 10, "train") == split]
         if not kept:
@@ -147,6 +150,16 @@ def with_chat_template(task: Any, tokenizer: Any) -> Any:
 
 
 TASKS: dict[str, Callable[..., Any]] = {"arith": ArithTask, "gsm8k": Gsm8kTask}
+
+
+def task_targets(name: str, ood_source: str = "") -> tuple[str, ...]:
+    """The evaluation targets (held-out splits) a task has: ``val`` and ``test``, and
+    ``ood`` where it has out-of-distribution problems (the embedded task always; a
+    GSM8K-format task when ``task.ood_source`` names a file). ``pilot.eval_targets=null``
+    evaluates all of them."""
+    if name == "gsm8k":
+        return ("val", "test", "ood") if ood_source else ("val", "test")
+    return ("val", "test", "ood")
 
 
 def build_task(entry: Mapping[str, Any]) -> Any:

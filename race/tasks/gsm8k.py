@@ -12,8 +12,10 @@ line, then ``#### N`` (N may carry thousands commas, a sign or decimals). Source
   (``openai/gsm8k`` where the hub or its cache is reachable).
 
 Bad rows are never silent: by default the first one raises, naming the file, its 1-based
-line (or row) and how many rows are bad; ``skip_invalid=True`` drops them and reports
-them in ``GSM8KLoad.invalid_rows`` (and in a logged warning from ``load_gsm8k``).
+line (or row) and how many rows are bad (the message asks to fix or delete them: no
+config key skips them); called from Python, ``skip_invalid=True`` drops them and reports
+them in ``GSM8KLoad.invalid_rows`` (and in a logged warning from ``load_gsm8k``). A file
+that is not UTF-8 text (a binary) is refused, named.
 """
 
 from __future__ import annotations
@@ -111,28 +113,46 @@ def _example(row: Any, *, split: str, template: str, strip_calculator: bool) -> 
                    steps=steps, split=split, question=question)
 
 
+def _not_text(path: Path, error: UnicodeDecodeError) -> UsageError:
+    """A data file that is not UTF-8 text (a binary, or another encoding), named."""
+    return UsageError(f"{path}: not UTF-8 text (byte {error.object[error.start]:#04x} at "
+                      f"offset {error.start}); task.source needs a .jsonl/.json/.parquet "
+                      f"file of GSM8K rows (question, answer '#### N') in UTF-8")
+
+
+def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line, text) of a UTF-8 file; a binary file is a UsageError naming it."""
+    with path.open("rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            try:
+                yield line_no, raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise _not_text(path, error) from None
+
+
 def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
     """(1-based line, row) for each non-blank line; malformed JSON raises at once."""
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield line_no, json.loads(line)
-            except json.JSONDecodeError as error:
-                raise UsageError(f"{path}:{line_no}: malformed JSON ({error.msg} at column "
-                                 f"{error.colno}); fix or delete that line (one JSON object "
-                                 f"per line)") from error
+    for line_no, line in _text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            yield line_no, json.loads(line)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"{path}:{line_no}: malformed JSON ({error.msg} at column "
+                             f"{error.colno}); fix or delete that line (one JSON object "
+                             f"per line)") from error
 
 
 def _json_rows(path: Path) -> tuple[Iterable[tuple[int, Any]], str]:
     """A ``.json`` file: one JSON array of rows (numbered as rows), else JSON lines."""
-    with path.open(encoding="utf-8") as handle:
-        head = handle.read(4096).lstrip()
-    if not head.startswith("["):
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _not_text(path, error) from None
+    if not text.lstrip().startswith("["):
         return _json_lines(path), "line"
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
+        rows = json.loads(text)
     except json.JSONDecodeError as error:
         raise UsageError(f"{path}:{error.lineno}: malformed JSON ({error.msg} at column "
                          f"{error.colno}); fix the file or write it as JSON lines") from error
@@ -142,7 +162,13 @@ def _json_rows(path: Path) -> tuple[Iterable[tuple[int, Any]], str]:
 def _parquet_rows(path: Path) -> Iterable[tuple[int, Any]]:
     import pandas as pd  # heavy: only for parquet sources
 
-    frame = pd.read_parquet(path)
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError, ImportError) as error:  # pyarrow's ArrowInvalid included
+        first = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
+        raise UsageError(f"{path}: not a readable parquet file ({type(error).__name__}: "
+                         f"{first}); give a GSM8K-format .parquet, .jsonl or .json file"
+                         ) from None
     return enumerate(frame.to_dict(orient="records"), start=1)
 
 
@@ -245,8 +271,8 @@ def read_gsm8k(source: str | Path, split: str = "test", limit: int | None = None
     if invalid and not skip_invalid:
         raise UsageError(f"{where}: invalid GSM8K row ({first_reason}); "
                          f"{len(invalid)} invalid row(s) in all. Each row needs 'question' "
-                         f"and an 'answer' ending in '#### <number>'; fix them, or pass "
-                         f"skip_invalid=True to skip them")
+                         f"and an 'answer' ending in '#### <number>'; fix or delete those "
+                         f"rows")
     first_error = f"{where}: {first_reason}" if invalid else ""
     return GSM8KLoad(examples, tuple(invalid), first_error, label)
 
