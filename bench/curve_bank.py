@@ -82,7 +82,7 @@ def cell_curves(cell_dir: Path) -> dict | None:
                           "max_new_tokens": row.get("max_new_tokens"),
                           "train_reward": row["train_reward"]})
     return {"cell_id": spec["cell_id"], "config": spec["config_id"], "model": spec["model"],
-            "warmstart": spec.get("warmstart", {}), "lr": spec["lr"],
+            "warmstart": spec.get("warmstart", {}), "lr": spec.get("lr"),
             "reward": spec["reward"]["name"], "group_size": spec["group_size"],
             "update_epochs": spec["update_epochs"], "seed": spec["seed"],
             "budget_flops": spec["budget_flops"], "evals": evals, "steps": steps}

@@ -355,8 +355,16 @@ def load_standin(standin):
 
 
 def standin_spec(entry: dict, convention: str) -> RunSpec:
-    spec = small_spec(3, reward=tuple(sorted(entry.items())), convention=convention)
-    return dataclasses.replace(spec, budget_flops=float(int(spec.budget_flops)))
+    from race.config import compose_config, task_entry
+
+    # the plan fills the schema's defaults into the reward entry (a PRM's check is unread)
+    reward = {"check": "answer"} | dict(entry)
+    spec = small_spec(3, reward=tuple(sorted(reward.items())), convention=convention)
+    defaults = compose_config([])  # the embedded task's knobs and the warm start, as planned
+    return dataclasses.replace(spec, budget_flops=float(int(spec.budget_flops)),
+                               task=tuple(sorted(task_entry(defaults.task).items())),
+                               warmstart=tuple(sorted(dataclasses.asdict(
+                                   defaults.warmstart).items())))
 
 
 def plan_overrides(spec: RunSpec) -> list[str]:

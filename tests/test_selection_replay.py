@@ -24,10 +24,10 @@ def steady(f):  # 0.30 at the start, +0.05 per doubling of compute from F/256: 0
     return 0.30 if f == 0 else 0.30 + 0.05 * math.log2(f * 256)
 
 
-def leader_then_collapse(f):  # 0.60 at F/16, then falls: 0.10 at F
+def leader_then_collapse(f):  # 0.60 at F/16, then falls: 0.10 from F/4 on
     if f <= 1 / 16:
         return 0.30 + 0.3 * (f * 16)
-    return 0.60 - 0.5 * (f - 1 / 16) / (15 / 16)
+    return max(0.10, 0.60 - 0.5 * (f - 1 / 16) / (3 / 16))
 
 
 def slow(f):  # 0.30 -> 0.45
