@@ -17,9 +17,11 @@ from race.budget import reward_shape
 from race.devices import DEVICES, DTYPES
 from race.errors import UnknownName, UsageError
 from race.flops import CONVENTIONS
+from race.policies import WarmStartRecipe
 from race.rewards import REWARD_KINDS as BUILT_REWARDS
 from race.specs import HEADS, LoraShape, ModelShape, RewardShape, RunSpec
 from race.tasks import task_targets
+from race.tasks.arith import ArithTask
 
 GROUPS = ("model", "reward", "task", "grid", "launcher")
 # The embedded default's full-run budget (FLOPs): each pilot (1/16 of it, 2.2e11) buys
@@ -30,6 +32,9 @@ EMBEDDED_BUDGET = 3.5e12
 # race.rewards.REWARD_KINDS builds
 ACCOUNTED_REWARD_KINDS = ("rule", "orm", "prm")
 LAUNCHERS = ("local", "slurm", "inline")
+# the embedded task's and the warm start's defaults have one owner each: their dataclasses
+_ARITH = ArithTask()
+_RECIPE = WarmStartRecipe(model="")
 
 
 @dataclass
@@ -107,25 +112,25 @@ class TaskConfig:
     answer_format: str = ""
     # embedded task (arith): digits per operand, digits of the first number (0: digits),
     # operations per chain in train/val/test, and in ood (longer chains: a real shift)
-    digits: int = 1
-    first_digits: int = 0
-    min_ops: int = 2
-    max_ops: int = 3
-    ood_min_ops: int = 4
-    ood_max_ops: int = 4
+    digits: int = _ARITH.digits
+    first_digits: int = _ARITH.first_digits
+    min_ops: int = _ARITH.min_ops
+    max_ops: int = _ARITH.max_ops
+    ood_min_ops: int = _ARITH.ood_min_ops
+    ood_max_ops: int = _ARITH.ood_max_ops
 
 
 @dataclass
 class WarmStartConfig:
     # the tiny family's supervised warm start, one recipe for every size (pre-training,
     # never charged): steps of batch_size reference traces, AdamW at lr (warm-up, cosine)
-    steps: int = 600
-    batch_size: int = 32
-    lr: float = 3e-3
+    steps: int = _RECIPE.steps
+    batch_size: int = _RECIPE.batch_size
+    lr: float = _RECIPE.lr
     # share of the demonstrations' subtraction steps computed as additions: the right
     # procedure is then in the policy's support but not its mode (0: clean demonstrations)
-    flip: float = 0.6
-    seed: int = 0
+    flip: float = _RECIPE.flip
+    seed: int = _RECIPE.seed
 
 
 @dataclass
