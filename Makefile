@@ -24,11 +24,11 @@ demo: install
 	$(VENV)/bin/race sweep
 
 test: install
-	$(VENV)/bin/ruff check race tests bench
+	$(VENV)/bin/ruff check race tests bench examples
 	$(PY) -m pytest -q
 
 lint: install
-	$(VENV)/bin/ruff check race tests bench
+	$(VENV)/bin/ruff check race tests bench examples
 
 clean:
 	rm -rf $(VENV) .pytest_cache

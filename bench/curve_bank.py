@@ -30,6 +30,11 @@ read by ``bench/testbed.py``) is run by::
         pilot.eval_examples=200 sweep.name=curve-bank-v3
 
 (the checkpoints written out as decimals), which resumes where it stopped when rerun.
+It needs more than one session on 2 cores (about 5 minutes per cell, 48 cells): the cells
+finished so far are kept in ``bench/data/curve-bank-v3-cells.tar.gz`` (each ok cell's
+``spec.json``, ``summary.json`` and ``metrics.jsonl``). To continue on a fresh checkout,
+``tar xzf bench/data/curve-bank-v3-cells.tar.gz -C results/`` and rerun the command: the
+sweep skips every cell whose summary says ok, so only the rest run.
 
 Several commands may run into one sweep folder (a rerun with another axis value adds its
 cells); ``--previous`` names the bank exported before, whose commands are kept in
