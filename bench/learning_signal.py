@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from race import results
-from race.config import compose_config, to_run_spec
+from race.config import EMBEDDED_BUDGET, compose_config, to_run_spec
 from race.pilot import run_pilot
 
 DATA = Path(__file__).parent / "data" / "learning_signal.json"
@@ -64,15 +64,13 @@ def run_one(setting: str, model: str, seed: int, fraction: float) -> dict:
                  f"pilot.seed={seed}", "pilot.eval_targets=[val]", "pilot.checkpoints=[1.0]",
                  "pilot.select_examples=1000", "pilot.device=cpu", *SETTINGS[setting]]
     cfg = compose_config(overrides)
-    from race.config import EMBEDDED_BUDGET
-
     cfg.budget = EMBEDDED_BUDGET
     spec = to_run_spec(cfg, EMBEDDED_BUDGET * fraction)
     with tempfile.TemporaryDirectory(prefix="race-learning-signal-") as out:
         summary = run_pilot(spec, Path(out) / spec.cell_id, checkpoint_every=0)
         if summary["status"] != "ok":
             raise RuntimeError(f"{setting} {model} seed {seed}: {summary['error']}")
-        rows = [r for r in results.read_jsonl(Path(out) / spec.cell_id / "metrics.jsonl")]
+        rows = results.read_jsonl(Path(out) / spec.cell_id / "metrics.jsonl")
     evals = [r for r in rows if r["kind"] == "eval" and r["target"] == "val"]
     steps = [r for r in rows if r["kind"] == "step"]
     gain, se = paired_gain(evals[0]["correct"], evals[-1]["correct"])

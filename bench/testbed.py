@@ -82,7 +82,7 @@ def score(cells: list[dict], target: str, fraction: float) -> dict | None:
             "problem": problem, "seeds": len(means), "n": n}
 
 
-def paired(a: dict, b: dict, cells_a: int = 0) -> tuple[float, float]:
+def paired(a: dict, b: dict) -> tuple[float, float]:
     """``a - b`` on the same problems, and its SE (problems and seeds)."""
     n = min(a["n"], b["n"])
     diffs = [a["problem"][i] - b["problem"][i] for i in range(n)]
