@@ -55,8 +55,8 @@ import json
 import sys
 from pathlib import Path
 
-from race import results
-from race.sweep import is_ok
+from race.run.sweep import is_ok
+from race.store import io as results
 
 DEFAULT_OUT = Path(__file__).parent / "data" / "curve_bank.json.gz"
 RUN_KEYS = ("command", "git_sha", "started", "finished")  # one command's run, in the bank

@@ -35,10 +35,10 @@ import time
 import traceback
 from pathlib import Path
 
-from race import results
-from race.budget import worst_step_flops
 from race.catalog import load_model_shape
-from race.specs import RunSpec
+from race.core.specs import RunSpec
+from race.pilot.budget import worst_step_flops
+from race.store import io as results
 
 TOL = 1e-3
 SECTIONS = ("flops", "pilot", "pilot_micro", "tiny")
@@ -80,9 +80,9 @@ def check_flops(folder: Path, device: str, dtype: str) -> list[dict]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from race.catalog import load_model_shape
-    from race.devices import torch_dtype
-    from race.learner import Batch, LearnerConfig, LoraLearner
-    from race.rollout.hf import HFBackend
+    from race.nn.devices import torch_dtype
+    from race.pilot.learner import Batch, LearnerConfig, LoraLearner
+    from race.pilot.rollout.hf import HFBackend
 
     shape = load_model_shape(str(folder))
     tok = AutoTokenizer.from_pretrained(folder)
@@ -112,7 +112,7 @@ def check_flops(folder: Path, device: str, dtype: str) -> list[dict]:
 
 
 def run_cell(spec: RunSpec, out_dir: Path) -> dict:
-    from race.pilot import run_pilot
+    from race.pilot.loop import run_pilot
 
     start = time.perf_counter()
     summary = run_pilot(spec, out_dir / spec.cell_id, checkpoint_every=0)
@@ -131,8 +131,8 @@ def check_pilot(folder: Path, device: str, dtype: str, out_dir: Path, smoke: boo
     estimate for the same cell (resident + each phase, GiB)."""
     from transformers import AutoTokenizer
 
-    from race.memory import plan_memory
-    from race.specs import LoraShape
+    from race.core.memory import plan_memory
+    from race.core.specs import LoraShape
     from race.tasks import build_task, prompt_bound
 
     base = dict(model=str(folder), reward=(("kind", "rule"), ("name", "rule")),
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"smoke": args.smoke, "versions": _versions(), "device": device}
     work = Path(args.work or tempfile.mkdtemp(prefix="race-device-check-"))
     folder = work / "standin"
-    from race.standin import build_standin
+    from race.warmstart.standin import build_standin
 
     start = time.perf_counter()
     build_standin(folder, standin_shape(args.smoke), _task_texts(), dtype=dtype)

@@ -25,16 +25,16 @@ import sys
 import peft
 import torch
 
-from race import flops
 from race.catalog import load_model_shape
-from race.measure import (
+from race.core import flops
+from race.core.specs import LoraShape, ModelShape
+from race.nn.measure import (
     build_causal_lm,
     count_forward,
     count_generate,
     count_train,
     left_padded_batch,
 )
-from race.specs import LoraShape, ModelShape
 
 LENGTHS = [48, 40, 33, 48]
 GEN_PROMPTS, GEN_STOPS, GEN_MAX = [12, 9, 7, 12], [5, 15, 9, 99], 16

@@ -15,7 +15,7 @@ import statistics
 import tempfile
 
 from race.config import compose_config, to_run_spec
-from race.pilot import run_pilot
+from race.pilot.loop import run_pilot
 
 
 def main() -> None:

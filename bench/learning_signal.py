@@ -1,7 +1,7 @@
 """Does GRPO climb on the embedded testbed? A small matrix of pilots, each scored by its
 paired gain over its own warm start, in standard errors.
 
-Each run is one pilot (``race.pilot.run_pilot``, the code a sweep runs) of the embedded
+Each run is one pilot (``race.pilot.loop.run_pilot``, the code a sweep runs) of the embedded
 task at ``--fraction`` of the embedded full-run budget (default F/6, the default ladder's
 last rung: a budget the default sweep affords). It is scored on the same 1,000 ``val``
 problems at its start (the warm start) and its end; the gain is the mean of the
@@ -31,9 +31,9 @@ import math
 import tempfile
 from pathlib import Path
 
-from race import results
 from race.config import EMBEDDED_BUDGET, compose_config, to_run_spec
-from race.pilot import run_pilot
+from race.pilot.loop import run_pilot
+from race.store import io as results
 
 DATA = Path(__file__).parent / "data" / "learning_signal.json"
 # name -> overrides; the first is the testbed as it stood (clean warm start, old default)

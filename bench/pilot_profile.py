@@ -20,7 +20,7 @@ import time
 import torch
 
 from race.config import compose_config, to_run_spec
-from race.pilot import run_pilot
+from race.pilot.loop import run_pilot
 
 
 def matmul_peak_flops(size: int = 1024, repeats: int = 7) -> float:

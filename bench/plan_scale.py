@@ -15,7 +15,7 @@ import statistics
 import time
 
 from race.config import compose_config
-from race.grid import grid_axes, plan_grid
+from race.run.grid import grid_axes, plan_grid
 
 GRID = ["budget=1e18", "model=qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-3b,qwen2.5-7b",
         "grid.group_size=2,4,8,16,32", "grid.update_epochs=1,2",

@@ -21,9 +21,9 @@ import time
 import torch
 
 from race.catalog import load_model_shape
-from race.policies import build_tiny_policy
-from race.rollout.hf import HFBackend
+from race.pilot.rollout.hf import HFBackend
 from race.tasks.arith import ArithTask
+from race.warmstart.policies import build_tiny_policy
 
 PROMPTS = [ex.prompt for ex in ArithTask().sample("test", 8, seed=5)]
 
@@ -47,7 +47,7 @@ def main() -> None:
     try:
         import vllm  # noqa: F401
 
-        from race.rollout.vllm import VLLMBackend
+        from race.pilot.rollout.vllm import VLLMBackend
         have_vllm = True
     except ImportError:
         have_vllm = False

@@ -20,8 +20,8 @@ Policies:
   the lower confidence bound at the next rung, one config per size kept), shrunk by
   ``plan_ladder`` when it would cost more than the flat grid's pilot compute, each rung
   read at the bank's last checkpoint at or below it; the pick is
-  ``race.ladder.final_ranking``'s first, as in a sweep.
-- ``ladder+guards``: the ladder, with ``race.guards`` on every rung's curve (a guarded
+  ``race.core.ladder.final_ranking``'s first, as in a sweep.
+- ``ladder+guards``: the ladder, with ``race.core.guards`` on every rung's curve (a guarded
   config is neither promoted nor picked while an unguarded one is left).
 - ``ladder+guards@1``: the same at ``race sweep``'s default pilot compute, one full run
   (the rungs shrink only when they would cost more).
@@ -68,10 +68,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from race import guards
-from race.aggregate import fit_curve
+from race.analysis.aggregate import fit_curve
 from race.config import SelectionConfig
-from race.ladder import (
+from race.core import guards
+from race.core.ladder import (
     final_ranking,
     fmt_fraction,
     geometric_rungs,
@@ -236,7 +236,7 @@ def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFA
 
 
 def ladder_plan(configs, *, rungs, reduction, share, fill):
-    """The ladder ``race.ladder.plan_ladder`` plans for ``configs`` (one cell each)."""
+    """The ladder ``race.core.ladder.plan_ladder`` plans for ``configs`` (one cell each)."""
     return plan_ladder(len(configs), n_sizes=len({c["model"] for c in configs.values()}),
                        rungs=rungs, reduction=reduction, share=share, fill=fill)
 

@@ -50,7 +50,7 @@ def load(path: Path) -> list[dict]:
         sys.path.insert(0, str(Path(__file__).parent))
         from curve_bank import cell_curves
 
-        from race import results
+        from race.store import io as results
 
         return [c for c in map(cell_curves, results.cell_dirs(path)) if c]
     with gzip.open(path, "rt") as f:

@@ -9,7 +9,8 @@ warm-start FLOPs (pre-training: never charged to a post-training budget). Then i
 each again from the cache and reports how long that takes, and whether the family is
 ordered by capacity on ``val``.
 
-Then, per size, the room it leaves RL on ``val`` (``race.policies.headroom``, 200 problems,
+Then, per size, the room it leaves RL on ``val``
+(``race.warmstart.policies.headroom``, 200 problems,
 8 samples each at temperature 1): greedy accuracy, pass@8 counting only step-correct traces
 (every line right), pass@8 counting any right final answer, and the lucky-answer rate (the
 share of sampled right answers whose trace has a wrong step). The testbed asks every size
@@ -26,8 +27,8 @@ import math
 import os
 import time
 
-from race.family import build_family
-from race.policies import build_info, build_tiny_policy
+from race.warmstart.family import build_family
+from race.warmstart.policies import build_info, build_tiny_policy
 
 NAMES = ("tiny-s", "tiny-m", "tiny-l")
 
@@ -87,8 +88,8 @@ def _headroom(folder) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from race.policies import headroom, single_thread
     from race.tasks.arith import ArithTask
+    from race.warmstart.policies import headroom, single_thread
 
     info = build_info(folder)
     task = ArithTask(**info["recipe"]["task"])

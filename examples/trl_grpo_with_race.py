@@ -21,9 +21,9 @@ def tiny_policy(folder: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from race.measure import qwen2_config
-    from race.specs import ModelShape
-    from race.tokenizer import EOS, build_char_tokenizer, save_char_tokenizer
+    from race.core.specs import ModelShape
+    from race.nn.measure import qwen2_config
+    from race.warmstart.tokenizer import EOS, build_char_tokenizer, save_char_tokenizer
 
     vocab = 48
     eos = build_char_tokenizer(vocab).convert_tokens_to_ids(EOS)

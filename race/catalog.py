@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
+from race.core.specs import ModelShape
 from race.errors import UnknownName, UsageError
-from race.specs import ModelShape
 
 
 def conf_dir() -> Path:

@@ -12,8 +12,8 @@ import argparse
 import json
 import sys
 
+from race.core.fmt import fmt_flops
 from race.errors import UsageError
-from race.fmt import fmt_flops
 
 USAGE_ERROR = 2
 INTERNAL_ERROR = 1
@@ -66,7 +66,7 @@ def _params(count: int) -> str:
 
 
 def _card_text(cfg, specs, cards: dict) -> str:
-    from race.flops import head_flops_per_position, linear_forward_flops_per_token
+    from race.core.flops import head_flops_per_position, linear_forward_flops_per_token
 
     policy, reward, lora, kw = specs.policy, specs.reward, specs.lora, specs.kwargs()
     model_card = cards["model"]
@@ -111,8 +111,8 @@ def _card_text(cfg, specs, cards: dict) -> str:
 
 def cmd_flops(overrides: list[str]) -> int:
     """``race flops``: compose the config, account one cell, print its compute card."""
-    from race import flops
     from race.config import compose_config, to_specs
+    from race.core import flops
 
     cfg = compose_config(overrides)
     specs = to_specs(cfg)
@@ -177,9 +177,9 @@ def cmd_pilot(overrides: list[str]) -> int:
     """``race pilot``: run one cell at ``pilot.fraction x budget`` and print its summary."""
     from pathlib import Path
 
-    from race.budget import check_budget
     from race.config import compose_config
-    from race.pilot import run_pilot
+    from race.pilot.budget import check_budget
+    from race.pilot.loop import run_pilot
 
     cfg = compose_config(overrides)
     spec = _pilot_spec(cfg)
@@ -232,7 +232,7 @@ def cmd_plan(overrides: list[str]) -> int:
 
     A budget list (``budget=1e12,4e12``) plans one grid (one ladder) per budget.
     """
-    from race.grid import budget_axis, cost_warning, plan_grid, plan_summary, plan_table
+    from race.run.grid import budget_axis, cost_warning, plan_grid, plan_summary, plan_table
 
     budgets, rest = budget_axis(overrides)
     plans = ([plan_grid([*rest, f"budget={b!r}"], runnable=False) for b in budgets]
@@ -259,9 +259,9 @@ def cmd_sweep(overrides: list[str]) -> int:
     """
     from pathlib import Path
 
-    from race.grid import budget_axis, plan_grid
-    from race.launch import check_slurm
-    from race.sweep import sweep_name
+    from race.run.grid import budget_axis, plan_grid
+    from race.run.launch.watch import check_slurm
+    from race.run.sweep import sweep_name
 
     budgets, rest = budget_axis(overrides)
     if not budgets:
@@ -284,7 +284,7 @@ def cmd_sweep(overrides: list[str]) -> int:
         print(f"race sweep: == budget={plan.budget_flops:.3g} -> {folder} ==", file=sys.stderr)
         failed += _sweep_one(plan, [*rest, f"budget={plan.budget_flops!r}"], folder) != 0
         folders[plan.budget_flops] = folder
-    from race.report import write_budget_report
+    from race.report.write import write_budget_report
 
     print(write_budget_report(parent, folders, level=base.report.level))
     return 0 if failed == 0 else 1
@@ -292,8 +292,8 @@ def cmd_sweep(overrides: list[str]) -> int:
 
 def _sweep_one(plan, overrides: list[str], sweep_dir) -> int:
     """One budget's sweep of ``plan`` into ``sweep_dir``, then its report; the exit code."""
-    from race.grid import cell_label, cost_warning, plan_summary
-    from race.sweep import run_sweep
+    from race.run.grid import cell_label, cost_warning, plan_summary
+    from race.run.sweep import run_sweep
 
     base = plan.base
     refused = [c for c in plan.cells if c.refused]
@@ -313,7 +313,7 @@ def _sweep_one(plan, overrides: list[str], sweep_dir) -> int:
     if outcome["ok"]:
         _report(sweep_dir, base)
     else:
-        from race.report import write_failures
+        from race.report.write import write_failures
 
         write_failures(sweep_dir, frame)
         targets = [c for c in frame.columns
@@ -328,7 +328,7 @@ def _sweep_one(plan, overrides: list[str], sweep_dir) -> int:
           f"done before this run); launch wall {outcome['wall_s']:.0f} s; results in "
           f"{sweep_dir}")
     if outcome["by_other"]:
-        from race.sweep import held_text
+        from race.run.sweep import held_text
 
         print(f"race sweep: {len(outcome['by_other'])} cell(s) were run by "
               f"{held_text(outcome['by_other'])}, not here: "
@@ -339,7 +339,7 @@ def _sweep_one(plan, overrides: list[str], sweep_dir) -> int:
 
 
 def _report(sweep_dir, cfg) -> dict:
-    from race.report import write_report
+    from race.report.write import write_report
 
     report = cfg.report
     written = write_report(sweep_dir, n_boot=report.n_boot, level=report.level,
@@ -372,14 +372,14 @@ def cmd_report(sweep_dir: str, overrides: list[str]) -> int:
 def cmd_validate(sweep_dir: str, overrides: list[str]) -> int:
     """``race validate SWEEP_DIR``: the selected cells at the full budget, then compare."""
     from race.config import compose_config, validate
-    from race.report import validation_section
-    from race.sweep import run_validation
+    from race.report.write import validation_section
+    from race.run.sweep import run_validation
 
     folder = _sweep_folder(sweep_dir)
     cfg = compose_config(overrides)
     validate(cfg)
     if cfg.launcher.name == "slurm":
-        from race.launch import check_slurm
+        from race.run.launch.watch import check_slurm
 
         check_slurm(cfg.launcher)
     if not (folder / "selection.json").is_file():
@@ -398,7 +398,7 @@ def _hydra_pilot(cfg) -> str:
     from omegaconf import OmegaConf
 
     from race.config import to_run_spec
-    from race.pilot import run_pilot
+    from race.pilot.loop import run_pilot
 
     typed = OmegaConf.to_object(cfg)
     spec = to_run_spec(typed, typed.budget * typed.pilot.fraction)
@@ -420,9 +420,9 @@ def pilot_multirun(overrides: list[str]) -> int:
     import hydra
 
     from race import catalog
-    from race.budget import check_budget
     from race.config import compose_config, register_configs
-    from race.grid import split_overrides
+    from race.pilot.budget import check_budget
+    from race.run.grid import split_overrides
 
     ours = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
     fixed, axes = split_overrides(ours)
@@ -477,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         import errno
 
-        from race.results import no_space
+        from race.store.io import no_space
 
         full = no_space(error, error.filename or ".")
         if full is not None:  # a disk filled (results, submitit's logs)

@@ -26,7 +26,7 @@ def policy(tmp_path_factory):
     """A tiny-s policy from a 30-step warm start, in its own cache (a few seconds)."""
     import os
 
-    from race.policies import WarmStartRecipe, build_tiny_policy
+    from race.warmstart.policies import WarmStartRecipe, build_tiny_policy
 
     old = os.environ.get("RACE_CACHE_DIR")
     os.environ["RACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
@@ -47,8 +47,8 @@ def tiny_prm(tmp_path_factory):
     """A prm-tiny-s from a 2-step PRM recipe on a 4-step tiny-m warm start, in its own cache."""
     import os
 
-    from race.policies import WarmStartRecipe
     from race.rewards.tiny_prm import PRMRecipe, build_tiny_prm
+    from race.warmstart.policies import WarmStartRecipe
 
     old = os.environ.get("RACE_CACHE_DIR")
     os.environ["RACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("prm-cache"))
@@ -136,7 +136,7 @@ def standin(tmp_path_factory):
     import json
 
     from race.catalog import load_model_shape
-    from race.standin import build_prm_standin, build_standin
+    from race.warmstart.standin import build_prm_standin, build_standin
 
     root = tmp_path_factory.mktemp("standin")
     rows = gsm8k_rows(240)

@@ -1,4 +1,5 @@
-"""Ranking, frontier, curve fits and validation selection (race.aggregate) on hand-made frames."""
+"""Ranking, frontier, curve fits and validation selection (race.analysis.aggregate) on
+hand-made frames."""
 
 import json
 import math
@@ -7,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from race.aggregate import (
+from race.analysis.aggregate import (
     best_by_target,
     check_consistent,
     compare_predictions,
@@ -415,7 +416,7 @@ def test_each_config_carries_its_standard_error():
 
     import pandas as pd
 
-    from race import aggregate
+    from race.analysis import aggregate
 
     cells = pd.DataFrame([
         {"cell_id": "a0", "config_id": "a", "seed": 0, "status": "ok", "model": "tiny-m",

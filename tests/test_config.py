@@ -5,8 +5,9 @@ import re
 
 import pytest
 
-from race import catalog, flops
+from race import catalog
 from race.config import compose_config, to_run_spec, to_specs
+from race.core import flops
 
 PAIRS = [(m, r, t) for m, r, t in itertools.product(catalog.names("model"),
                                                       catalog.names("reward"),

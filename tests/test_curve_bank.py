@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from race import results
+from race.store import io as results
 
 SCRIPT = Path(__file__).parents[1] / "bench" / "curve_bank.py"
 

@@ -12,18 +12,18 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch runs the pilots")
 
-from race.budget import worst_step_flops  # noqa: E402
 from race.catalog import load_model_shape  # noqa: E402
-from race.devices import (  # noqa: E402
+from race.core.specs import RunSpec  # noqa: E402
+from race.errors import UsageError  # noqa: E402
+from race.nn.devices import (  # noqa: E402
     HostTensorGuard,
     OffDeviceTensor,
     resolve_device,
     resolve_dtype,
 )
-from race.errors import UsageError  # noqa: E402
-from race.measure import SDPA_FLOPS, flop_counter, sdpa_backward_flops, sdpa_forward_flops  # noqa: E402
-from race.pilot import build_components, run_pilot  # noqa: E402
-from race.specs import RunSpec  # noqa: E402
+from race.nn.measure import SDPA_FLOPS, flop_counter, sdpa_backward_flops, sdpa_forward_flops  # noqa: E402
+from race.pilot.budget import worst_step_flops  # noqa: E402
+from race.pilot.loop import build_components, run_pilot  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RULE = (("kind", "rule"), ("name", "rule"))
@@ -35,8 +35,8 @@ TOL = 1e-3
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory):
     """A random Qwen2 with grouped-query attention and a BPE tokenizer, saved as a folder."""
-    from race.standin import build_standin
     from race.tasks import build_task
+    from race.warmstart.standin import build_standin
 
     shape = dataclasses.replace(load_model_shape("qwen2.5-0.5b"), hidden_size=64,
                                 intermediate_size=128, num_layers=2, num_heads=4,
@@ -86,7 +86,7 @@ def test_dtype_follows_the_device_unless_given():
 
 
 def test_guard_catches_a_host_tensor_mixed_with_model_tensors():
-    from race.tokenizer import pad_right
+    from race.warmstart.tokenizer import pad_right
 
     weight = torch.randn(8, 4)
     with HostTensorGuard() as guard:
@@ -130,8 +130,8 @@ def test_a_prm_pilot_step_creates_no_tensor_off_the_model_device(tmp_path, polic
 
 
 def test_the_guard_sees_a_planted_off_device_batch_in_a_pilot(tmp_path, standin, monkeypatch):
-    from race.learner import LoraLearner
-    from race.tokenizer import pad_right
+    from race.pilot.learner import LoraLearner
+    from race.warmstart.tokenizer import pad_right
 
     def unplaced(self, batch, rows):  # the learner's batch without .to(self.device)
         seqs = [batch.prompt_ids[r] + batch.completion_ids[r] for r in rows]
@@ -260,7 +260,7 @@ def test_micro_batches_accumulate_the_same_update_with_less_padding(standin):
     weights) while the padded work the executed ledger counts shrinks."""
     from transformers import AutoModelForCausalLM
 
-    from race.learner import Batch, LearnerConfig, LoraLearner
+    from race.pilot.learner import Batch, LearnerConfig, LoraLearner
 
     shape = load_model_shape(str(standin))
     batch = Batch(prompt_ids=((1, 2, 3),) * 4,
@@ -284,8 +284,8 @@ def test_micro_batches_accumulate_the_same_update_with_less_padding(standin):
 
 
 def test_memory_plan_by_hand_and_race_plan_refuses_what_cannot_fit(tmp_path):
-    from race.memory import GIB, kv_bytes_per_token, lora_params, plan_memory
-    from race.specs import LoraShape
+    from race.core.memory import GIB, kv_bytes_per_token, lora_params, plan_memory
+    from race.core.specs import LoraShape
 
     shape = load_model_shape("qwen2.5-0.5b")
     lora = LoraShape(16)
@@ -318,7 +318,7 @@ def test_memory_plan_by_hand_and_race_plan_refuses_what_cannot_fit(tmp_path):
 
 
 def test_truncated_importance_weights_scale_each_tokens_surrogate():
-    from race.grpo import grpo_loss, truncated_is_weights
+    from race.core.grpo import grpo_loss, truncated_is_weights
 
     old = torch.log(torch.tensor([[0.5, 0.5, 0.5], [0.2, 0.9, 0.0]]))
     sampler = torch.log(torch.tensor([[0.5, 0.1, 0.25], [0.4, 0.9, 0.3]]))
@@ -339,7 +339,7 @@ def test_tis_with_the_samplers_own_logprobs_changes_nothing(standin):
     is the one without the correction."""
     from transformers import AutoModelForCausalLM
 
-    from race.learner import Batch, LearnerConfig, LoraLearner
+    from race.pilot.learner import Batch, LearnerConfig, LoraLearner
 
     shape = load_model_shape(str(standin))
     batch = Batch(((1, 2, 3),) * 2, ((5, 6, 7), (8, 9)), (1.0, -1.0))

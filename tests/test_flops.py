@@ -1,4 +1,4 @@
-"""The pure FLOP accounting (race.flops): hand-derived golden numbers, properties, errors.
+"""The pure FLOP accounting (race.core.flops): hand-derived golden numbers, properties, errors.
 
 Golden numbers follow docs/accounting.md, "FLOP conventions", for the model convention. Every
 expectation below is written out as arithmetic from the shape; none calls the function
@@ -18,8 +18,8 @@ import dataclasses
 
 import pytest
 
-from race import flops
-from race.specs import LoraShape, ModelShape, PhaseFlops, RewardShape
+from race.core import flops
+from race.core.specs import LoraShape, ModelShape, PhaseFlops, RewardShape
 
 G = ModelShape(name="g", hidden_size=8, intermediate_size=16, num_layers=2, num_heads=2,
                num_kv_heads=1, head_dim=4, vocab_size=10, tied_embeddings=True,

@@ -11,16 +11,16 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is needed to measure FLOPs")
 peft = pytest.importorskip("peft", reason="peft is needed for the LoRA measurements")
 
-from race import flops  # noqa: E402
 from race.catalog import load_model_shape  # noqa: E402
-from race.measure import (  # noqa: E402
+from race.core import flops  # noqa: E402
+from race.core.specs import LoraShape  # noqa: E402
+from race.nn.measure import (  # noqa: E402
     build_causal_lm,
     count_forward,
     count_generate,
     count_train,
     left_padded_batch,
 )
-from race.specs import LoraShape  # noqa: E402
 
 TOL = 1e-3
 SHAPES = {name: load_model_shape(name) for name in ("tiny-s", "tiny-m", "tiny-l")}

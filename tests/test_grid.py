@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from race import flops
 from race.config import EMBEDDED_BUDGET, compose_config, to_specs
-from race.grid import plan_grid, plan_summary, plan_table, regime_label, split_overrides
+from race.core import flops
+from race.run.grid import plan_grid, plan_summary, plan_table, regime_label, split_overrides
 
 THRESHOLDS = SimpleNamespace(feedback_heavy=0.15, learning_heavy=0.8, search_heavy=0.4)
 

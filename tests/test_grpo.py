@@ -1,4 +1,4 @@
-"""The pure GRPO maths (race.grpo): hand-worked numbers, gradients, properties, errors.
+"""The pure GRPO maths (race.core.grpo): hand-worked numbers, gradients, properties, errors.
 
 Every expected value is written out as arithmetic in the test; none is produced by the
 function under test. ln 2 = 0.693147, ln 3 = 1.098612, sqrt(3) = 1.732051.
@@ -24,7 +24,7 @@ import math
 import pytest
 import torch
 
-from race import grpo
+from race.core import grpo
 
 LN2 = math.log(2.0)
 LN3 = math.log(3.0)

@@ -57,11 +57,11 @@ def setup(tmp_path_factory):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from race.learner import LearnerConfig, LoraLearner
-    from race.measure import qwen2_config
-    from race.policies import single_thread
-    from race.specs import ModelShape
-    from race.tokenizer import build_char_tokenizer
+    from race.core.specs import ModelShape
+    from race.nn.measure import qwen2_config
+    from race.pilot.learner import LearnerConfig, LoraLearner
+    from race.warmstart.policies import single_thread
+    from race.warmstart.tokenizer import build_char_tokenizer
 
     with single_thread():
         tokenizer = build_char_tokenizer(VOCAB)
@@ -151,8 +151,8 @@ def _trl_batch(setup):
 
 
 def test_race_learner_matches_trl_grpo_on_one_batch(setup):
-    from race.grpo import group_advantages
-    from race.learner import Batch
+    from race.core.grpo import group_advantages
+    from race.pilot.learner import Batch
 
     with setup["single_thread"]():
         trainer, learner = setup["trainer"], setup["learner"]

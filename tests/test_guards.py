@@ -7,7 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from race import aggregate, guards
+from race.analysis import aggregate
+from race.core import guards
 
 RISING = [0.20, 0.26, 0.31, 0.35, 0.38]  # a clean learning curve
 COLLAPSE = [0.20, 0.35, 0.47, 0.30, 0.12]  # peaks, then falls (the mu=2 collapse)
@@ -142,8 +143,8 @@ def test_selection_demotes_a_guarded_config_and_does_not_extrapolate_it():
 
 
 def test_each_step_logs_the_precursors_guards_read():
-    from race.pilot import precursors
-    from race.rollout.base import Rollouts
+    from race.pilot.loop import precursors
+    from race.pilot.rollout.base import Rollouts
 
     out = Rollouts(prompt_index=(0, 0), prompt_ids=((1,), (1,)), completion_ids=((5, 6), (7,)),
                    logprobs=((-0.5, -1.5), (-1.0,)), texts=("a", "b"),
@@ -166,8 +167,8 @@ def _default_sweep_curves(rng, accuracy) -> list[list[tuple[list[float], int]]]:
     (the start, then each rung's checkpoints above the rung below) with binomial noise on
     the same ``n`` problems at every checkpoint (``pilot.select_examples``)."""
 
-    from race import ladder
     from race.config import PilotConfig
+    from race.core import ladder
 
     n = PilotConfig().select_examples
     rungs, configs = list(ladder.DEFAULT_RUNGS), 16
@@ -207,9 +208,9 @@ def test_drawdown_still_fires_on_a_real_collapse():
 
 
 def test_the_report_reads_the_guard_thresholds_the_sweep_ran_with(tmp_path):
-    from race import results
     from race.config import GuardConfig, RaceConfig
-    from race.report import _guard_thresholds
+    from race.report.write import _guard_thresholds
+    from race.store import io as results
 
     assert _guard_thresholds(tmp_path) == guards.DEFAULT  # no sweep.json: the defaults
     assert GuardConfig().thresholds() == guards.DEFAULT  # the config's defaults are these

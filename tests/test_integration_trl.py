@@ -17,8 +17,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="TRL trains with torch")
 pytest.importorskip("trl", reason="needs TRL: pip install 'race[trl]' (CI installs it)")
 
+from race.core.fmt import fmt_flops  # noqa: E402
 from race.errors import UsageError  # noqa: E402
-from race.fmt import fmt_flops  # noqa: E402
 from race.integrations import trl as race_trl  # noqa: E402
 
 pytestmark = pytest.mark.trl
@@ -29,7 +29,7 @@ GROUP = 4
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    from race.policies import single_thread
+    from race.warmstart.policies import single_thread
 
     with single_thread():
         yield
@@ -40,9 +40,9 @@ def policy_dir(tmp_path_factory):
     """A random tiny Qwen2 (SDPA) with RACE's character tokenizer, saved like a checkpoint."""
     from transformers import AutoModelForCausalLM
 
-    from race.measure import qwen2_config
-    from race.specs import ModelShape
-    from race.tokenizer import EOS, build_char_tokenizer, save_char_tokenizer
+    from race.core.specs import ModelShape
+    from race.nn.measure import qwen2_config
+    from race.warmstart.tokenizer import EOS, build_char_tokenizer, save_char_tokenizer
 
     folder = tmp_path_factory.mktemp("policy")
     tokenizer = build_char_tokenizer(VOCAB)
@@ -106,7 +106,7 @@ def _trainer(policy_dir, out, reward_funcs, **config):
 
 
 def _run_measured(trainer, out, *, evaluate: bool = False):
-    from race.measure import flop_counter
+    from race.nn.measure import flop_counter
 
     ledger = race_trl.track(trainer, out, measure=True)
     with flop_counter() as everything:
@@ -150,7 +150,7 @@ def test_rule_reward_ledger_equals_flopcountermode(policy_dir, tmp_path):
     assert summary["total_flops"] == pytest.approx(
         sum(flops["model"][p] for p in race_trl.CHARGED))
     # race report on the folder: the compute card with the ledger's split
-    from race.report import write_report
+    from race.report.write import write_report
 
     written = write_report(tmp_path / "race")
     card = written["paths"]["compute_card_md"].read_text()

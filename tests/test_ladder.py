@@ -1,5 +1,5 @@
-"""The successive-halving ladder (race.ladder) and its aggregation helpers
-(race.aggregate.increments, ladder_selection) on hand-made numbers and frames."""
+"""The successive-halving ladder (race.core.ladder) and its aggregation helpers
+(race.analysis.aggregate.increments, ladder_selection) on hand-made numbers and frames."""
 
 import math
 
@@ -8,8 +8,8 @@ import pandas.testing as pdt
 import pytest
 from scipy import stats
 
-from race.aggregate import increments, ladder_selection, warm_starts
-from race.ladder import (
+from race.analysis.aggregate import increments, ladder_selection, warm_starts
+from race.core.ladder import (
     DEFAULT_RUNGS,
     final_ranking,
     geometric_rungs,
@@ -490,7 +490,7 @@ def test_ladder_selection_k_truncates():
 
 
 def test_guarded_candidates_are_ranked_by_their_bound_after_the_rest():
-    from race.ladder import promote
+    from race.core.ladder import promote
 
     candidates = [{"config": "low", "model": "s", "lcb": 0.1, "guard": "drawdown"},
                   {"config": "high", "model": "s", "lcb": 0.8, "guard": "drawdown"},

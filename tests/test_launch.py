@@ -14,7 +14,7 @@ cloudpickle = pytest.importorskip("cloudpickle", reason="submitit pickles jobs w
 pytest.importorskip("submitit", reason="launchers go through submitit")
 
 from race.config import compose_config, to_run_spec  # noqa: E402
-from race.launch import Counts, Ended, Task, as_completed, launch, slots, threads  # noqa: E402
+from race.run.launch.watch import Counts, Ended, Task, as_completed, launch, slots, threads  # noqa: E402
 
 # the stand-in jobs travel by value: this test module is not importable in a job process
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -191,7 +191,7 @@ from pathlib import Path
 import cloudpickle
 
 from race.config import compose_config, to_run_spec
-from race.launch import Task, launch
+from race.run.launch.watch import Task, launch
 
 
 class SleepJob:
@@ -273,7 +273,7 @@ def test_ctrl_c_or_sigterm_stops_every_local_pilot(tmp_path, signum):
 
 
 def test_parse_squeue_reads_job_ids_and_states():
-    from race.launch import parse_squeue
+    from race.run.launch.watch import parse_squeue
 
     stored = "17_0 R\n17_1 PD\n18 CG\n\nmalformed\n"  # `squeue -h -r -o "%i %t"`
     assert parse_squeue(stored) == {"17_0": "R", "17_1": "PD", "18": "CG"}
@@ -282,8 +282,8 @@ def test_parse_squeue_reads_job_ids_and_states():
 
 LATE_SIGNAL = '''
 import os, signal, sys
-import race.pilot
-from race import launch
+import race.pilot.loop
+from race.run.launch import watch as launch
 from race.config import compose_config, to_run_spec
 
 signum = getattr(signal, sys.argv[1])
@@ -292,7 +292,7 @@ def pilot_that_finishes_after_a_signal(spec, cell_dir, **kw):
     os.kill(os.getpid(), signum)  # arrives during the "final evaluation": noted, not acted on
     return {"status": "ok", "error": None, "steps": 3, "total_flops": 1.0}
 
-race.pilot.run_pilot = pilot_that_finishes_after_a_signal
+race.pilot.loop.run_pilot = pilot_that_finishes_after_a_signal
 cfg = compose_config(["model=tiny-s", "reward=rule", "budget=1e12"])
 result = launch.PilotJob(1, 0)(to_run_spec(cfg, 1e12 * cfg.pilot.fraction), sys.argv[2])
 print("returned", result["status"], [(int(a), int(b)) for a, b in launch._UNANSWERED],
@@ -326,7 +326,7 @@ short|8|32000|gpu:2
 
 
 def test_sinfo_is_parsed_from_stored_outputs():
-    from race.launch import parse_sinfo
+    from race.run.launch.watch import parse_sinfo
 
     assert parse_sinfo(SINFO_LOCALHOST) == {"debug": (2, 23000, 0, True)}
     parsed = parse_sinfo(SINFO_GPU_CLUSTER)
@@ -340,7 +340,7 @@ def test_sinfo_is_parsed_from_stored_outputs():
 def test_gpu_pilots_get_their_share_of_cores_and_slurm_gpu_defaults(monkeypatch):
     from types import SimpleNamespace
 
-    from race import launch
+    from race.run.launch import watch as launch
 
     monkeypatch.setattr(launch, "cores", lambda: 16)
     local = SimpleNamespace(name="local", threads_per_pilot=0, gpus=[0, 1, 2, 3], slots=0)
@@ -358,7 +358,7 @@ def test_kill_tree_reaches_children_started_from_any_thread(tmp_path):
     """A pilot's helper threads start processes too; killing its tree must reach them."""
     import subprocess
 
-    from race.launch import _kill_tree
+    from race.run.launch.watch import _kill_tree
 
     script = tmp_path / "parent.py"
     script.write_text(

@@ -3,7 +3,7 @@
 A diverged minibatch, a reward that crashes midway, a killed job recorded as lost and then
 resumed, a measured run with a process reward model, and a Qwen2.5-Math-PRM-style stand-in
 whose input format the budget path must bound. Expected FLOPs are computed here, from
-:mod:`race.flops` on token counts the tests control or read back, or from differences of
+:mod:`race.core.flops` on token counts the tests control or read back, or from differences of
 ledgers; never just "> 0".
 """
 
@@ -20,14 +20,16 @@ torch = pytest.importorskip("torch", reason="pilots train with torch")
 import yaml  # noqa: E402
 from conftest import Shaped  # noqa: E402  (tests/conftest.py)
 
-from race import catalog, flops, results  # noqa: E402
-from race.budget import shapes, trace_token_limit, worst_step_flops  # noqa: E402
+from race import catalog  # noqa: E402
 from race.catalog import load_model_shape  # noqa: E402
+from race.core import flops  # noqa: E402
+from race.core.specs import LoraShape, ModelShape, RewardShape, RunSpec  # noqa: E402
 from race.errors import RewardInputTooLong  # noqa: E402
-from race.launch import Task, record_lost  # noqa: E402
-from race.pilot import PHASES, build_components, run_pilot  # noqa: E402
+from race.pilot.budget import shapes, trace_token_limit, worst_step_flops  # noqa: E402
+from race.pilot.loop import PHASES, build_components, run_pilot  # noqa: E402
 from race.rewards.base import FlopLedger, RewardFlops  # noqa: E402
-from race.specs import LoraShape, ModelShape, RewardShape, RunSpec  # noqa: E402
+from race.run.launch.watch import Task, record_lost  # noqa: E402
+from race.store import io as results  # noqa: E402
 
 RULE = (("kind", "rule"), ("name", "rule"))
 TASK = (("name", "arith"),)
@@ -47,8 +49,8 @@ STANDIN_ARCH = dict(hidden_size=32, intermediate_size=64, num_layers=2, num_head
 def one_thread():
     """Torch on one thread here, the caller's count restored after: models this small gain
     nothing from a second thread, and on busy cores OpenMP's spinning threads slow them
-    several times over (race.policies builds them the same way)."""
-    from race.policies import single_thread
+    several times over (race.warmstart.policies builds them the same way)."""
+    from race.warmstart.policies import single_thread
 
     with single_thread():
         yield
@@ -76,7 +78,7 @@ def charged(phases: dict[str, float]) -> float:
 
 
 def test_diverged_minibatch_charges_what_ran_and_nothing_more(tmp_path, policy, monkeypatch):
-    import race.grpo
+    import race.core.grpo
 
     # 8 completions in minibatches of 4, two epochs: old log-probs (2 chunks), then 4
     # minibatch updates a step; step 2's second minibatch diverges
@@ -85,7 +87,7 @@ def test_diverged_minibatch_charges_what_ran_and_nothing_more(tmp_path, policy, 
     parts = build_components(spec, policy)
     learner = parts.learner
     passes: list[list[list[int]]] = []  # per update: the sequence lengths of every pass
-    real_update, real_padded, real_loss = learner.update, learner._padded, race.grpo.grpo_loss
+    real_update, real_padded, real_loss = learner.update, learner._padded, race.core.grpo.grpo_loss
 
     def update(batch, *, step):
         passes.append([])
@@ -107,7 +109,7 @@ def test_diverged_minibatch_charges_what_ran_and_nothing_more(tmp_path, policy, 
 
     monkeypatch.setattr(learner, "update", update)
     monkeypatch.setattr(learner, "_padded", padded)
-    monkeypatch.setattr(race.grpo, "grpo_loss", loss)
+    monkeypatch.setattr(race.core.grpo, "grpo_loss", loss)
     summary = run_pilot(spec, tmp_path, components=parts)
 
     assert summary["status"] == "failed"
@@ -300,8 +302,8 @@ def standin(tmp_path_factory, policy):
     conf/ folder listing it as model and reward ``prm-standin``."""
     from transformers import AutoTokenizer, Qwen2Config
 
+    from race.nn.qwen_prm_modeling import Qwen2ForProcessRewardModel
     from race.rewards.qwen_prm import QwenPRM
-    from race.rewards.qwen_prm_modeling import Qwen2ForProcessRewardModel
 
     root = tmp_path_factory.mktemp("standin")
     folder = root / "prm-standin"
@@ -383,7 +385,7 @@ def plan_overrides(spec: RunSpec) -> list[str]:
 @pytest.mark.parametrize("convention", flops.CONVENTIONS)
 def test_standin_prm_pilot_keeps_to_the_planned_worst_case(tmp_path, policy, standin_conf,
                                                           convention):
-    from race.grid import plan_grid
+    from race.run.grid import plan_grid
 
     standin = standin_conf
     expected = standin_spec(standin.entry, convention)
@@ -512,7 +514,7 @@ def test_standin_refuses_a_trace_over_its_token_limit(standin):
 def test_spent_so_far_reads_rows_written_after_the_state_evals_included(tmp_path):
     """A job killed after an evaluation that followed its last step: the evaluation's row
     (no step number) carries the newest cumulative FLOPs, and the state is older."""
-    from race.pilot import STATE_FORMAT, Ledger, spent_so_far
+    from race.pilot.loop import STATE_FORMAT, Ledger, spent_so_far
 
     spec = small_spec(3)
 

@@ -9,11 +9,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="pilots train with torch")
 
-from race.budget import worst_step_flops  # noqa: E402
+from race.core.specs import RunSpec  # noqa: E402
 from race.errors import BudgetTooSmall  # noqa: E402
-from race.pilot import build_components, run_pilot  # noqa: E402
-from race.policies import WarmStartRecipe, build_tiny_policy  # noqa: E402
-from race.specs import RunSpec  # noqa: E402
+from race.pilot.budget import worst_step_flops  # noqa: E402
+from race.pilot.loop import build_components, run_pilot  # noqa: E402
+from race.warmstart.policies import WarmStartRecipe, build_tiny_policy  # noqa: E402
 
 RULE = (("kind", "rule"), ("name", "rule"))
 TASK = (("name", "arith"),)
@@ -119,12 +119,12 @@ def test_failure_mid_run_leaves_a_summary(tmp_path, policy):
 def test_nan_loss_stops_with_step_and_reason(tmp_path, policy, monkeypatch):
     spec = small_spec(6)
     parts = build_components(spec, policy)
-    import race.grpo
+    import race.core.grpo
 
     def nan_loss(*args, **kwargs):
         return torch.tensor(float("nan"), requires_grad=True), {}
 
-    monkeypatch.setattr(race.grpo, "grpo_loss", nan_loss)
+    monkeypatch.setattr(race.core.grpo, "grpo_loss", nan_loss)
     summary = run_pilot(spec, tmp_path, components=parts)
     assert summary["status"] == "failed"
     assert "TrainingDiverged" in summary["error"] and "step 0" in summary["error"]
@@ -134,7 +134,7 @@ def test_learner_changes_lora_weights_only(policy):
     from transformers import AutoModelForCausalLM
 
     from race.catalog import load_model_shape
-    from race.learner import Batch, LearnerConfig, LoraLearner
+    from race.pilot.learner import Batch, LearnerConfig, LoraLearner
 
     model = AutoModelForCausalLM.from_pretrained(policy)
     learner = LoraLearner(model, load_model_shape("tiny-s"),
@@ -262,8 +262,8 @@ def test_pilots_back_to_back_release_their_models(tmp_path, policy):
 def test_vllm_pilots_of_a_slot_share_one_engine_sized_from_the_cell(tmp_path):
     folder = vllm_policy(tmp_path)
     from race.catalog import load_model_shape
-    from race.launch import PilotJob, SlotWorker, Task
-    from race.rollout.vllm import close_engine, engine_counts, engine_size
+    from race.pilot.rollout.vllm import close_engine, engine_counts, engine_size
+    from race.run.launch.watch import PilotJob, SlotWorker, Task
     from race.tasks import build_task, prompt_bound
 
     spec = dataclasses.replace(small_spec(3), model="tiny-l", backend="vllm",

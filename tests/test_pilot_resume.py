@@ -10,10 +10,10 @@ torch = pytest.importorskip("torch", reason="pilots train with torch")
 
 from conftest import Shaped  # noqa: E402  (tests/conftest.py)
 
-from race import results  # noqa: E402
-from race.budget import worst_step_flops  # noqa: E402
-from race.pilot import build_components, load_state, run_pilot  # noqa: E402
-from race.specs import RunSpec  # noqa: E402
+from race.core.specs import RunSpec  # noqa: E402
+from race.pilot.budget import worst_step_flops  # noqa: E402
+from race.pilot.loop import build_components, load_state, run_pilot  # noqa: E402
+from race.store import io as results  # noqa: E402
 
 RULE = (("kind", "rule"), ("name", "rule"))
 TASK = (("name", "arith"),)

@@ -10,18 +10,18 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch trains the tiny models")
 
-from race import flops  # noqa: E402
 from race.catalog import load_model_shape  # noqa: E402
-from race.policies import (  # noqa: E402
+from race.core import flops  # noqa: E402
+from race.core.specs import RewardShape  # noqa: E402
+from race.rewards.tiny_prm import PRMRecipe, TinyPRM, build_tiny_prm, roc_auc  # noqa: E402
+from race.tasks.arith import ArithTask  # noqa: E402
+from race.warmstart.policies import (  # noqa: E402
     WarmStartRecipe,
     build_info,
     build_tiny_policy,
     greedy_accuracy,
 )
-from race.rewards.tiny_prm import PRMRecipe, TinyPRM, build_tiny_prm, roc_auc  # noqa: E402
-from race.specs import RewardShape  # noqa: E402
-from race.tasks.arith import ArithTask  # noqa: E402
-from race.tokenizer import build_char_tokenizer  # noqa: E402
+from race.warmstart.tokenizer import build_char_tokenizer  # noqa: E402
 
 SHORT = dict(steps=4, curve_every=2, curve_examples=8, val_examples=8, batch_size=8,
              eval_examples=8, warmup_steps=2)
@@ -41,9 +41,9 @@ def _mean_steps(model, tokenizer, task, examples, **kwargs):
 def test_build_is_cached_loadable_and_accounted(cache, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import race.policies
+    import race.warmstart.policies
 
-    monkeypatch.setattr(race.policies, "greedy_accuracy", _mean_steps)
+    monkeypatch.setattr(race.warmstart.policies, "greedy_accuracy", _mean_steps)
     recipe = WarmStartRecipe(model="tiny-s", **SHORT)
     folder = build_tiny_policy("tiny-s", recipe=recipe)
     assert folder.parent == cache / "policies"
@@ -76,8 +76,8 @@ def test_build_is_deterministic(cache):
 
 
 def test_warm_start_flops_match_the_sft_batches(cache):
-    from race.policies import _sft_batch, demonstrations
-    from race.tokenizer import build_char_tokenizer
+    from race.warmstart.policies import _sft_batch, demonstrations
+    from race.warmstart.tokenizer import build_char_tokenizer
 
     recipe = WarmStartRecipe(model="tiny-s", **SHORT)
     info = build_info(build_tiny_policy("tiny-s", recipe=recipe))
@@ -92,9 +92,9 @@ def test_warm_start_flops_match_the_sft_batches(cache):
 def test_every_size_is_warm_started_by_one_recipe(cache, monkeypatch):
     import dataclasses
 
-    import race.policies
+    import race.warmstart.policies
 
-    monkeypatch.setattr(race.policies, "greedy_accuracy", _mean_steps)
+    monkeypatch.setattr(race.warmstart.policies, "greedy_accuracy", _mean_steps)
     # the default recipe of each size differs only in the model's name: no per-size target
     small, medium = (WarmStartRecipe(model=name) for name in ("tiny-s", "tiny-m"))
     assert dataclasses.replace(small, model="tiny-m") == medium
@@ -131,8 +131,8 @@ def test_tiny_prm_scores_steps_and_charges_flops(cache):
     folder = build_tiny_prm("prm-tiny-s", recipe=recipe, policy_recipe=policy)
     task = ArithTask()
     # the recorded AUC is the saved model's, on the held-out traces (half corrupted)
-    from race.policies import single_thread
     from race.rewards.tiny_prm import _load, labelled_traces, step_scores
+    from race.warmstart.policies import single_thread
 
     held_out = labelled_traces(task, "test", 16, 10_000, 0.5)
     tokenizer, lm, head = _load(folder)

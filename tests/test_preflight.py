@@ -68,8 +68,8 @@ def test_with_the_flag_the_folder_code_loads(tmp_path, standin, monkeypatch):
 
 
 def test_a_reward_folder_without_code_loads_into_races_copy(standin):
+    from race.nn.qwen_prm_modeling import Qwen2ForProcessRewardModel
     from race.rewards import build_reward
-    from race.rewards.qwen_prm_modeling import Qwen2ForProcessRewardModel
 
     reward = build_reward(_entry(standin["prm"]), task=None,
                           shape=_shape(standin, standin["prm"]))

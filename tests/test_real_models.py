@@ -52,7 +52,7 @@ def world(tmp_path_factory):
     text (its vocabulary plus <extra_0>), GSM8K-format data, and a conf/ folder listing
     the PRM as model and reward ``prm-standin``."""
     from race.rewards.qwen_prm import QwenPRM
-    from race.standin import build_prm_standin, build_standin
+    from race.warmstart.standin import build_prm_standin, build_standin
 
     root = tmp_path_factory.mktemp("real")
     rows = gsm8k_rows(240)
@@ -146,10 +146,10 @@ def test_gsm8k_file_is_split_by_hash_and_prompts_use_the_chat_template(world):
 
 
 def test_a_prompt_longer_than_the_context_fails_the_pilot_with_one_line(world, tmp_path):
-    from race.budget import worst_step_flops
-    from race.pilot import run_pilot
-    from race.specs import RunSpec
-    from race.standin import build_standin
+    from race.core.specs import RunSpec
+    from race.pilot.budget import worst_step_flops
+    from race.pilot.loop import run_pilot
+    from race.warmstart.standin import build_standin
 
     short = build_standin(tmp_path / "short-context", load_model_shape(str(world["a"])),
                           [world["data"].read_text()], max_position_embeddings=48)

@@ -1,20 +1,20 @@
-"""Leaderboard, compute card, plots and selection (race.report) on hand-made sweep folders."""
+"""Leaderboard, compute card, plots and selection (race.report.write) on hand-made sweep folders."""
 
 import json
 
 import pandas as pd
 import pytest
 
-from race import results
-from race.aggregate import compare_predictions, sigmoid
-from race.fmt import fmt_flops
-from race.report import (
+from race.analysis.aggregate import compare_predictions, sigmoid
+from race.core.fmt import fmt_flops
+from race.report.write import (
     VALIDATION_HEADING,
     _guards_markdown,
     ladder_guards,
     validation_section,
     write_report,
 )
+from race.store import io as results
 
 PILOT = 1e12  # pilot budget per cell, FLOPs
 FULL = 1.6e13  # full-run budget, FLOPs (pilot fraction 1/16)

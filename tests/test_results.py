@@ -1,4 +1,4 @@
-"""race.results' writers: the umask's file modes, JSONL appends that are whole lines or
+"""race.store.io' writers: the umask's file modes, JSONL appends that are whole lines or
 nothing on a full disk, damaged files named with their fix, and the cell run lock."""
 
 import errno
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from race import results
 from race.errors import DamagedResult, NoSpace
+from race.store import io as results
 
 
 def _mode(path) -> int:
@@ -43,7 +43,7 @@ def test_stat_of_a_results_file_is_644_under_umask_022(tmp_path):
 
 
 class _FullDisk:
-    """``os`` as race.results sees it, with writes that stop short as on a full disk."""
+    """``os`` as race.store.io sees it, with writes that stop short as on a full disk."""
 
     def __init__(self, allowed_bytes: int):
         self.allowed = allowed_bytes

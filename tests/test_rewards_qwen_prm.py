@@ -17,7 +17,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch runs the PRM")
 transformers = pytest.importorskip("transformers", reason="transformers loads the PRM")
 
-from race.flops import reward_flops  # noqa: E402
+from race.core.flops import reward_flops  # noqa: E402
+from race.core.specs import RewardShape  # noqa: E402
 from race.rewards.base import Reward, RewardFlops  # noqa: E402
 from race.rewards.qwen_prm import (  # noqa: E402
     SYSTEM_PROMPT,
@@ -25,7 +26,6 @@ from race.rewards.qwen_prm import (  # noqa: E402
     aggregate_scores,
     split_steps,
 )
-from race.specs import RewardShape  # noqa: E402
 
 MODELING = Path(__file__).resolve().parents[1] / "race" / "rewards" / "qwen_prm_modeling.py"
 TAG = "<extra_0>"
@@ -162,7 +162,7 @@ def test_loads_remote_code_from_local_folder(prm, prm_folder, modules_cache):
 
 def test_packaged_model_class_loads_the_same_weights(prm, prm_folder):
     packaged = QwenPRM(prm_folder, batch_size=4, trust_remote_code=False)
-    assert type(packaged.model).__module__ == "race.rewards.qwen_prm_modeling"
+    assert type(packaged.model).__module__ == "race.nn.qwen_prm_modeling"
     assert packaged(PROMPTS, COMPLETIONS) == pytest.approx(prm(PROMPTS, COMPLETIONS), abs=1e-6)
 
 
@@ -240,7 +240,7 @@ def test_flops_from_scored_tokens(prm):
 
 
 def test_executed_flops_match_the_counter(prm):
-    measure = pytest.importorskip("race.measure")
+    measure = pytest.importorskip("race.nn.measure")
     prm.pop_flops()
     with measure.flop_counter() as counter:
         prm(PROMPTS[:3], COMPLETIONS[:3])  # one padded batch of 3

@@ -1,10 +1,10 @@
-"""Final-answer extraction and equivalence (race.rewards.verify), in and out of threads."""
+"""Final-answer extraction and equivalence (race.tasks.verify), in and out of threads."""
 
 import threading
 
 import pytest
 
-from race.rewards.verify import answers_match, extract_final_answer, normalize_number
+from race.tasks.verify import answers_match, extract_final_answer, normalize_number
 
 
 @pytest.mark.parametrize("text, number", [

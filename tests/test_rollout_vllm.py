@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
-from race import flops
-from race.rollout.base import RolloutBackend
-from race.specs import LoraShape
+from race.core import flops
+from race.core.specs import LoraShape
+from race.pilot.rollout.base import RolloutBackend
 
 MODEL = "tiny-l"
 RANK = 8
@@ -27,7 +27,7 @@ MAX_NEW_TOKENS = 24
 
 def test_missing_vllm_error_names_the_install_commands(monkeypatch, tmp_path):
     from race.catalog import load_model_shape
-    from race.rollout.vllm import VLLMBackend, VLLMNotAvailableError, import_vllm
+    from race.pilot.rollout.vllm import VLLMBackend, VLLMNotAvailableError, import_vllm
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` now fails as if absent
     with pytest.raises(ImportError) as info:
@@ -40,7 +40,7 @@ def test_missing_vllm_error_names_the_install_commands(monkeypatch, tmp_path):
 
 
 def test_lora_rank_rounds_up_to_a_rank_vllm_accepts():
-    from race.rollout.vllm import prompt_seed, vllm_lora_rank
+    from race.pilot.rollout.vllm import prompt_seed, vllm_lora_rank
 
     assert [vllm_lora_rank(r) for r in (1, 2, 8, 9, 16, 33)] == [1, 8, 8, 16, 16, 64]
     with pytest.raises(ValueError, match="grid.lora_rank=1000"):
@@ -62,7 +62,7 @@ def vllm_module():
 def policy(vllm_module, tmp_path_factory):
     """A tiny-l policy warm-started for 40 steps: greedy outputs vary and end with EOS."""
     from race.catalog import load_model_shape
-    from race.policies import WarmStartRecipe, build_tiny_policy
+    from race.warmstart.policies import WarmStartRecipe, build_tiny_policy
 
     recipe = WarmStartRecipe(model=MODEL, steps=80, curve_every=40, curve_examples=8,
                              val_examples=8, batch_size=8, eval_examples=8,
@@ -133,7 +133,7 @@ def built(policy):
     """The module's engine, and the global torch RNG state around its construction."""
     import torch
 
-    from race.rollout.vllm import VLLMBackend
+    from race.pilot.rollout.vllm import VLLMBackend
 
     folder, shape = policy
     before = torch.get_rng_state()
@@ -267,7 +267,7 @@ def test_cpu_refuses_head_sizes_its_attention_lacks(vllm_module):
     import torch
 
     from race.catalog import load_model_shape
-    from race.rollout.vllm import _check_cpu_head_dim
+    from race.pilot.rollout.vllm import _check_cpu_head_dim
 
     if torch.cuda.is_available():
         pytest.skip("CPU attention limits only")

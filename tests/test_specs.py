@@ -1,4 +1,4 @@
-"""Shapes, LoRA settings and phase FLOPs (race.specs) and the conf/ registry (race.catalog)."""
+"""Shapes, LoRA settings and phase FLOPs (race.core.specs) and the conf/ registry (race.catalog)."""
 
 import dataclasses
 import json
@@ -7,7 +7,7 @@ import pytest
 
 from race import catalog
 from race.catalog import load_model_shape
-from race.specs import LoraShape, ModelShape, PhaseFlops
+from race.core.specs import LoraShape, ModelShape, PhaseFlops
 
 REL = 5e-3  # 0.5 % relative: the official totals are quoted to three decimals
 
@@ -234,7 +234,7 @@ def test_run_spec_carries_shapes_that_round_trip_and_stay_out_of_its_ids():
     import dataclasses
 
     from race.catalog import load_model_shape
-    from race.specs import RunSpec
+    from race.core.specs import RunSpec
 
     bare = RunSpec("tiny-s", (("kind", "rule"), ("name", "rule")), (("name", "arith"),), 1e9)
     shaped = dataclasses.replace(bare, policy=load_model_shape("tiny-s"),

@@ -154,7 +154,7 @@ def test_two_identical_sweeps_started_together_run_each_cell_once(tmp_path, poli
 
 
 def test_claims_are_held_by_live_owners_and_taken_over_from_dead_ones(tmp_path):
-    from race import results
+    from race.store import io as results
 
     me = results.this_process()
     parent = me | {"pid": os.getppid(), "started_ticks": results._start_ticks(os.getppid())}
@@ -245,7 +245,7 @@ def test_kill_9_of_a_sweep_leaves_no_pilot_running_and_the_rerun_records_the_red
     import signal
     import time
 
-    from race import results
+    from race.store import io as results
 
     small = [a for a in SMALL if not a.startswith("budget=")]
     args = ["sweep", *small, f"model.hf_id={policy}", "budget=2e11", "grid.lr=5e-5,1e-4",
@@ -304,7 +304,7 @@ def test_a_ladder_whose_every_pilot_fails_exits_1_with_pilots_csv_and_the_failur
 
 
 class _DiskFillsUp:
-    """``os`` as race.results sees it, on a disk that fills after ``room`` more writes
+    """``os`` as race.store.io sees it, on a disk that fills after ``room`` more writes
     (appends and synced atomic writes): every later one fails with ENOSPC."""
 
     def __init__(self, room: float):
@@ -331,10 +331,11 @@ class _DiskFillsUp:
 
 def test_a_full_disk_ends_the_sweep_with_one_line_files_whole_and_the_rerun_resumes(
         tmp_path, policy, monkeypatch, capsys):
-    """An injected ENOSPC midway (race.results' writes) ends the sweep with one line; every
+    """An injected ENOSPC midway (race.store.io' writes) ends the sweep with one line; every
     JSON and JSON-lines file left parses; the rerun, with space again, finishes with the
     FLOPs of a sweep that never stopped."""
-    from race import cli, results
+    from race import cli
+    from race.store import io as results
 
     args = ["sweep", *SMALL, f"model.hf_id={policy}", "launcher=inline",
             "launcher.checkpoint_every=3"]

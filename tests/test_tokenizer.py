@@ -5,9 +5,9 @@ import pytest
 transformers = pytest.importorskip("transformers", reason="transformers builds tokenizers")
 
 from race.catalog import load_model_shape  # noqa: E402
-from race.measure import qwen2_config  # noqa: E402
+from race.nn.measure import qwen2_config  # noqa: E402
 from race.tasks.arith import ArithTask  # noqa: E402
-from race.tokenizer import EOS, STEP_TAG, TASK_CHARS, char_vocab, save_char_tokenizer  # noqa: E402
+from race.warmstart.tokenizer import EOS, STEP_TAG, TASK_CHARS, char_vocab, save_char_tokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -44,9 +44,10 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from race import flops, results
+from race.core import flops
+from race.core.specs import LoraShape, ModelShape
 from race.integrations.trl_checks import check_trainer, lora_shape, model_shape, refuse
-from race.specs import LoraShape, ModelShape
+from race.store import io as results
 
 PHASES = ("rollout", "learning", "feedback", "eval")
 CHARGED = ("rollout", "learning", "feedback")
@@ -64,8 +65,8 @@ class RaceCallback(TrainerCallback):
 
     def __init__(self, trainer, out_dir: Path, *, run_id: str | None = None,
                  budget_flops: float | None = None, measure: bool = False):
-        from race.measure import attention_backward_is_fused
-        from race.pilot import Ledger
+        from race.nn.measure import attention_backward_is_fused
+        from race.pilot.loop import Ledger
 
         check_trainer(trainer)
         self.trainer, self.measure, self.budget_flops = trainer, measure, budget_flops
@@ -218,7 +219,7 @@ class RaceCallback(TrainerCallback):
         return default if self.trainer.model.training else "eval"
 
     def _counter(self):
-        from race.measure import flop_counter
+        from race.nn.measure import flop_counter
 
         return flop_counter() if self.measure else contextlib.nullcontext()
 

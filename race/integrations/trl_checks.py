@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from race.core.specs import LAYER_MODULES, LoraShape, ModelShape
 from race.errors import UsageError
-from race.specs import LAYER_MODULES, LoraShape, ModelShape
 
-# decoder families whose linears are RACE's seven per layer (race.specs.LAYER_MODULES);
+# decoder families whose linears are RACE's seven per layer (race.core.specs.LAYER_MODULES);
 # tested on qwen2
 MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 

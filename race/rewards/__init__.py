@@ -10,10 +10,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from race.catalog import load_model_shape
+from race.core.specs import ModelShape
 from race.errors import UnknownName
 from race.preflight import check_reward_folder, is_local
 from race.rewards.base import Reward, RewardFlops, check_rewards
-from race.specs import ModelShape
 
 __all__ = ["REWARD_KINDS", "Reward", "RewardFlops", "build_reward", "check_rewards"]
 
@@ -35,7 +35,7 @@ def _prm(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
         return TinyPRM(entry["name"], entry["model"], aggregate=aggregate, device=device,
                        dtype=dtype, shape=shape,
                        folder=family_prm(entry["model"], *family))
-    from race.devices import torch_dtype
+    from race.nn.devices import torch_dtype
     from race.rewards.qwen_prm import QwenPRM
 
     return QwenPRM(shape.hf_id, shape, aggregate=aggregate, name=entry["name"],

@@ -2,7 +2,7 @@
 
 A reward is a callable ``(prompts, completions, **task_fields) -> rewards`` (one float per
 completion). Model-based rewards also count the FLOPs of the tokens they actually scored,
-in both conventions, through :mod:`race.flops`; ``pop_flops()`` hands them to the pilot's
+in both conventions, through :mod:`race.core.flops`; ``pop_flops()`` hands them to the pilot's
 ledger. A rule-based verifier costs 0 FLOPs (its seconds are timed by the pilot).
 """
 

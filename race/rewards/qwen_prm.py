@@ -7,7 +7,7 @@ positive-class probability at each step tag is that step's score. One reward per
 completion aggregates its step scores (``min``, ``prod`` or ``last``).
 
 FLOPs are counted from the tokens actually scored, per batch, through
-:func:`race.flops.reward_flops`: ``model`` on the real token counts, ``executed`` on the
+:func:`race.core.flops.reward_flops`: ``model`` on the real token counts, ``executed`` on the
 batch as run (right-padded to its longest row). The step tags are already inside the
 tokenised text, so no extra tag tokens are added on top.
 
@@ -20,10 +20,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from race.core.flops import reward_flops
+from race.core.specs import ModelShape, RewardShape
 from race.errors import RewardInputTooLong, UsageError
-from race.flops import reward_flops
 from race.rewards.base import FlopLedger, RewardFlops, check_rewards
-from race.specs import ModelShape, RewardShape
 
 # Qwen2.5-Math-PRM's model card: the system prompt its training data used.
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -94,10 +94,10 @@ class QwenPRM(FlopLedger):
             system_prompt: the system message of the chat layout.
             dtype: torch dtype for ``from_pretrained`` (None: its default).
             max_steps: the most steps scored per completion (later ones join the last);
-                0: no limit. It bounds the tags a trace adds (see :mod:`race.budget`).
+                0: no limit. It bounds the tags a trace adds (see :mod:`race.pilot.budget`).
             trust_remote_code: load the tokenizer and model with the checkpoint's own
                 remote code (``AutoModel``); False loads the same weights into this package's copy,
-                :class:`race.rewards.qwen_prm_modeling.Qwen2ForProcessRewardModel`, for
+                :class:`race.nn.qwen_prm_modeling.Qwen2ForProcessRewardModel`, for
                 checkpoints whose remote code does not run on the installed transformers.
 
         Raises:
@@ -125,7 +125,7 @@ class QwenPRM(FlopLedger):
         if trust_remote_code:
             self.model = AutoModel.from_pretrained(self.path, trust_remote_code=True, **kwargs)
         else:
-            from race.rewards.qwen_prm_modeling import Qwen2ForProcessRewardModel
+            from race.nn.qwen_prm_modeling import Qwen2ForProcessRewardModel
 
             self.model = Qwen2ForProcessRewardModel.from_pretrained(self.path, **kwargs)
         self.model.to(device).eval()

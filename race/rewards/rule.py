@@ -6,7 +6,7 @@ Each costs no FLOPs; the pilot times its seconds under ``feedback``.
 
 - ``answer`` (``reward=rule``, sparse): 1 when the final answer is right, else 0. On the
   embedded task the verifier reads ``#### N``; on GSM8K-format data it compares numbers
-  with ``math-verify`` (:mod:`race.rewards.verify`).
+  with ``math-verify`` (:mod:`race.tasks.verify`).
 - ``structured`` (``reward=structured``): format and final answer,
   ``(1 - FORMAT_CREDIT) * right answer + FORMAT_CREDIT * well-formed trace``, so a
   well-formed wrong trace earns partial credit and a right answer in a malformed trace

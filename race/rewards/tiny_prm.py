@@ -5,7 +5,7 @@ traces: reference traces (every step positive) and corrupted ones (one step's re
 operand is wrong and the chain continues from the wrong value, so that step and every
 later one are negative, as in Math-Shepherd). It scores each step at the newline that
 ends the step's line and aggregates the positive-class probabilities into one reward
-(min, product or last). Its FLOPs are counted through :mod:`race.flops` on the tokens it
+(min, product or last). Its FLOPs are counted through :mod:`race.core.flops` on the tokens it
 actually scored (no extra tag tokens: the newline is the tag).
 
 What a model this small needs (measured; see bench/prm_quality.py): a plain
@@ -28,15 +28,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from race import flops
 from race.catalog import load_model_shape
+from race.core import flops
+from race.core.specs import ModelShape, RewardShape
 from race.errors import RewardInputTooLong, UsageError
-from race.policies import build_tiny_policy, cached_build, warm_start_recipe
 from race.rewards.base import FlopLedger, RewardFlops, check_rewards
 from race.rewards.qwen_prm import aggregate_scores
-from race.specs import ModelShape, RewardShape
 from race.tasks.arith import ArithTask, split_lines, step_labels
 from race.tasks.base import Example
+from race.warmstart.policies import build_tiny_policy, cached_build, warm_start_recipe
 
 RECIPE_VERSION = 2
 # Each PRM's body starts from the warm-started policy of the same shape.
@@ -140,7 +140,7 @@ def encode_for_scoring(tokenizer, prompt: str, completion: str) -> tuple[list[in
 
 
 def _batch(tokenizer, rows: list[tuple[list[int], list[int]]]):
-    from race.tokenizer import pad_right
+    from race.warmstart.tokenizer import pad_right
 
     return pad_right([tokens for tokens, _ in rows], tokenizer.pad_token_id)
 
@@ -174,7 +174,7 @@ def _load(folder: Path, device: str = "cpu", dtype: str = "float32"):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from race.devices import torch_dtype
+    from race.nn.devices import torch_dtype
 
     lm = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(dtype))
     head = torch.nn.Linear(lm.config.hidden_size + 2, 2)

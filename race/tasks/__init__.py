@@ -89,7 +89,7 @@ class Gsm8kTask:
         return [rows[i % len(rows)] for i in range(n)]
 
     def verify(self, completion: str, answer: str) -> bool:
-        from race.rewards.verify import answers_match
+        from race.tasks.verify import answers_match
 
         return answers_match(completion, answer)
 

@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from race.errors import UsageError
-from race.rewards.verify import normalize_number
 from race.tasks.base import Example
+from race.tasks.verify import normalize_number
 
 logger = logging.getLogger(__name__)
 
 # The policy sees the question and is asked for GSM8K's own answer format, which the
-# rule-based verifier reads first (race.rewards.verify.extract_final_answer).
+# rule-based verifier reads first (race.tasks.verify.extract_final_answer).
 PROMPT_TEMPLATE = ("{question}\n"
                    "Solve it step by step, then give the final answer on its own line "
                    "as '#### <number>'.")

@@ -1,0 +1,122 @@
+"""The one budget path: a cell's worst-case GRPO step, the last step's cap, the check.
+
+``race plan``, the pilot and the reports all decide "does the next step fit?" here, from
+the cell's :class:`~race.core.specs.RunSpec` alone (shapes from the catalog, the reward's own
+input format from ``spec.reward``), so they agree to the FLOP.
+
+A reward model scores more than the policy's tokens. What it adds to every scored trace
+is described by three fields of its ``conf/reward/*.yaml`` entry:
+
+- ``overhead_tokens``: tokens on every trace whatever it says (Qwen2.5-Math-PRM: its
+  system prompt and chat-template tokens; the tiny PRM: the newline closing the last line);
+- ``tag_tokens_per_step``: tokens inserted per reasoning step (Qwen2.5-Math-PRM: one
+  ``<extra_0>``; the tiny PRM: 0, the newline ending a step is its tag);
+- ``max_steps``: the most steps the reward scores (later steps join the last one), which
+  bounds the tags of any trace.
+
+A trace of ``p`` prompt and ``c`` completion tokens is scored on at most
+``p + c + overhead_tokens + max_steps x tag_tokens_per_step`` tokens
+(:func:`trace_token_limit`); the rewards refuse, before their model runs, any input
+longer than that, so the worst case below is a bound, not an estimate. Plans quote the
+nominal cost with the task's ``steps_per_trace`` in place of ``max_steps``.
+
+Pure: no torch, no IO beyond the catalog's YAML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from race.catalog import load_model_shape
+from race.core import flops
+from race.core.specs import LoraShape, ModelShape, RewardShape, RunSpec
+from race.errors import BudgetTooSmall
+
+
+def reward_extra_tokens(reward: Mapping[str, Any], steps: int | None = None) -> int:
+    """Tokens a reward adds to each scored trace beyond its prompt and completion.
+
+    Args:
+        reward: a ``conf/reward`` entry (``RunSpec.reward`` as a dict).
+        steps: reasoning steps of the trace (default: ``max_steps``, the worst case).
+    """
+    if reward.get("kind", "rule") == "rule" or not reward.get("model"):
+        return 0
+    steps = int(reward.get("max_steps") or 0) if steps is None else steps
+    return int(reward.get("overhead_tokens") or 0) + steps * int(
+        reward.get("tag_tokens_per_step") or 0)
+
+
+def reward_shape(reward: Mapping[str, Any], steps: int | None = None,
+                 model: ModelShape | None = None) -> RewardShape:
+    """The reward as the accounting sees it, with ``steps`` steps per trace (default: max);
+    ``model``: its model's shape (default: read from the catalog by name)."""
+    if model is None and reward.get("model"):
+        model = load_model_shape(reward["model"])
+    return RewardShape(reward["name"], reward["kind"], model,
+                       steps_per_trace=reward_extra_tokens(reward, steps))
+
+
+@lru_cache(maxsize=256)
+def shapes(spec: RunSpec) -> tuple[ModelShape, RewardShape]:
+    """The policy's shape and the reward's worst-case shape of a cell (the shapes the
+    spec carries; the catalog's for a spec written without them)."""
+    return (spec.policy or load_model_shape(spec.model),
+            reward_shape(dict(spec.reward), model=spec.reward_model))
+
+
+def trace_token_limit(spec: RunSpec, prompt_tokens: int, completion_tokens: int) -> int:
+    """The most tokens the reward may score for one trace (what the worst case assumes)."""
+    return prompt_tokens + completion_tokens + reward_extra_tokens(dict(spec.reward))
+
+
+def worst_step_flops(spec: RunSpec, prompt_tokens: int, max_new_tokens: int = 0) -> float:
+    """One step's charged FLOPs with every completion at the cap: an upper bound.
+
+    Args:
+        spec: the cell.
+        prompt_tokens: the longest prompt of the step, tokens.
+        max_new_tokens: the generation cap (default: ``spec.max_new_tokens``).
+    """
+    policy, reward = shapes(spec)
+    cap = max_new_tokens or spec.max_new_tokens
+    step = flops.grpo_step_flops(
+        policy, reward, prompts_per_step=spec.prompts_per_step,
+        group_size=spec.group_size, prompt_tokens=prompt_tokens,
+        completion_tokens=cap, max_new_tokens=cap,
+        update_epochs=spec.update_epochs, minibatch_size=spec.minibatch_size or None,
+        kl_coef=spec.kl_coef, lora=LoraShape(spec.lora_rank, spec.lora_targets),
+        convention=spec.convention, old_logprobs=uses_old_pass(spec) or None)
+    return step.total
+
+
+def uses_old_pass(spec: RunSpec) -> bool:
+    """Truncated importance sampling (``tis_cap`` on vLLM rollouts) always runs the
+    old-policy log-prob pass, which the step then pays for."""
+    return spec.tis_cap > 0 and spec.backend != "hf"
+
+
+def last_step_cap(spec: RunSpec, prompt_tokens: int, remaining_flops: float) -> int:
+    """The largest generation cap whose worst-case step fits ``remaining_flops`` (0: none).
+
+    The final step of a pilot shortens its completions rather than leaving the budget
+    unspent, which keeps underspend to a fraction of one short step.
+    """
+    low, high = 0, spec.max_new_tokens
+    while low < high:
+        mid = (low + high + 1) // 2
+        if worst_step_flops(spec, prompt_tokens, mid) <= remaining_flops:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def check_budget(spec: RunSpec, prompt_tokens: int, *, key: str = "budget") -> None:
+    """Refuse a budget that cannot buy one worst-case step (:class:`BudgetTooSmall`)."""
+    cheapest = worst_step_flops(spec, prompt_tokens)
+    if spec.budget_flops < cheapest:
+        raise BudgetTooSmall(spec.budget_flops, cheapest, spec.convention, spec.cell_id,
+                             key=key)

@@ -1,5 +1,0 @@
-"""Rollout backends: Hugging Face ``generate`` (``hf``) and vLLM (``vllm``)."""
-
-from race.rollout.base import RolloutBackend, Rollouts
-
-__all__ = ["RolloutBackend", "Rollouts"]

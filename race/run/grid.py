@@ -1,0 +1,429 @@
+"""Grid expansion and the budget solver: overrides -> allocation cells -> steps and FLOPs.
+
+A grid is the product of its axes. Axes come from ``grid.axes`` in ``conf/grid/*.yaml``
+and from comma lists on the command line (Hydra's multirun syntax, parsed with Hydra's
+own override parser): ``model=tiny-s,tiny-m grid.group_size=4,16``. A key given on the
+command line replaces the axis of the same key; a single value fixes it.
+
+Each cell is composed like a single run (``compose_config``), frozen into a
+:class:`~race.core.specs.RunSpec` at the pilot budget ``pilot.fraction x budget``, and solved:
+the GRPO steps its budget buys at nominal token counts, FLOPs by phase, and its regime.
+A cell whose pilot budget cannot buy one worst-case step is refused, with the reason.
+Nothing here loads weights; the data files and model folders the cells name are opened
+and checked once (:func:`race.preflight.check_plan`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from race import catalog, preflight
+from race.core import flops
+from race.core.fmt import fmt_flops
+from race.core.ladder import LadderPlan, fmt_fraction, plan_ladder
+from race.core.memory import GIB, MemoryPlan, plan_memory
+from race.core.specs import LoraShape, PhaseFlops, RunSpec
+from race.errors import RewardTokenizerMismatch, UsageError
+from race.pilot.budget import worst_step_flops
+
+# Axes print in this order (then any other key, then seeds last).
+AXIS_ORDER = ("model", "grid.group_size", "grid.prompts_per_step", "grid.max_new_tokens",
+              "grid.update_epochs", "grid.lr", "grid.lora_rank", "reward")
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One allocation cell of a plan.
+
+    Attributes:
+        knobs: axis key -> value (as typed), the cell's coordinates in the grid.
+        overrides: the full override list that composes the cell.
+        spec: the frozen pilot spec (``spec.budget_flops``: the pilot budget).
+        steps: GRPO steps the pilot budget buys at nominal token counts (0: refused).
+        planned: FLOPs by phase of those steps (model convention unless configured).
+        regime: the regime label from the planned shares.
+        refused: why the cell cannot run ("" when it can).
+        memory: its estimated pilot memory (:func:`race.core.memory.plan_memory`).
+    """
+
+    knobs: tuple[tuple[str, str], ...]
+    overrides: tuple[str, ...]
+    spec: RunSpec | None  # None: the cell cannot exist (a PRM of another tokenizer)
+    steps: int
+    planned: PhaseFlops
+    regime: str
+    refused: str = ""
+    memory: MemoryPlan | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """An expanded, solved grid: the budget, the axes, the cells and the base config."""
+
+    budget_flops: float
+    pilot_fraction: float
+    axes: tuple[tuple[str, tuple[str, ...]], ...]
+    cells: tuple[Cell, ...]
+    task: str
+    base: Any = None  # the RaceConfig composed from the fixed overrides (launcher, report)
+    ladder: LadderPlan | None = None  # selection.policy=ladder: its rungs (cells: rung 1)
+
+    @property
+    def runnable(self) -> list[Cell]:
+        return [c for c in self.cells if not c.refused]
+
+    @property
+    def pilot_flops(self) -> float:
+        """What the runnable cells' pilots may spend in all, FLOPs (a ladder: every rung)."""
+        if self.ladder is not None:
+            return self.ladder.cost_share * self.budget_flops
+        return sum(c.spec.budget_flops for c in self.runnable)
+
+    @property
+    def share_of_full_run(self) -> float:
+        """The grid's pilot FLOPs as a share of one full-budget run."""
+        return self.pilot_flops / self.budget_flops
+
+
+def regime_label(shares: Mapping[str, float], thresholds) -> str:
+    """Name a cell's regime from its FLOP shares (``thresholds``: a ``RegimeConfig``).
+
+    The first threshold met wins, in the order feedback, learning, search: a reward model
+    taking a visible share is the cell's most distinctive spend.
+    """
+    if shares.get("feedback", 0.0) >= thresholds.feedback_heavy:
+        return "feedback-heavy"
+    if shares.get("learning", 0.0) >= thresholds.learning_heavy:
+        return "learning-heavy"
+    if shares.get("rollout", 0.0) >= thresholds.search_heavy:
+        return "search-heavy"
+    return "balanced"
+
+
+def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """Separate single-value overrides from sweep axes (comma lists, ranges, choices).
+
+    Returns the fixed overrides (as typed) and ``{key: [value strings]}`` for the axes.
+    Malformed overrides raise Hydra's own error.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    fixed, axes, seen = [], {}, {}
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    for text, override in zip(overrides, parsed):
+        key = override.key_or_group
+        if key in seen:
+            raise UsageError(f"{key}: given twice ({seen[key]} and {text}); give each key "
+                             f"once (a comma list sweeps it)")
+        seen[key] = text
+        if override.is_sweep_override():
+            axes[override.key_or_group] = _once(key, list(override.sweep_string_iterator()))
+        else:
+            fixed.append(text)
+    return fixed, axes
+
+
+def budget_axis(overrides: list[str]) -> tuple[list[float], list[str]]:
+    """A comma list of budgets on the command line: its values (ascending, FLOPs) and the
+    other overrides. ``([], overrides)`` when ``budget`` is one value or absent.
+
+    Each budget is planned, swept and selected on its own (one ladder per budget; the
+    warm start is shared through the cache); the report then says where the pick changes.
+    """
+    _, axes = split_overrides(overrides)
+    if "budget" not in axes:
+        return [], list(overrides)
+    try:
+        budgets = sorted(float(v) for v in axes["budget"])
+    except ValueError as error:
+        raise UsageError(f"budget={','.join(axes['budget'])}: not a list of numbers of "
+                         f"FLOPs; e.g. budget=1e12,4e12,1.6e13") from error
+    return budgets, [o for o in overrides if _key_of(o) != "budget"]
+
+
+def _once(key: str, values: list[str]) -> list[str]:
+    """An axis's values, refused when one is listed twice (it would plan one cell twice)."""
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise UsageError(f"{key}={','.join(values)}: {', '.join(twice)} listed more than "
+                         f"once; list each value of an axis once, e.g. "
+                         f"{key}={','.join(dict.fromkeys(values))}")
+    return values
+
+
+def _axis_key(key: str) -> tuple[int, str]:
+    if key == "pilot.seed":
+        return (len(AXIS_ORDER) + 1, key)
+    return (AXIS_ORDER.index(key) if key in AXIS_ORDER else len(AXIS_ORDER), key)
+
+
+def _key_of(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def grid_axes(overrides: list[str]):
+    """The base config, the fixed overrides and the grid's axes after command-line rules."""
+    from race.config import compose_config
+
+    fixed, cli_axes = split_overrides(overrides)
+    if "budget" in cli_axes:
+        raise UsageError(f"budget={','.join(cli_axes['budget'])}: one budget per plan "
+                         f"(pilots of different budgets are not ranked together); split the "
+                         f"list with grid.budget_axis, as race plan and race sweep do")
+    base = compose_config(fixed)
+    given = {_key_of(o) for o in fixed}
+    axes = {key: _once(f"grid.axes.{key}", [str(v) for v in values])
+            for key, values in base.grid.axes.items()
+            if key not in given and key not in cli_axes}
+    axes |= cli_axes
+    for key, values in axes.items():
+        if not values:
+            raise UsageError(f"grid.axes.{key}=[]: an axis needs at least one value")
+    ordered = dict(sorted(axes.items(), key=lambda kv: _axis_key(kv[0])))
+    return base, fixed, ordered
+
+
+def resolve_budget(cfg) -> float:
+    """The full-run budget: ``budget``, or the embedded default for the tiny family."""
+    from race.config import EMBEDDED_BUDGET
+
+    if cfg.budget is not None:
+        return cfg.budget
+    return EMBEDDED_BUDGET
+
+
+def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
+    """Expand ``overrides`` into cells and solve each cell's steps at the pilot budget.
+
+    ``runnable=False`` (``race plan``) plans cells this machine could not run (a vLLM
+    backend that is not installed, a task the pilots do not support yet).
+    Raises UsageError for bad input (the CLI's exit code 2).
+    """
+    from race.config import compose_many, selection_problems
+
+    base, fixed, axes = grid_axes(overrides)
+    budget = resolve_budget(base)
+    if base.budget is None:
+        models = axes.get("model", [base.model.name])
+        real = [m for m in models if catalog.load_entry("model", m).get("tokenizer")
+                != "race-char"]
+        if real:
+            raise UsageError(f"budget=null: the embedded default budget fits the tiny family "
+                             f"only; give the full-run budget for model={real[0]} in FLOPs, "
+                             f"e.g. budget=1e18")
+    problems = selection_problems(base.selection)  # before the ladder is planned from it
+    if problems:
+        raise UsageError("; ".join(problems))
+    cells = []
+    ladder = grid_ladder(base, axes)
+    fraction = ladder.rungs[0] if ladder else base.pilot.fraction
+    from_conf = {k for k in axes if k in base.grid.axes} - set(split_overrides(overrides)[1])
+    products = list(itertools.product(*axes.values()))
+    variants = [[f"{k}={v}" for k, v in zip(axes, values)] for values in products]
+    for values, cfg in zip(products, compose_many(list(fixed), variants)):
+        knobs = tuple(zip(axes, values))
+        cell_overrides = tuple(fixed) + tuple(f"{k}={v}" for k, v in knobs)
+        try:
+            cells.append(solve_cell(cfg, budget, knobs, cell_overrides, runnable=runnable,
+                                    fraction=fraction))
+        except RewardTokenizerMismatch as error:
+            # The conf grid's reward axis may hold a PRM of another tokenizer family than
+            # a policy the user chose: that cell cannot exist; refuse it, keep the rest.
+            if "reward" not in from_conf:
+                raise
+            cells.append(Cell(knobs, cell_overrides, None, 0, PhaseFlops(), "", error.reason))
+    _check_distinct(cells)
+    if not any(not c.refused for c in cells):
+        if all(c.spec is None for c in cells):
+            raise UsageError(f"reward: {cells[0].refused}; pick rewards for this policy, "
+                             f"e.g. reward=rule")
+        cheapest = min((c for c in cells if c.spec is not None),
+                       key=lambda c: worst_step_flops(c.spec, 1))
+        knob = (f"the ladder's first rung {fraction:.3g}" if ladder
+                else f"pilot.fraction={fraction}")
+        fix = "selection.rungs (or selection.share)" if ladder else "pilot.fraction"
+        raise UsageError(f"budget={budget:.3g}: no cell can buy one GRPO step with its pilot "
+                         f"budget ({knob}; cheapest cell: {cheapest.refused}); raise budget "
+                         f"or {fix}")
+    # every data file and model folder the pilots will read, opened before any runs
+    preflight.check_plan(c.spec for c in cells if c.spec is not None)
+    return Plan(budget, fraction, tuple((k, tuple(v)) for k, v in axes.items()),
+                tuple(cells), base.task.name, base, ladder)
+
+
+def grid_ladder(base, axes: Mapping[str, list[str]]) -> LadderPlan | None:
+    """The ladder of a grid under ``selection.policy=ladder`` (None: flat).
+
+    Configs are the grid's cells with the seeds folded together; every size on the
+    ``model`` axis keeps a config to the last rung.
+    """
+    selection = base.selection
+    if selection.policy != "ladder":
+        return None
+    seeds = len(axes.get("pilot.seed", [None]))
+    configs = 1
+    for key, values in axes.items():
+        configs *= 1 if key == "pilot.seed" else len(values)
+    return plan_ladder(configs, seeds=seeds, n_sizes=len(axes.get("model", [None])),
+                       rungs=selection.rungs, reduction=selection.reduction,
+                       share=selection.share)
+
+
+def _check_distinct(cells: list[Cell]) -> None:
+    """Two cells with one id would share a folder: refuse, naming both knob sets."""
+    seen: dict[str, Cell] = {}
+    for cell in cells:
+        if cell.spec is None:
+            continue
+        other = seen.setdefault(cell.spec.cell_id, cell)
+        if other is not cell:
+            differ = [k for (k, a), (_, b) in zip(other.knobs, cell.knobs) if a != b]
+            mine, theirs = (" ".join(f"{k}={v}" for k, v in c.knobs if k in differ)
+                            for c in (cell, other))
+            raise UsageError(f"{mine}: the same cell as {theirs} (id {cell.spec.cell_id}: "
+                             f"the pilot runs them identically); list only one of them")
+
+
+def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True,
+               fraction: float | None = None) -> Cell:
+    """Freeze one composed cell and solve its steps at ``fraction x budget`` (default:
+    ``pilot.fraction``; a ladder's cells: its first rung)."""
+    from race.config import check_reward_built, to_run_spec, to_specs
+
+    fraction = cfg.pilot.fraction if fraction is None else fraction
+    if runnable:
+        check_reward_built(cfg)
+    specs = to_specs(cfg)  # validated once, for the spec and the step alike
+    spec = to_run_spec(cfg, budget * fraction, runnable=runnable, specs=specs)
+    step = flops.grpo_step_flops(specs.policy, specs.reward, convention=cfg.convention,
+                                 lora=specs.lora, **specs.kwargs())
+    steps = int(spec.budget_flops // step.total)
+    refused = ""
+    worst = worst_step_flops(spec, cfg.task.prompt_tokens)  # the pilot's own refusal rule
+    if worst > spec.budget_flops:
+        refused = (f"one worst-case step costs {fmt_flops(worst)} FLOPs > its pilot budget "
+                   f"{fmt_flops(spec.budget_flops)}")
+        steps = 0
+    planned = step.scale(steps)
+    regime = regime_label(step.shares(), cfg.regime)
+    memory = cell_memory(cfg, specs)
+    limit = cfg.launcher.gpu_mem_gb
+    if limit and not refused and memory.peak / GIB > limit:
+        refused = (f"estimated peak GPU memory {memory.peak / GIB:.1f} GiB > "
+                   f"launcher.gpu_mem_gb={limit:g}; lower grid.micro_batch_size or "
+                   f"grid.group_size, or use a larger GPU")
+        steps = 0
+    return Cell(tuple(knobs), tuple(overrides), spec, steps, planned, regime, refused,
+                memory)
+
+
+def uses_gpus(cfg) -> bool:
+    """Whether the pilots will run on GPUs: pilot.device=cuda, or the launcher gives
+    each one a GPU (``race plan`` cannot ask torch, and must not import it)."""
+    return (cfg.pilot.device == "cuda"
+            or (cfg.pilot.device == "auto"
+                and bool(cfg.launcher.gpus or cfg.launcher.gpus_per_node)))
+
+
+def cell_memory(cfg, specs) -> MemoryPlan:
+    """A cell's estimated pilot memory, in the dtype it will run in."""
+    dtype = cfg.pilot.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if uses_gpus(cfg) else "float32"
+    grid = cfg.grid
+    rows = grid.prompts_per_step * grid.group_size
+    micro = min(grid.micro_batch_size or rows, grid.minibatch_size or rows, rows)
+    reward = specs.reward.model if specs.reward.kind != "rule" else None
+    return plan_memory(specs.policy, specs.lora or LoraShape(grid.lora_rank or 16),
+                       dtype=dtype, rows=rows, micro_rows=micro,
+                       prompt_tokens=cfg.task.prompt_tokens,
+                       max_new_tokens=grid.max_new_tokens, reward_model=reward)
+
+
+def plan_table(plan: Plan) -> str:
+    """The plan as a fixed-width table, refused cells listed last with their reasons."""
+    always = [k for k in ("model", "reward") if k not in dict(plan.axes)]
+    keys = always + [k for k, _ in plan.axes]
+    short = {k: k.split(".")[-1].replace("group_size", "G").replace("update_epochs", "mu")
+             for k in keys}
+    shown = [_knobs(c) for c in plan.cells]
+    widths = {k: max(len(short[k]), *(len(str(kn.get(k, ""))) for kn in shown)) for k in keys}
+    header = (f"{'cell':<13}" + "".join(f"{short[k]:<{widths[k] + 2}}" for k in keys)
+              + f"{'steps':>6}{'rollout':>19}{'learning':>19}{'feedback':>19}"
+              + f"{'mem GiB':>9}  regime")
+    lines = [header]
+    for cell in plan.runnable:
+        knobs = _knobs(cell)
+        shares = cell.planned.shares()
+        phases = "".join(f"{fmt_flops(getattr(cell.planned, p)):>11} {shares[p]:>6.1%}"
+                         for p in ("rollout", "learning", "feedback"))
+        memory = f"{cell.memory.peak / GIB:>9.2f}" if cell.memory else f"{'-':>9}"
+        lines.append(f"{cell.spec.cell_id:<13}"
+                     + "".join(f"{knobs[k]:<{widths[k] + 2}}" for k in keys)
+                     + f"{cell.steps:>6}{phases}{memory}  {cell.regime}")
+    refused = [c for c in plan.cells if c.refused]
+    if refused:
+        lines.append("")
+        lines.append(f"refused ({len(refused)} cell(s), not run):")
+        for cell in refused:
+            knobs = " ".join(f"{k}={v}" for k, v in cell.knobs)
+            lines.append(f"  {cell_label(cell)}  {knobs}: {cell.refused}")
+    return "\n".join(lines)
+
+
+def cell_label(cell: Cell) -> str:
+    """The cell id, or a dash for a cell that cannot exist."""
+    return cell.spec.cell_id if cell.spec else "-" * 12
+
+
+def _knobs(cell: Cell) -> dict[str, str]:
+    if cell.spec is None:
+        return dict(cell.knobs)
+    return {"model": cell.spec.model, "reward": dict(cell.spec.reward)["name"]} | dict(cell.knobs)
+
+
+def flat_share(plan: Plan) -> float:
+    """What a flat grid of these cells at ``pilot.fraction`` would cost, in full runs."""
+    return len(plan.runnable) * plan.base.pilot.fraction if plan.base else 0.0
+
+
+def cost_warning(plan: Plan) -> str:
+    """A warning when the grid's pilots together cost more than one full-budget run
+    ("" otherwise): under ``selection.policy=flat`` each cell gets ``pilot.fraction`` of
+    the budget, whatever the grid (a ladder spends ``selection.share``)."""
+    n = len(plan.runnable)
+    if plan.ladder is not None or plan.share_of_full_run <= 1.0:
+        return ""
+    return (f"warning: these {n} pilots cost {plan.share_of_full_run:.2f} full-budget runs "
+            f"(each gets pilot.fraction={plan.pilot_fraction:g} of the budget); to keep the "
+            f"pilots within one full run, use selection.policy=ladder, "
+            f"pilot.fraction<={1 / n:.3g} or fewer cells")
+
+
+def ladder_text(ladder: LadderPlan) -> str:
+    """``16 configs at F/48 -> 8 at F/24 -> 4 at F/12 -> 2 at F/6``, with seeds."""
+    rungs = " -> ".join(f"{count} at {fmt_fraction(rung)}"
+                        for count, rung in zip(ladder.counts, ladder.rungs))
+    seeds = f" (x{ladder.seeds} seeds)" if ladder.seeds > 1 else ""
+    return f"{rungs} config(s){seeds}"
+
+
+def plan_summary(plan: Plan) -> str:
+    """One paragraph: the grid's size, budgets, and pilot cost vs one full run."""
+    axes = " x ".join(f"{k}[{len(v)}]" for k, v in plan.axes) or "one cell"
+    head = (f"grid {axes} = {len(plan.cells)} cell(s), {len(plan.runnable)} runnable; "
+            f"full-run budget F = {fmt_flops(plan.budget_flops)} FLOPs")
+    if plan.ladder is not None:
+        shrunk = (f"; rungs shrunk x{plan.ladder.scaled:.3g} to fit selection.share="
+                  f"{plan.base.selection.share:g}" if plan.ladder.scaled < 1 else "")
+        return (f"{head}; ladder {ladder_text(plan.ladder)}, pilots "
+                f"{fmt_flops(plan.pilot_flops)} FLOPs = {plan.share_of_full_run:.1%} of one "
+                f"full-budget run (a flat grid at pilot.fraction={plan.base.pilot.fraction:g}"
+                f": {flat_share(plan):.1%}){shrunk}")
+    each = fmt_flops(plan.budget_flops * plan.pilot_fraction)
+    return (f"{head}, pilots {plan.pilot_fraction:g} x budget = {each} each; all pilots "
+            f"{fmt_flops(plan.pilot_flops)} FLOPs = "
+            f"{plan.share_of_full_run:.1%} of one full-budget run")
