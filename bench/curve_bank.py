@@ -57,6 +57,7 @@ from pathlib import Path
 
 from race.run.sweep import is_ok
 from race.store import io as results
+from race.store.cell import cell_dirs
 
 DEFAULT_OUT = Path(__file__).parent / "data" / "curve_bank.json.gz"
 RUN_KEYS = ("command", "git_sha", "started", "finished")  # one command's run, in the bank
@@ -128,7 +129,7 @@ def main() -> None:
                              "this folder has no cell of)")
     args = parser.parse_args()
     record = results.read_json(args.sweep_dir / "sweep.json")
-    cells = [c for c in map(cell_curves, results.cell_dirs(args.sweep_dir)) if c]
+    cells = [c for c in map(cell_curves, cell_dirs(args.sweep_dir)) if c]
     done = {c["cell_id"] for c in cells}
     missing = [c["cell_id"] for c in record["cells"] if c["cell_id"] not in done]
     if missing:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import torch
 
-from race.rewards.tiny_prm import TinyPRM, build_tiny_prm, labelled_traces, roc_auc
+from race.rewards.tiny_prm import TinyPRM
 from race.tasks.arith import ArithTask, step_labels
 from race.warmstart.policies import build_info, build_tiny_policy
+from race.warmstart.prm import build_tiny_prm, labelled_traces, roc_auc
 
 SIZES = ("prm-tiny-s", "prm-tiny-m")
 N_HELD_OUT = 512

@@ -55,7 +55,7 @@ def sweep(out: Path, name: str, budget: float, fraction: float, seeds: int, slot
 def scores(folder: Path, target: str) -> tuple[pd.DataFrame, float]:
     """Per allocation: observed mean, extrapolated mean, per-seed values; total FLOPs."""
     from race.analysis import aggregate
-    from race.store.io import load_results
+    from race.analysis.load import load_results
 
     cells, evals, _ = load_results(folder)
     ok, failed = aggregate.split_status(cells)

@@ -50,9 +50,9 @@ def load(path: Path) -> list[dict]:
         sys.path.insert(0, str(Path(__file__).parent))
         from curve_bank import cell_curves
 
-        from race.store import io as results
+        from race.store.cell import cell_dirs
 
-        return [c for c in map(cell_curves, results.cell_dirs(path)) if c]
+        return [c for c in map(cell_curves, cell_dirs(path)) if c]
     with gzip.open(path, "rt") as f:
         return json.load(f)["cells"]
 

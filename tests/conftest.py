@@ -47,8 +47,8 @@ def tiny_prm(tmp_path_factory):
     """A prm-tiny-s from a 2-step PRM recipe on a 4-step tiny-m warm start, in its own cache."""
     import os
 
-    from race.rewards.tiny_prm import PRMRecipe, build_tiny_prm
     from race.warmstart.policies import WarmStartRecipe
+    from race.warmstart.prm import PRMRecipe, build_tiny_prm
 
     old = os.environ.get("RACE_CACHE_DIR")
     os.environ["RACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("prm-cache"))

@@ -9,7 +9,8 @@ import pytest
 
 from race.config import EMBEDDED_BUDGET, compose_config, to_specs
 from race.core import flops
-from race.run.grid import plan_grid, plan_summary, plan_table, regime_label, split_overrides
+from race.core.regime import regime_label
+from race.run.grid import plan_grid, plan_summary, plan_table, split_overrides
 
 THRESHOLDS = SimpleNamespace(feedback_heavy=0.15, learning_heavy=0.8, search_heavy=0.4)
 

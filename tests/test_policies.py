@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="torch trains the tiny models")
 from race.catalog import load_model_shape  # noqa: E402
 from race.core import flops  # noqa: E402
 from race.core.specs import RewardShape  # noqa: E402
-from race.rewards.tiny_prm import PRMRecipe, TinyPRM, build_tiny_prm, roc_auc  # noqa: E402
+from race.rewards.tiny_prm import TinyPRM  # noqa: E402
 from race.tasks.arith import ArithTask  # noqa: E402
 from race.warmstart.policies import (  # noqa: E402
     WarmStartRecipe,
@@ -21,6 +21,7 @@ from race.warmstart.policies import (  # noqa: E402
     build_tiny_policy,
     greedy_accuracy,
 )
+from race.warmstart.prm import PRMRecipe, build_tiny_prm, roc_auc  # noqa: E402
 from race.warmstart.tokenizer import build_char_tokenizer  # noqa: E402
 
 SHORT = dict(steps=4, curve_every=2, curve_examples=8, val_examples=8, batch_size=8,
@@ -131,11 +132,11 @@ def test_tiny_prm_scores_steps_and_charges_flops(cache):
     folder = build_tiny_prm("prm-tiny-s", recipe=recipe, policy_recipe=policy)
     task = ArithTask()
     # the recorded AUC is the saved model's, on the held-out traces (half corrupted)
-    from race.rewards.tiny_prm import _load, labelled_traces, step_scores
     from race.warmstart.policies import single_thread
+    from race.warmstart.prm import labelled_traces, load_prm, step_scores
 
     held_out = labelled_traces(task, "test", 16, 10_000, 0.5)
-    tokenizer, lm, head = _load(folder)
+    tokenizer, lm, head = load_prm(folder)
     with single_thread():
         scores, _ = step_scores(lm, head, tokenizer, [ex.prompt for ex, _, _ in held_out],
                                 [trace for _, trace, _ in held_out])
@@ -155,7 +156,7 @@ def test_tiny_prm_scores_steps_and_charges_flops(cache):
         assert rewards == pytest.approx(expected)
         spent = prm.pop_flops()
         assert prm.pop_flops().model == 0  # popped
-    from race.rewards.tiny_prm import encode_for_scoring
+    from race.warmstart.prm import encode_for_scoring
 
     lengths = [len(encode_for_scoring(prm.tokenizer, ex.prompt, c)[0])
                for ex, c in zip(examples, completions)]

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from race.errors import DamagedResult, NoSpace
+from race.store import claims
 from race.store import io as results
 
 
@@ -107,17 +108,17 @@ def test_a_running_pilot_holds_its_cell_against_every_claim(tmp_path):
     kill -9) is never claimed, whoever owned its claim; once it ends, it is."""
     sweep = tmp_path / "sweep"
     cell = sweep / "cells" / "c1"
-    dead = {"pid": 2 ** 22 + 7, "host": results.this_process()["host"], "since": 0.0,
+    dead = {"pid": 2 ** 22 + 7, "host": claims.this_process()["host"], "since": 0.0,
             "started_ticks": None, "argv": "race sweep (killed)"}
-    results.write_json(sweep / results.CLAIMS / "c1", dead)  # its sweep is gone
-    me = results.this_process() | {"pid": os.getpid() + 1}  # a rerun, another process
-    with results.cell_lock(cell):
-        assert results.running_pilot(cell)["pid"] == os.getpid()
-        mine, held = results.claim_cells(sweep, ["c1"], me)
+    results.write_json(sweep / claims.CLAIMS / "c1", dead)  # its sweep is gone
+    me = claims.this_process() | {"pid": os.getpid() + 1}  # a rerun, another process
+    with claims.cell_lock(cell):
+        assert claims.running_pilot(cell)["pid"] == os.getpid()
+        mine, held = claims.claim_cells(sweep, ["c1"], me)
         assert mine == [] and held["c1"]["pid"] == os.getpid()
-        with pytest.raises(results.CellBusy):
-            with results.cell_lock(cell):
+        with pytest.raises(claims.CellBusy):
+            with claims.cell_lock(cell):
                 pass
-    assert results.running_pilot(cell) is None
-    mine, held = results.claim_cells(sweep, ["c1"], me)
+    assert claims.running_pilot(cell) is None
+    mine, held = claims.claim_cells(sweep, ["c1"], me)
     assert mine == ["c1"] and held == {}

@@ -6,9 +6,9 @@ import pytest
 
 from race.rewards import build_reward, check_rewards
 from race.rewards.rule import RuleReward
-from race.rewards.tiny_prm import corrupt, prefix_labels, roc_auc
 from race.tasks import Gsm8kTask
 from race.tasks.arith import ArithTask, step_labels
+from race.warmstart.prm import corrupt, prefix_labels, roc_auc
 
 
 def test_rule_reward_arith_is_exact_and_free():

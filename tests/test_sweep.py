@@ -154,21 +154,22 @@ def test_two_identical_sweeps_started_together_run_each_cell_once(tmp_path, poli
 
 
 def test_claims_are_held_by_live_owners_and_taken_over_from_dead_ones(tmp_path):
+    from race.store import claims
     from race.store import io as results
 
-    me = results.this_process()
-    parent = me | {"pid": os.getppid(), "started_ticks": results._start_ticks(os.getppid())}
+    me = claims.this_process()
+    parent = me | {"pid": os.getppid(), "started_ticks": claims._start_ticks(os.getppid())}
     gone = me | {"pid": 2**22 + 1}  # above Linux's pid_max default: no such process
     reused = me | {"started_ticks": 1}  # our pid, but a different process's start time
     results.write_json(tmp_path / "claims" / "a", parent)
     results.write_json(tmp_path / "claims" / "b", gone)
     results.write_json(tmp_path / "claims" / "c", reused | {"pid": os.getppid()})
-    mine, held = results.claim_cells(tmp_path, ["a", "b", "c", "d"], me)
+    mine, held = claims.claim_cells(tmp_path, ["a", "b", "c", "d"], me)
     assert mine == ["b", "c", "d"] and held == {"a": parent}
-    assert results.claim_owner(tmp_path, "b") == me
-    results.release_claims(tmp_path, ["a", "b", "c", "d"], me)
-    assert results.claim_owner(tmp_path, "a") == parent  # another's claim stays
-    assert all(results.claim_owner(tmp_path, c) is None for c in "bcd")
+    assert claims.claim_owner(tmp_path, "b") == me
+    claims.release_claims(tmp_path, ["a", "b", "c", "d"], me)
+    assert claims.claim_owner(tmp_path, "a") == parent  # another's claim stays
+    assert all(claims.claim_owner(tmp_path, c) is None for c in "bcd")
 
 
 def test_a_budget_list_runs_one_ladder_per_budget_and_reports_where_the_pick_changes(

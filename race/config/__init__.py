@@ -15,6 +15,7 @@ from omegaconf import MISSING, OmegaConf
 from race import catalog
 from race.core import guards, ladder
 from race.core.flops import CONVENTIONS
+from race.core.regime import RegimeThresholds
 from race.core.specs import HEADS, LoraShape, ModelShape, RewardShape, RunSpec
 from race.errors import UnknownName, UsageError
 from race.nn.devices import DEVICES, DTYPES
@@ -36,6 +37,7 @@ LAUNCHERS = ("local", "slurm", "inline")
 # the embedded task's and the warm start's defaults have one owner each: their dataclasses
 _ARITH = ArithTask()
 _RECIPE = WarmStartRecipe(model="")
+_REGIME = RegimeThresholds()
 
 
 @dataclass
@@ -210,9 +212,9 @@ class PilotConfig:
 class RegimeConfig:
     # a cell's regime is named from its FLOP shares: the first threshold met wins, in
     # the order feedback, learning, search; otherwise "balanced"
-    feedback_heavy: float = 0.15
-    learning_heavy: float = 0.80
-    search_heavy: float = 0.40
+    feedback_heavy: float = _REGIME.feedback_heavy
+    learning_heavy: float = _REGIME.learning_heavy
+    search_heavy: float = _REGIME.search_heavy
 
 
 @dataclass

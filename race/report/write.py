@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from race.analysis import aggregate
+from race.analysis import aggregate, load
 from race.core.fmt import CHARGED_PHASES, cell_text, fmt_flops
 from race.core.fmt import acc as _acc
 from race.core.fmt import int_text as _int
@@ -363,7 +363,7 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
     if not (sweep_dir / "cells").is_dir():
         raise UsageError(f"{sweep_dir}: no cells/ folder; pass a sweep folder "
                          "(results/<sweep_id>) written by `race sweep`")
-    every_cell, evals, examples, steps = results.load_results(sweep_dir, with_steps=True)
+    every_cell, evals, examples, steps = load.load_results(sweep_dir, with_steps=True)
     if every_cell.empty:
         raise _no_ok_cells(sweep_dir, every_cell)
     aggregate.check_consistent(every_cell)
@@ -435,7 +435,7 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = 1000, level: float = 0.
         + (_ladder_markdown(ladder, primary, selected, starts) if ladder is not None else "")
         + _guards_markdown(checks, primary, len(ok), ladder))
     card, latex, totals = compute_card(name, aggregate.increments(every_cell), ok, order,
-                                        names, results.model_shapes(sweep_dir))
+                                        names, load.model_shapes(sweep_dir))
     results.write_text(paths["compute_card_md"], card)
     results.write_text(paths["compute_card_tex"], latex)
     plots.frontier(paths["frontier_png"], fronts, evals, ok, names, primary, name)

@@ -30,7 +30,8 @@ def _prm(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
     shape = shape or load_model_shape(entry["model"])
     aggregate = entry.get("aggregate", "min")
     if shape.head == "lm_verifier" and not shape.hf_id:  # the tiny PRM, built by RACE
-        from race.rewards.tiny_prm import TinyPRM, family_prm
+        from race.rewards.tiny_prm import TinyPRM
+        from race.warmstart.prm import family_prm
 
         return TinyPRM(entry["name"], entry["model"], aggregate=aggregate, device=device,
                        dtype=dtype, shape=shape,

@@ -25,6 +25,7 @@ from race.core import flops
 from race.core.fmt import fmt_flops
 from race.core.ladder import LadderPlan, fmt_fraction, plan_ladder
 from race.core.memory import GIB, MemoryPlan, plan_memory
+from race.core.regime import regime_label
 from race.core.specs import LoraShape, PhaseFlops, RunSpec
 from race.errors import RewardTokenizerMismatch, UsageError
 from race.pilot.budget import worst_step_flops
@@ -86,21 +87,6 @@ class Plan:
     def share_of_full_run(self) -> float:
         """The grid's pilot FLOPs as a share of one full-budget run."""
         return self.pilot_flops / self.budget_flops
-
-
-def regime_label(shares: Mapping[str, float], thresholds) -> str:
-    """Name a cell's regime from its FLOP shares (``thresholds``: a ``RegimeConfig``).
-
-    The first threshold met wins, in the order feedback, learning, search: a reward model
-    taking a visible share is the cell's most distinctive spend.
-    """
-    if shares.get("feedback", 0.0) >= thresholds.feedback_heavy:
-        return "feedback-heavy"
-    if shares.get("learning", 0.0) >= thresholds.learning_heavy:
-        return "learning-heavy"
-    if shares.get("rollout", 0.0) >= thresholds.search_heavy:
-        return "search-heavy"
-    return "balanced"
 
 
 def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]:

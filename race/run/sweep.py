@@ -20,10 +20,13 @@ import sys
 import time
 from pathlib import Path
 
+from race.analysis import load
 from race.core.fmt import fmt_flops
 from race.core.ladder import next_rung_bound, promote, rank_last_rung
 from race.errors import DamagedResult, UsageError
 from race.run.grid import Plan
+from race.store import cell as cells
+from race.store import claims, pilots
 from race.store import io as results
 
 
@@ -142,7 +145,7 @@ class SweepProgress:
                 self.finished_flops[cell_id] = spent
                 total += spent
             elif (cell / "metrics.jsonl").is_file():
-                total += results.last_charged_flops(cell / "metrics.jsonl")
+                total += cells.last_charged_flops(cell / "metrics.jsonl")
         return total
 
     def __call__(self, counts) -> None:
@@ -186,7 +189,7 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
     the others.
     """
     started = time.time()
-    me = results.this_process()
+    me = claims.this_process()
     record = sweep_record(plan, cfg, overrides, started=started, finished=None,
                           launcher=cfg.launcher.name)
     _write_record(sweep_dir, record)
@@ -194,7 +197,7 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
         outcome = _run_cells(sweep_dir, [c.spec for c in plan.runnable], cfg, me)
     else:
         outcome = run_ladder(plan, cfg, sweep_dir, me)
-    frame = results.pilots_frame(sweep_dir)
+    frame = pilots.pilots_frame(sweep_dir)
     results.write_csv(sweep_dir / "pilots.csv", frame)
     record |= {"finished": time.time(), "launch_wall_s": outcome["wall_s"],
                "ok": int((frame["status"] == "ok").sum()) if len(frame) else 0,
@@ -217,7 +220,7 @@ def _run_cells(sweep_dir: Path, specs: list, cfg, me: dict, *, label: str = "",
     cells_dir = sweep_dir / "cells"
     todo = [s for s in specs if not is_ok(cells_dir / s.cell_id)]
     skipped = len(specs) - len(todo)
-    mine, held = results.claim_cells(sweep_dir, [s.cell_id for s in todo], me)
+    mine, held = claims.claim_cells(sweep_dir, [s.cell_id for s in todo], me)
     where = f" of {label}" if label else ""
     try:
         if skipped:
@@ -243,7 +246,7 @@ def _run_cells(sweep_dir: Path, specs: list, cfg, me: dict, *, label: str = "",
         progress.close()
         wall_s = time.perf_counter() - launch_start
     finally:
-        results.release_claims(sweep_dir, mine, me)
+        claims.release_claims(sweep_dir, mine, me)
     return {"skipped": skipped, "ran": counts.done + counts.failed, "wall_s": wall_s,
             "by_other": held, "launched": sorted(mine)}
 
@@ -311,7 +314,7 @@ def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
     if not specs:
         return []
     target = specs[0].selection_target
-    cells, evals, examples, steps = results.load_results(sweep_dir, with_steps=True)
+    cells, evals, examples, steps = load.load_results(sweep_dir, with_steps=True)
     if evals.empty:  # no ok cell evaluated anything (every pilot of the rung failed)
         return []
     evals = evals[evals["cell_id"].isin(ids) & (evals["target"] == target)]
@@ -353,7 +356,7 @@ def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
 def _write_record(sweep_dir: Path, record: dict, run: dict | None = None) -> None:
     """Write sweep.json, keeping the ``runs`` every process of this folder recorded (and
     appending ``run``, this process's: what it launched, what another ran)."""
-    with results.claims_lock(sweep_dir):
+    with claims.claims_lock(sweep_dir):
         try:
             runs = results.read_json(sweep_dir / "sweep.json").get("runs", [])
         except (OSError, ValueError):
@@ -379,7 +382,7 @@ def _wait_for_others(sweep_dir: Path, held: dict[str, dict], poll_s: float, coun
     waiting = dict(held)
     while waiting:
         for cell_id in list(waiting):
-            if results.cell_holder(sweep_dir, cell_id, me) is None:
+            if claims.cell_holder(sweep_dir, cell_id, me) is None:
                 waiting.pop(cell_id)
                 ok = is_ok(sweep_dir / "cells" / cell_id)
                 counts.done += ok

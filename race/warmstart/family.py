@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from race.catalog import load_model_shape
-from race.rewards.tiny_prm import INIT_FROM, family_prm
 from race.warmstart.policies import build_tiny_policy, warm_start_recipe
+from race.warmstart.prm import INIT_FROM, family_prm
 
 
 def _policy(name: str, task: dict, warmstart: dict, rebuild: bool) -> Path:

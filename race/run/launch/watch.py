@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from race.core.specs import RunSpec
 from race.errors import NoSpace, UsageError
 from race.pilot.loop import unfinished_summary
+from race.store import claims
 from race.store import io as results
 
 
@@ -150,7 +151,7 @@ class PilotJob:
 
         torch.set_num_threads(self.threads)
         # the cell's run lock for the pilot's whole life: no other process runs it meanwhile
-        with StopSignals() as stop, results.cell_lock(cell_dir):
+        with StopSignals() as stop, claims.cell_lock(cell_dir):
             try:
                 summary = run_pilot(spec, Path(cell_dir), stop=stop,
                                     checkpoint_every=self.checkpoint_every,
@@ -632,7 +633,7 @@ class SlotWorker:
                     continue
                 try:
                     outcome = self.job(task.spec, task.cell_dir)
-                except results.CellBusy:  # another process runs it: not ours to record
+                except claims.CellBusy:  # another process runs it: not ours to record
                     continue
                 except Exception as error:  # recorded; the slot goes on with the next cell
                     record_lost(task, f"{type(error).__name__}: {error}")
@@ -675,7 +676,7 @@ def watch_owner(owner: dict, every_s: float = 0.5) -> None:
     import threading
 
     def watch() -> None:
-        while results.owner_alive(owner):
+        while claims.owner_alive(owner):
             time.sleep(every_s)
         _kill_tree(os.getpid())
 
@@ -733,7 +734,7 @@ class LocalWatcher:
             if self.pin_gpus:
                 self.executor.update_parameters(visible_gpus=[slot], gpus_per_node=1)
             self.workers.append(self.executor.submit(
-                SlotWorker(self.job, str(self.claims), slot, results.this_process()), tasks))
+                SlotWorker(self.job, str(self.claims), slot, claims.this_process()), tasks))
 
     def poll(self, pending: list[Task]) -> list[Ended]:
         finished = [t for t in pending if _finished_since(t, self.start_epoch_s)]

@@ -1,0 +1,96 @@
+"""A sweep folder read into the DataFrames the analysis works on (the only reader of
+``metrics.jsonl`` for analysis; what it reads is the store's, :mod:`race.store`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from race.catalog import load_model_shape
+from race.core.regime import RegimeThresholds, regime_label
+from race.core.specs import ModelShape
+from race.store.cell import CellDir, cell_dirs
+from race.store.io import SWEEP_JSON_FIX, read_jsonl, read_result
+from race.store.pilots import pilot_row
+
+# step-row keys the guards read
+STEP_KEYS = ("step", "max_new_tokens", "train_reward", "entropy", "truncation_rate",
+             "clip_fraction", "kl")
+
+
+def model_shapes(sweep_dir: Path) -> dict[str, Any]:
+    """Every policy's and reward model's :class:`~race.core.specs.ModelShape` of a sweep, by
+    name, as its cells' ``spec.json`` recorded them (an older spec without shapes: the
+    catalog's). A report never reopens a model folder, which may have moved since."""
+    shapes: dict[str, Any] = {}
+    for cell_dir in cell_dirs(sweep_dir):
+        spec = read_result(CellDir(cell_dir).spec, CellDir(cell_dir).rerun_fix())
+        if spec.get("policy"):
+            shapes[spec["model"]] = ModelShape.from_dict(spec["policy"])
+        elif spec.get("model") not in shapes:
+            shapes[spec["model"]] = load_model_shape(spec["model"])
+        reward_model = (spec.get("reward") or {}).get("model")
+        if reward_model and spec.get("reward_model"):
+            shapes[reward_model] = ModelShape.from_dict(spec["reward_model"])
+    return shapes
+
+
+def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
+    """A sweep folder as the aggregator's three DataFrames: ``(cells, evals, examples)``.
+
+    - ``cells``: one row per cell (``pilots.csv``'s columns plus ``params``,
+      ``full_budget_flops`` and the ``regime`` named from its realized shares).
+    - ``evals``: one row per (cell, target, checkpoint): FLOPs spent then, accuracy, and
+      the problems ``n`` it was scored on.
+    - ``examples``: the final checkpoint's per-problem correctness (prompt bootstrap).
+    - with ``with_steps=True``, a fourth: ``steps``, one row per ok cell's GRPO step
+      (``cell_id`` and ``STEP_KEYS``: the step's cap, train reward, entropy, truncation
+      rate, clip fraction, KL where logged), read in the same pass.
+
+    A corrupt ``metrics.jsonl`` line raises ValueError naming its file and line.
+    ``thresholds`` (a ``RegimeConfig``) defaults to the one in ``sweep.json``.
+    """
+    sweep_dir = Path(sweep_dir)
+    record = (read_result(sweep_dir / "sweep.json", SWEEP_JSON_FIX)
+              if (sweep_dir / "sweep.json").is_file() else {})
+    if thresholds is None:
+        thresholds = RegimeThresholds.from_dict(record.get("config", {}).get("regime", {}))
+    rows, evals, examples, steps = [], [], [], []
+    shapes = model_shapes(sweep_dir)
+    for cell_dir in cell_dirs(sweep_dir):
+        row = pilot_row(cell_dir)
+        fraction = record.get("pilot_fraction") or 1.0
+        row["full_budget_flops"] = record.get("budget_flops") or row["budget_flops"] / fraction
+        row["params"] = shapes[row["model"]].total_params
+        total = row.get("total_flops") or 0.0
+        shares = {p: (row.get(f"flops_{p}", 0.0) or 0.0) / total if total else 0.0
+                  for p in ("rollout", "learning", "feedback")}
+        row["regime"] = regime_label(shares, thresholds)
+        rows.append(row)
+        if row["status"] != "ok":
+            continue
+        metrics = read_jsonl(CellDir(cell_dir).metrics)
+        charged = 0.0
+        finals = {}
+        for metric in metrics:
+            if metric["kind"] == "step":
+                charged = metric["charged_flops"]
+                steps.append({"cell_id": row["cell_id"]}
+                             | {k: metric.get(k) for k in STEP_KEYS})
+            elif metric["kind"] == "eval":
+                evals.append({"cell_id": row["cell_id"], "config_id": row["config_id"],
+                              "target": metric["target"], "checkpoint": metric["checkpoint"],
+                              "flops": charged, "accuracy": metric["accuracy"],
+                              "mean_reward": metric["mean_reward"],
+                              "n": len(metric.get("correct", []))})
+                finals[metric["target"]] = metric.get("correct", [])
+        for target, correct in finals.items():
+            examples += [{"cell_id": row["cell_id"], "target": target, "example": i,
+                          "correct": c} for i, c in enumerate(correct)]
+    frames = (pd.DataFrame(rows), pd.DataFrame(evals), pd.DataFrame(examples))
+    if with_steps:
+        return (*frames, pd.DataFrame(steps, columns=["cell_id", *STEP_KEYS]))
+    return frames

@@ -1,0 +1,61 @@
+"""``pilots.csv``: one flat row per cell of a sweep (its knobs, status, FLOPs, seconds,
+throughput and evals), read from the cell's ``spec.json`` and ``summary.json``.
+
+The columns are this module's: the sweep writes the file, the report and the budget
+report read it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from race.store.cell import SUMMARY, CellDir, cell_dirs
+from race.store.io import read_result
+
+# spec fields copied into every row
+SPEC_COLUMNS = ("model", "seed", "prompts_per_step", "group_size", "max_new_tokens",
+                "update_epochs", "minibatch_size", "lr", "lora_rank", "kl_coef",
+                "temperature", "backend", "convention", "config_id", "continues")
+
+
+def pilot_row(cell_dir: Path) -> dict:
+    """One cell as a flat row: its knobs, status, FLOPs and seconds by phase, final evals.
+
+    A cell without ``summary.json`` (never finished) is reported as ``status: missing``.
+    """
+    cell = CellDir(cell_dir)
+    rerun = cell.rerun_fix()
+    spec = read_result(cell.spec, rerun)
+    row = {"cell_id": spec["cell_id"]} | {k: spec.get(k) for k in SPEC_COLUMNS}
+    row["reward"] = spec["reward"].get("name")
+    row["task"] = spec["task"].get("name")
+    row["budget_flops"] = spec["budget_flops"]
+    if not cell.has_summary():
+        return row | {"status": "missing", "error": f"no {SUMMARY}: the pilot never "
+                      "finished; rerun the sweep to resume it"}
+    summary = read_result(cell.summary, rerun)
+    row |= {"status": summary["status"], "error": summary.get("error"),
+            "steps": summary.get("steps", 0), "total_flops": summary.get("total_flops", 0.0),
+            "resumed_from_step": summary.get("resumed_from_step"),
+            "redone_flops": summary.get("redone_flops", 0.0)}
+    for phase, value in summary.get("flops", {}).items():
+        row[f"flops_{phase}"] = value
+    for phase, value in summary.get("wall_s", {}).items():
+        row[f"wall_s_{phase}"] = value
+    row |= {"device": summary.get("device"), "dtype": summary.get("dtype"),
+            "peak_flops": summary.get("peak_flops")}
+    for phase, use in (summary.get("throughput") or {}).items():
+        for key in ("flops_per_s", "mfu", "hfu", "peak_gib"):
+            row[f"{key}_{phase}"] = use.get(key)
+    for when in ("initial", "final"):
+        for target, metrics in summary.get(f"{when}_eval", {}).items():
+            row[f"{when}_{target}"] = metrics.get("accuracy")
+            row[f"{when}_{target}_reward"] = metrics.get("mean_reward")
+    return row
+
+
+def pilots_frame(sweep_dir: Path):
+    """``pilots.csv`` as a DataFrame: one row per cell folder of the sweep."""
+    import pandas as pd
+
+    return pd.DataFrame([pilot_row(d) for d in cell_dirs(sweep_dir)])
