@@ -260,7 +260,7 @@ def cmd_sweep(overrides: list[str]) -> int:
     from pathlib import Path
 
     from race.run.grid import budget_axis, plan_grid
-    from race.run.launch.watch import check_slurm
+    from race.run.launch.slurm import check_slurm
     from race.run.sweep import sweep_name
 
     budgets, rest = budget_axis(overrides)
@@ -379,7 +379,7 @@ def cmd_validate(sweep_dir: str, overrides: list[str]) -> int:
     cfg = compose_config(overrides)
     validate(cfg)
     if cfg.launcher.name == "slurm":
-        from race.run.launch.watch import check_slurm
+        from race.run.launch.slurm import check_slurm
 
         check_slurm(cfg.launcher)
     if not (folder / "selection.json").is_file():

@@ -23,7 +23,8 @@ from race.nn.devices import (  # noqa: E402
 )
 from race.nn.measure import SDPA_FLOPS, flop_counter, sdpa_backward_flops, sdpa_forward_flops  # noqa: E402
 from race.pilot.budget import worst_step_flops  # noqa: E402
-from race.pilot.loop import build_components, run_pilot  # noqa: E402
+from race.pilot.components import build_components  # noqa: E402
+from race.pilot.loop import run_pilot  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RULE = (("kind", "rule"), ("name", "rule"))

@@ -143,7 +143,7 @@ def test_selection_demotes_a_guarded_config_and_does_not_extrapolate_it():
 
 
 def test_each_step_logs_the_precursors_guards_read():
-    from race.pilot.loop import precursors
+    from race.pilot.evaluate import precursors
     from race.pilot.rollout.base import Rollouts
 
     out = Rollouts(prompt_index=(0, 0), prompt_ids=((1,), (1,)), completion_ids=((5, 6), (7,)),

@@ -14,7 +14,9 @@ cloudpickle = pytest.importorskip("cloudpickle", reason="submitit pickles jobs w
 pytest.importorskip("submitit", reason="launchers go through submitit")
 
 from race.config import compose_config, to_run_spec  # noqa: E402
-from race.run.launch.watch import Counts, Ended, Task, as_completed, launch, slots, threads  # noqa: E402
+from race.run.launch.base import Counts, Ended, Task  # noqa: E402
+from race.run.launch.job import slots, threads  # noqa: E402
+from race.run.launch.watch import as_completed, launch  # noqa: E402
 
 # the stand-in jobs travel by value: this test module is not importable in a job process
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -191,7 +193,8 @@ from pathlib import Path
 import cloudpickle
 
 from race.config import compose_config, to_run_spec
-from race.run.launch.watch import Task, launch
+from race.run.launch.base import Task
+from race.run.launch.watch import launch
 
 
 class SleepJob:
@@ -273,7 +276,7 @@ def test_ctrl_c_or_sigterm_stops_every_local_pilot(tmp_path, signum):
 
 
 def test_parse_squeue_reads_job_ids_and_states():
-    from race.run.launch.watch import parse_squeue
+    from race.run.launch.slurm import parse_squeue
 
     stored = "17_0 R\n17_1 PD\n18 CG\n\nmalformed\n"  # `squeue -h -r -o "%i %t"`
     assert parse_squeue(stored) == {"17_0": "R", "17_1": "PD", "18": "CG"}
@@ -282,8 +285,7 @@ def test_parse_squeue_reads_job_ids_and_states():
 
 LATE_SIGNAL = '''
 import os, signal, sys
-import race.pilot.loop
-from race.run.launch import watch as launch
+from race.run.launch import job
 from race.config import compose_config, to_run_spec
 
 signum = getattr(signal, sys.argv[1])
@@ -292,10 +294,11 @@ def pilot_that_finishes_after_a_signal(spec, cell_dir, **kw):
     os.kill(os.getpid(), signum)  # arrives during the "final evaluation": noted, not acted on
     return {"status": "ok", "error": None, "steps": 3, "total_flops": 1.0}
 
-race.pilot.loop.run_pilot = pilot_that_finishes_after_a_signal
+job.run_pilot = pilot_that_finishes_after_a_signal
 cfg = compose_config(["model=tiny-s", "reward=rule", "budget=1e12"])
-result = launch.PilotJob(1, 0)(to_run_spec(cfg, 1e12 * cfg.pilot.fraction), sys.argv[2])
-print("returned", result["status"], [(int(a), int(b)) for a, b in launch._UNANSWERED],
+pilot_job = job.PilotJob(1, 0)
+result = pilot_job(to_run_spec(cfg, 1e12 * cfg.pilot.fraction), sys.argv[2])
+print("returned", result["status"], [(int(a), int(b)) for a, b in pilot_job.unanswered],
       flush=True)
 '''
 
@@ -326,7 +329,7 @@ short|8|32000|gpu:2
 
 
 def test_sinfo_is_parsed_from_stored_outputs():
-    from race.run.launch.watch import parse_sinfo
+    from race.run.launch.slurm import parse_sinfo
 
     assert parse_sinfo(SINFO_LOCALHOST) == {"debug": (2, 23000, 0, True)}
     parsed = parse_sinfo(SINFO_GPU_CLUSTER)
@@ -340,25 +343,26 @@ def test_sinfo_is_parsed_from_stored_outputs():
 def test_gpu_pilots_get_their_share_of_cores_and_slurm_gpu_defaults(monkeypatch):
     from types import SimpleNamespace
 
-    from race.run.launch import watch as launch
+    from race.run.launch import job
+    from race.run.launch.slurm import slurm_resources
 
-    monkeypatch.setattr(launch, "cores", lambda: 16)
+    monkeypatch.setattr(job, "cores", lambda: 16)
     local = SimpleNamespace(name="local", threads_per_pilot=0, gpus=[0, 1, 2, 3], slots=0)
-    assert launch.slots(local) == 4 and launch.threads(local) == 4  # cores // gpus
+    assert job.slots(local) == 4 and job.threads(local) == 4  # cores // gpus
     slurm = SimpleNamespace(name="slurm", threads_per_pilot=0, gpus_per_node=0,
                             cpus_per_task=None, mem_gb=None)
-    assert launch.slurm_resources(slurm) == (1, 4)
+    assert slurm_resources(slurm) == (1, 4)
     gpu = SimpleNamespace(**vars(slurm) | {"gpus_per_node": 2})
-    assert launch.slurm_resources(gpu) == (16, 64) and launch.threads(gpu) == 16
+    assert slurm_resources(gpu) == (16, 64) and job.threads(gpu) == 16
     given = SimpleNamespace(**vars(gpu) | {"cpus_per_task": 4, "mem_gb": 20})
-    assert launch.slurm_resources(given) == (4, 20)
+    assert slurm_resources(given) == (4, 20)
 
 
 def test_kill_tree_reaches_children_started_from_any_thread(tmp_path):
     """A pilot's helper threads start processes too; killing its tree must reach them."""
     import subprocess
 
-    from race.run.launch.watch import _kill_tree
+    from race.run.launch.local import _kill_tree
 
     script = tmp_path / "parent.py"
     script.write_text(

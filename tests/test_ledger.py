@@ -26,9 +26,11 @@ from race.core import flops  # noqa: E402
 from race.core.specs import LoraShape, ModelShape, RewardShape, RunSpec  # noqa: E402
 from race.errors import RewardInputTooLong  # noqa: E402
 from race.pilot.budget import shapes, trace_token_limit, worst_step_flops  # noqa: E402
-from race.pilot.loop import PHASES, build_components, run_pilot  # noqa: E402
+from race.pilot.components import build_components  # noqa: E402
+from race.pilot.loop import run_pilot  # noqa: E402
+from race.pilot.state import PHASES  # noqa: E402
 from race.rewards.base import FlopLedger, RewardFlops  # noqa: E402
-from race.run.launch.watch import Task, record_lost  # noqa: E402
+from race.run.launch.base import Task, record_lost  # noqa: E402
 from race.store import io as results  # noqa: E402
 
 RULE = (("kind", "rule"), ("name", "rule"))
@@ -514,7 +516,7 @@ def test_standin_refuses_a_trace_over_its_token_limit(standin):
 def test_spent_so_far_reads_rows_written_after_the_state_evals_included(tmp_path):
     """A job killed after an evaluation that followed its last step: the evaluation's row
     (no step number) carries the newest cumulative FLOPs, and the state is older."""
-    from race.pilot.loop import STATE_FORMAT, Ledger, spent_so_far
+    from race.pilot.state import STATE_FORMAT, Ledger, spent_so_far
 
     spec = small_spec(3)
 

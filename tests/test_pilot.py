@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch", reason="pilots train with torch")
 from race.core.specs import RunSpec  # noqa: E402
 from race.errors import BudgetTooSmall  # noqa: E402
 from race.pilot.budget import worst_step_flops  # noqa: E402
-from race.pilot.loop import build_components, run_pilot  # noqa: E402
+from race.pilot.components import build_components  # noqa: E402
+from race.pilot.loop import run_pilot  # noqa: E402
 from race.warmstart.policies import WarmStartRecipe, build_tiny_policy  # noqa: E402
 
 RULE = (("kind", "rule"), ("name", "rule"))
@@ -263,7 +264,9 @@ def test_vllm_pilots_of_a_slot_share_one_engine_sized_from_the_cell(tmp_path):
     folder = vllm_policy(tmp_path)
     from race.catalog import load_model_shape
     from race.pilot.rollout.vllm import close_engine, engine_counts, engine_size
-    from race.run.launch.watch import PilotJob, SlotWorker, Task
+    from race.run.launch.base import Task
+    from race.run.launch.job import PilotJob
+    from race.run.launch.local import SlotWorker
     from race.tasks import build_task, prompt_bound
 
     spec = dataclasses.replace(small_spec(3), model="tiny-l", backend="vllm",

@@ -12,7 +12,9 @@ from conftest import Shaped  # noqa: E402  (tests/conftest.py)
 
 from race.core.specs import RunSpec  # noqa: E402
 from race.pilot.budget import worst_step_flops  # noqa: E402
-from race.pilot.loop import build_components, load_state, run_pilot  # noqa: E402
+from race.pilot.components import build_components  # noqa: E402
+from race.pilot.loop import run_pilot  # noqa: E402
+from race.pilot.state import load_state  # noqa: E402
 from race.store import io as results  # noqa: E402
 
 RULE = (("kind", "rule"), ("name", "rule"))

@@ -66,7 +66,7 @@ class RaceCallback(TrainerCallback):
     def __init__(self, trainer, out_dir: Path, *, run_id: str | None = None,
                  budget_flops: float | None = None, measure: bool = False):
         from race.nn.measure import attention_backward_is_fused
-        from race.pilot.loop import Ledger
+        from race.pilot.state import Ledger
 
         check_trainer(trainer)
         self.trainer, self.measure, self.budget_flops = trainer, measure, budget_flops

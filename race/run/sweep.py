@@ -215,7 +215,9 @@ def _run_cells(sweep_dir: Path, specs: list, cfg, me: dict, *, label: str = "",
                keep_final_state: bool = False) -> dict:
     """Claim, warm-start and launch the cells of ``specs`` without an ok summary; wait
     for the ones another process holds. Returns the counts (``launched``: cell ids)."""
-    from race.run.launch.watch import PilotJob, Task, cores, launch, quiet_library_output, threads
+    from race.run.launch.base import Task
+    from race.run.launch.job import PilotJob, cores, threads
+    from race.run.launch.watch import launch, quiet_library_output
 
     cells_dir = sweep_dir / "cells"
     todo = [s for s in specs if not is_ok(cells_dir / s.cell_id)]
@@ -422,7 +424,9 @@ def run_validation(sweep_dir: Path, cfg, top_k: int | None = None) -> dict:
     Returns ``aggregate.compare_predictions``'s dict plus ``target`` and ``failed``.
     """
     from race.analysis import aggregate
-    from race.run.launch.watch import Task, cores, launch, quiet_library_output
+    from race.run.launch.base import Task
+    from race.run.launch.job import cores
+    from race.run.launch.watch import launch, quiet_library_output
 
     selection = results.read_result(sweep_dir / "selection.json", results.REPORT_FIX)
     record = results.read_result(sweep_dir / "sweep.json", results.SWEEP_JSON_FIX)

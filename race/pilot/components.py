@@ -1,0 +1,123 @@
+"""What a pilot runs with: its task, reward, LoRA learner, rollout backend and tokenizer,
+built from the spec alone (:func:`build_components`), and freed after it.
+
+torch and transformers are imported inside :func:`build_components` (heavy: a sweep
+process plans and launches pilots without them).
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from race import preflight
+from race.catalog import load_model_shape
+from race.core.specs import RunSpec
+from race.errors import RewardFormatTooLong, UsageError
+from race.nn.devices import resolve_device, resolve_dtype, torch_dtype
+from race.pilot.learner import LearnerConfig, LoraLearner
+from race.pilot.rollout.hf import HFBackend
+from race.pilot.rollout.vllm import VLLMBackend, engine_size
+from race.rewards import build_reward
+from race.tasks import prompt_bound, with_chat_template
+from race.warmstart.policies import build_tiny_policy, warm_start_recipe
+
+
+@dataclass
+class Components:
+    """What a pilot runs with (built by :func:`build_components`, or given by tests)."""
+
+    task: Any
+    reward: Any
+    learner: Any
+    backend: Any
+    tokenizer: Any
+
+
+def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Components:
+    """Load the policy, wrap it in the LoRA learner, and build backend, task and reward.
+
+    ``policy_folder`` overrides where the policy loads from (default: ``spec.policy_path``,
+    else the warm-started tiny policy or the model's ``hf_id``). The base weights load in
+    the pilot's dtype; the adapters are initialised on CPU in fp32 and only then moved to
+    the pilot's device, so a seed gives the same adapters on every device.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    shape = spec.policy or load_model_shape(spec.model)
+    # the plan's own checks (race.preflight), so that the two never disagree
+    inner_task = preflight.open_task(dict(spec.task), spec.eval_targets)
+    folder = policy_folder or spec.policy_path or (
+        build_tiny_policy(spec.model, recipe=warm_start_recipe(spec.model, dict(spec.task),
+                                                               dict(spec.warmstart)))
+        if shape.tokenizer == "race-char" else shape.hf_id)
+    if preflight.is_local(str(folder)):
+        preflight.check_policy_folder(folder, key=preflight.policy_key(spec))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:  # many base checkpoints pad with their EOS
+            tokenizer.pad_token = tokenizer.eos_token
+        torch.manual_seed(spec.seed)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(dtype))
+    except Exception as error:  # OSError, ValueError, safetensors' own error, ...
+        first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        raise UsageError(f"model.hf_id={folder}: could not load the policy ({first}); point "
+                      f"model.hf_id at a Hugging Face model folder or id") from error
+    config = LearnerConfig(lora_rank=spec.lora_rank, lora_alpha=spec.lora_alpha,
+                           lora_targets=spec.lora_targets, lr=spec.lr,
+                           update_epochs=spec.update_epochs,
+                           minibatch_size=spec.minibatch_size,
+                           micro_batch_size=spec.micro_batch_size, tis_cap=spec.tis_cap,
+                           clip_eps=spec.clip_eps, aggregation=spec.aggregation,
+                           kl_coef=spec.kl_coef, temperature=spec.temperature)
+    learner = LoraLearner(model, shape, config, pad_id=tokenizer.pad_token_id,
+                          seed=spec.seed, measure=spec.measure, device=device)
+    task = with_chat_template(inner_task, tokenizer)
+    if spec.backend == "hf":
+        # on a GPU, evaluation generates in batches no larger than a step's (the memory
+        # plan's); on CPU in one batch (memory is plentiful, each call costs overhead)
+        rows = spec.prompts_per_step * spec.group_size if device != "cpu" else 0
+        backend = HFBackend(learner.model, tokenizer, shape, learner.lora, batch_rows=rows,
+                            measure=spec.measure)
+    elif spec.backend == "vllm":
+        # sized from the cell: its longest prompt plus the cap, one step's P x G sequences
+        size = engine_size(shape, dtype, max_new_tokens=spec.max_new_tokens,
+                           prompt_tokens=prompt_bound(task, tokenizer,
+                                                      ("train", *spec.eval_targets)),
+                           sequences=spec.prompts_per_step * spec.group_size)
+        backend = VLLMBackend(folder, shape, learner.lora, seed=spec.seed, dtype=dtype, **size)
+    else:
+        raise UsageError(f"pilot.backend={spec.backend!r}: use hf or vllm")
+    reward = build_reward(dict(spec.reward), task, device=device, dtype=dtype,
+                          shape=spec.reward_model,
+                          family=(dict(spec.task), dict(spec.warmstart)))
+    return Components(task, reward, learner, backend, tokenizer)
+
+
+def release_memory(device: str) -> None:
+    """Free what a finished pilot held: collect its models and, on CUDA, return the cached
+    blocks to the driver (a slot's next pilot starts from the same memory). A vLLM
+    engine stays open for the next pilot; ``race.pilot.rollout.vllm.close_engine`` ends it."""
+    gc.collect()
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def check_reward_format(spec: RunSpec, reward: Any) -> None:
+    """Refuse a reward model whose real input format adds more tokens per trace than the
+    budget's worst case assumes (:class:`~race.errors.RewardFormatTooLong`)."""
+    measure = getattr(reward, "overhead_tokens", None)
+    if measure is None:
+        return
+    configured = int(dict(spec.reward).get("overhead_tokens") or 0)
+    measured = measure()
+    if measured > configured:
+        raise RewardFormatTooLong(dict(spec.reward)["name"], configured, measured)

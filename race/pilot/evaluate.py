@@ -1,0 +1,107 @@
+"""Scoring and held-out evaluation inside a pilot: rewards charged to their phase, the
+greedy accuracy on every target at a checkpoint, and the per-step collapse precursors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+
+from race.core.specs import RunSpec
+from race.errors import PromptTooLong
+from race.nn.devices import PhaseMeter
+from race.pilot.budget import trace_token_limit
+from race.pilot.components import Components
+from race.pilot.state import Ledger
+
+
+def _measuring(spec: RunSpec):
+    """A FlopCounterMode when ``spec.measure`` (read ``get_total_flops()``), else None."""
+    if not spec.measure:
+        return None
+    from race.nn.measure import flop_counter  # heavy: imports torch
+
+    return flop_counter()
+
+
+def score(spec: RunSpec, parts: Components, ledger: Ledger, phase: str, out,
+          prompts: list[str], answers: list[str]) -> list[float]:
+    """Reward every completion of ``out``; charge what the reward model ran to ``phase``.
+
+    Each trace may be scored on at most :func:`race.pilot.budget.trace_token_limit` tokens (the
+    rewards refuse longer inputs before their model runs), which keeps the worst-case step
+    a bound. What was scored is charged even when the reward fails midway.
+    """
+    limits = [trace_token_limit(spec, len(p), len(c))
+              for p, c in zip(out.prompt_ids, out.completion_ids)]
+    counter = _measuring(spec)
+    try:
+        with counter or contextlib.nullcontext():
+            return parts.reward(prompts, list(out.texts), answer=answers,
+                                token_limits=limits)
+    finally:
+        spent = parts.reward.pop_flops()
+        ledger.add(phase, spent.model, spent.executed,
+                   counter.get_total_flops() if counter is not None else 0.0)
+
+
+def longest_prompt(parts: Components, spec: RunSpec, prompts: list[str]) -> int:
+    """Tokens of the longest prompt; PromptTooLong when it and the generation cap do not
+    fit the policy's context window."""
+    longest = max(len(parts.tokenizer(p, add_special_tokens=False)["input_ids"])
+                  for p in prompts)
+    context = getattr(getattr(parts.learner.model, "config", None),
+                      "max_position_embeddings", None)
+    if context and longest + spec.max_new_tokens > context:
+        raise PromptTooLong(spec.model, longest, spec.max_new_tokens, context)
+    return longest
+
+
+def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
+             meter: PhaseMeter | None = None) -> list[dict]:
+    """Greedy accuracy and mean reward on every held-out target (eval FLOPs, uncharged).
+
+    Each row carries the ledger's cumulative FLOPs after it (``flops``), as step rows do.
+    Every checkpoint scores the same fixed problems of each target (the first ``n`` of
+    its ``seed=10_000`` draw), so any two checkpoints compare paired, problem by problem:
+    the target selection reads (``spec.select_target``) on ``spec.select_examples``
+    problems, so rankings, promotions, guards and a pick's gain over the warm start rest
+    on a small standard error; the other targets on ``eval_examples``.
+    """
+    rows = []
+    with (meter or PhaseMeter()).phase("eval", ledger.wall_s):
+        for target in spec.eval_targets:
+            n = (max(spec.select_examples, spec.eval_examples)
+                 if target == spec.select_target else spec.eval_examples)
+            examples = parts.task.sample(target, n, seed=10_000)
+            prompts = [ex.prompt for ex in examples]
+            longest_prompt(parts, spec, prompts)
+            out = parts.backend.generate(prompts, n=1, max_new_tokens=spec.max_new_tokens,
+                                         greedy=True)
+            ledger.add("eval", out.flops_model, out.flops_executed, out.flops_measured or 0.0)
+            answers = [ex.answer for ex in examples]
+            rewards = score(spec, parts, ledger, "eval", out,
+                            [ex.problem for ex in examples], answers)
+            correct = [parts.task.verify(t, a) for t, a in zip(out.texts, answers)]
+            rows.append({"kind": "eval", "checkpoint": fraction, "target": target,
+                         "problems": problem_set_id(prompts),
+                         "accuracy": sum(correct) / len(correct),
+                         "mean_reward": sum(rewards) / len(rewards),
+                         "correct": [int(c) for c in correct], "flops": ledger.snapshot()})
+    return rows
+
+
+def problem_set_id(prompts: list[str]) -> str:
+    """A short hash of the problems an evaluation scored, in order: two checkpoints with
+    the same id scored the same problems (their ``correct`` lists pair up)."""
+    return hashlib.sha256("\0".join(prompts).encode()).hexdigest()[:12]
+
+
+def precursors(out) -> dict[str, float]:
+    """Per-step signals that often come before a collapse (race.core.guards reads them):
+    ``truncation_rate``, the share of completions cut at the cap, and ``entropy``, the
+    mean negative log-likelihood of the sampled tokens (nats/token, an estimate of the
+    sampling policy's entropy)."""
+    tokens = [lp for row in out.logprobs for lp in row]
+    return {"truncation_rate": 1 - sum(out.finished) / max(1, len(out.finished)),
+            "entropy": -sum(tokens) / len(tokens) if tokens else 0.0}

@@ -1,0 +1,118 @@
+"""What every launcher shares: a task (spec and cell folder), the counts a progress line
+shows, a watcher's interface, and the failed summary of a job that died without one.
+
+The results contract is the cell folder: each job writes its own summary; when a job
+dies before it can, :func:`record_lost` writes a failed one for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from race.core.specs import RunSpec
+from race.pilot.state import unfinished_summary
+from race.store.cell import CellDir
+from race.store.io import write_json
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One pilot to launch: its frozen spec and its cell folder."""
+
+    spec: RunSpec
+    cell_dir: str
+
+    @property
+    def cell(self) -> CellDir:
+        return CellDir(self.cell_dir)
+
+
+def record_lost(task: Task, error: str) -> None:
+    """Write a failed ``summary.json`` for a pilot that ended without writing one.
+
+    Its FLOPs are what the pilot spent until it died, read from its newest saved state and
+    the cumulative FLOPs of the last row of its ``metrics.jsonl``
+    (:func:`race.pilot.state.unfinished_summary`), so the sweep's totals keep them.
+    """
+    cell = task.cell
+    if cell.is_ok():  # none, or damaged: write a failed one
+        return
+    write_json(cell.spec, task.spec.to_dict())
+    write_json(cell.summary, unfinished_summary(task.spec, task.cell_dir, error))
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnd:
+    """Why a job ended without a summary: ``message`` for the record; ``crashed``: it
+    raised or died (True) rather than returning normally without writing one."""
+
+    message: str
+    crashed: bool
+
+
+def job_error(job, task: Task | None) -> JobEnd:
+    """Why a job ended without a summary: the exception, else the tail of its log."""
+    import submitit  # heavy: only a job that ended without a summary needs its types
+
+    log = getattr(getattr(job, "paths", None), "stderr", "")
+    try:
+        job.result()
+    except submitit.core.utils.FailedJobError as error:  # raised in the job: its last line
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        return JobEnd(f"job {job.job_id} failed: {lines[-1][:300] if lines else error!r}; "
+                      f"log: {log}", crashed=True)
+    except Exception as error:  # killed or crashed: no result at all
+        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
+        return JobEnd(f"job {job.job_id} ended without a result ({first}); log: {log}",
+                      crashed=True)
+    where = str(task.cell.summary) if task else "a summary for every cell"
+    return JobEnd(f"job {job.job_id} ended without writing {where}; log: {log}",
+                  crashed=False)
+
+
+@dataclass
+class Counts:
+    """What the progress display shows."""
+
+    total: int
+    done: int = 0
+    failed: int = 0
+    running: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A task that a watcher's poll saw end.
+
+    ``submission``: its submitit job, asked why it ended when it left no summary; None
+    only for a task that has a summary or is ``lost`` (a local slot worker runs many
+    tasks, so no job is a task's own). ``lost``: what to record for a task that can never
+    finish (its job is gone without a summary; :func:`record_lost`), None otherwise.
+    """
+
+    task: Task
+    submission: Any = None
+    lost: str | None = None
+
+
+class Watcher(Protocol):
+    """One launcher's view of its work, polled by :func:`as_completed`.
+
+    ``pending`` is always the tasks not reported ended yet, in the order ``start`` got
+    them. A watcher neither counts nor writes summaries: :func:`as_completed` does both.
+    """
+
+    def start(self, tasks: list[Task]) -> None:
+        """Submit the work for ``tasks``."""
+
+    def poll(self, pending: list[Task]) -> list[Ended]:
+        """The tasks of ``pending`` that ended since the last poll, and those that never
+        will (``Ended.lost``), in the order to report them."""
+
+    def running(self, pending: list[Task]) -> int:
+        """How many of ``pending`` are running, as of the last poll."""
+
+    def stop(self) -> None:
+        """Leave none of the work running; called when the loop is left early (Ctrl-C,
+        ``kill``, a crash, the generator closed)."""
