@@ -55,9 +55,8 @@ import json
 import sys
 from pathlib import Path
 
-from race.run.sweep import is_ok
 from race.store import io as results
-from race.store.cell import cell_dirs
+from race.store.cell import CellDir, cell_dirs
 
 DEFAULT_OUT = Path(__file__).parent / "data" / "curve_bank.json.gz"
 RUN_KEYS = ("command", "git_sha", "started", "finished")  # one command's run, in the bank
@@ -66,7 +65,7 @@ RUN_KEYS = ("command", "git_sha", "started", "finished")  # one command's run, i
 def cell_curves(cell_dir: Path) -> dict | None:
     """One ok cell's knobs, checkpoint evals and per-step precursors (None if not ok, or
     still running)."""
-    if not is_ok(cell_dir):
+    if not CellDir(cell_dir).is_ok():
         return None
     spec = results.read_json(cell_dir / "spec.json")
     convention = spec["convention"]

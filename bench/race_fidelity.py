@@ -37,7 +37,7 @@ import pandas as pd
 from scipy import stats
 
 KNOBS = ["model", "reward", "group_size", "update_epochs"]
-MAX_WIDTH = 0.3  # aggregate.select_for_validation's default max_width
+MAX_WIDTH = 0.3  # select_for_validation's default max_width (race.analysis.select)
 
 
 def sweep(out: Path, name: str, budget: float, fraction: float, seeds: int, slots: int,
@@ -55,6 +55,7 @@ def sweep(out: Path, name: str, budget: float, fraction: float, seeds: int, slot
 def scores(folder: Path, target: str) -> tuple[pd.DataFrame, float]:
     """Per allocation: observed mean, extrapolated mean, per-seed values; total FLOPs."""
     from race.analysis import aggregate
+    from race.analysis.curves import fit_cells
     from race.analysis.load import load_results
 
     cells, evals, _ = load_results(folder)
@@ -62,7 +63,7 @@ def scores(folder: Path, target: str) -> tuple[pd.DataFrame, float]:
     if len(failed):
         print(f"{folder.name}: {len(failed)} failed cell(s) excluded: "
               f"{list(failed.cell_id)}", flush=True)
-    fits = aggregate.fit_cells(evals, ok, target=target)
+    fits = fit_cells(evals, ok, target=target)
     ok = ok.merge(fits[["cell_id", "prediction", "method", "lo", "hi"]], on="cell_id")
     ok["width"] = ok["hi"] - ok["lo"]
     grouped = ok.groupby(KNOBS)

@@ -68,7 +68,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from race.analysis.aggregate import fit_curve
+from race.analysis.curves import fit_curve
 from race.config import SelectionConfig
 from race.core import guards
 from race.core.ladder import (

@@ -1,6 +1,8 @@
 """Names shipped under ``conf/``: list them, load one, and answer a miss with "did you mean".
 
 YAML only (no Hydra, no torch), so ``race flops`` and the accounting core stay fast.
+
+May import: core, errors.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ import dataclasses
 import difflib
 import functools
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from race.core.specs import ModelShape
+from race.core.flops import reward_extra_tokens
+from race.core.specs import ModelShape, RewardShape
 from race.errors import UnknownName, UsageError
 
 
@@ -128,3 +132,13 @@ def read_config_json(folder: str | Path, file: str = "config.json", *,
 def has_tokenizer(folder: str | Path) -> bool:
     """Whether a model folder holds tokenizer files (a policy needs them)."""
     return any((Path(folder).expanduser() / f).is_file() for f in TOKENIZER_FILES)
+
+
+def reward_shape(reward: Mapping[str, Any], steps: int | None = None,
+                 model: ModelShape | None = None) -> RewardShape:
+    """The reward as the accounting sees it, with ``steps`` steps per trace (default: max);
+    ``model``: its model's shape (default: read from the catalog by name)."""
+    if model is None and reward.get("model"):
+        model = load_model_shape(reward["model"])
+    return RewardShape(reward["name"], reward["kind"], model,
+                       steps_per_trace=reward_extra_tokens(reward, steps))

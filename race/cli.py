@@ -1,19 +1,61 @@
-"""The ``race`` command: the only module that reads ``sys.argv``.
+"""The ``race`` command: argv to commands, and printing; the only module that reads
+``sys.argv``.
 
-Bad input (unknown names, impossible knobs, malformed overrides: a
+Each command parses its overrides once (:class:`~race.config.Overrides`) and hands them
+down. Bad input (unknown names, impossible knobs, malformed overrides: a
 :class:`~race.errors.UsageError` or Hydra's own override errors) prints one line naming
 the key, the value and the fix, and exits with code 2; never a traceback. Anything else
 is a bug in RACE: its traceback, one line asking to report it, and exit code 1.
+
+Nothing imports it. May import: analysis, catalog, config, core, errors, pilot, report,
+run, store.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import itertools
 import json
 import sys
+import traceback
+from pathlib import Path
 
+import hydra
+import pandas as pd
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from race import catalog
+from race.config import (
+    Overrides,
+    check_device,
+    compose_config,
+    full_budget,
+    register_configs,
+    to_run_spec,
+    to_specs,
+    validate,
+)
+from race.core.flops import cell_cards
 from race.core.fmt import fmt_flops
+from race.core.specs import pilot_flops
 from race.errors import UsageError
+from race.pilot.budget import check_budget
+from race.pilot.loop import run_pilot
+from race.report.budgets import write_budget_report
+from race.report.card import cell_card_json, cell_card_text
+from race.report.validation import validation_section
+from race.report.write import write_failures, write_report
+from race.run.cells import held_text
+from race.run.grid import cell_label, cost_warning, plan_grid, plan_summary, plan_table
+from race.run.launch.slurm import check_slurm
+from race.run.sweep import plan_budget_sweeps, plan_sweep, run_sweep
+from race.run.validate import run_validation
+from race.store.cell import CELLS, CellDir
+from race.store.io import no_space
+from race.store.sweep import SWEEP_JSON, SweepDir
 
 USAGE_ERROR = 2
 INTERNAL_ERROR = 1
@@ -61,86 +103,144 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _params(count: int) -> str:
-    return f"{count / 1e9:.4g}B" if count >= 1e8 else f"{count / 1e6:.3g}M"
-
-
-def _card_text(cfg, specs, cards: dict) -> str:
-    from race.core.flops import head_flops_per_position, linear_forward_flops_per_token
-
-    policy, reward, lora, kw = specs.policy, specs.reward, specs.lora, specs.kwargs()
-    model_card = cards["model"]
-    rows = kw["prompts_per_step"] * kw["group_size"]
-    adapter = (f"LoRA r={lora.rank} on {len(lora.targets)} module(s)/layer"
-               if lora else "full fine-tuning")
-    feedback = ("rule-based verifier, 0 FLOPs" if reward.kind == "rule" else
-                f"{reward.kind.upper()} {reward.model.name} "
-                f"({_params(reward.model.total_params)} params), "
-                f"{reward.steps_per_trace if reward.kind == 'prm' else 0} step tags/trace")
-    per_token = linear_forward_flops_per_token(policy) + head_flops_per_position(policy)
-    lines = [
-        f"RACE compute card  ({model_card.steps} GRPO step(s); budget convention: "
-        f"{cfg.convention})",
-        f"  policy    {policy.name}: {_params(policy.total_params)} params "
-        f"({_params(policy.non_embedding_params)} non-embedding), "
-        f"{fmt_flops(per_token)} FLOPs/token forward (no attention), {adapter}",
-        f"  feedback  {reward.name}: {feedback}",
-        f"  search    {kw['prompts_per_step']} prompts x G={kw['group_size']} = {rows} "
-        f"completions/step; prompt {kw['prompt_tokens']} tok, completion "
-        f"{kw['completion_tokens']} tok (cap {kw['max_new_tokens']})",
-        f"  learning  mu={kw['update_epochs']} epoch(s), minibatch "
-        f"{kw['minibatch_size'] or rows}, kl_coef={kw['kl_coef']}",
-        "",
-        f"  {'phase':<10}{'model FLOPs':>14}{'share':>8}{'executed FLOPs':>17}{'share':>8}",
-    ]
-    totals = {name: card.total for name, card in cards.items()}
-    shares = {name: total.shares() for name, total in totals.items()}
-    for phase in ("rollout", "learning", "feedback"):
-        lines.append(f"  {phase:<10}{fmt_flops(getattr(totals['model'], phase)):>14}"
-                     f"{shares['model'][phase]:>8.1%}"
-                     f"{fmt_flops(getattr(totals['executed'], phase)):>17}"
-                     f"{shares['executed'][phase]:>8.1%}")
-    lines.append(f"  {'total':<10}{fmt_flops(totals['model'].total):>14}{'':>8}"
-                 f"{fmt_flops(totals['executed'].total):>17}")
-    lines.append(f"  per step  {fmt_flops(model_card.per_step.total):>12}{'':>8}"
-                 f"{fmt_flops(cards['executed'].per_step.total):>17}")
-    lines.append("  (model: real tokens, causal attention; executed: what Hugging Face runs, "
-                 "padded to the cap, full-square attention)")
-    return "\n".join(lines)
-
-
-def cmd_flops(overrides: list[str]) -> int:
+def cmd_flops(overrides: Overrides) -> int:
     """``race flops``: compose the config, account one cell, print its compute card."""
-    from race.config import compose_config, to_specs
-    from race.core import flops
-
     cfg = compose_config(overrides)
     specs = to_specs(cfg)
-    step = {conv: flops.grpo_step_flops(specs.policy, specs.reward, convention=conv,
-                                        lora=specs.lora, **specs.kwargs())
-            for conv in flops.CONVENTIONS}
-    if cfg.steps is not None:
-        steps = cfg.steps
-    elif cfg.budget is not None:
-        steps = flops.steps_for_budget(step[cfg.convention], cfg.budget)
-    else:
-        steps = 1
-    cards = {conv: flops.compute_card(specs.policy, specs.reward, step[conv],
-                                      convention=conv, steps=steps)
-             for conv in flops.CONVENTIONS}
+    cards = cell_cards(specs.policy, specs.reward, lora=specs.lora,
+                       step_kwargs=specs.kwargs(), convention=cfg.convention,
+                       steps=cfg.steps, budget_flops=cfg.budget)
     if cfg.format == "json":
-        out = {"assumptions": {"model": specs.policy.name, "reward": specs.reward.name,
-                               "task": cfg.task.name, "budget_flops": cfg.budget,
-                               "budget_convention": cfg.convention,
-                               "lora_rank": specs.lora.rank if specs.lora else 0,
-                               **specs.kwargs()},
-               "params": {"total": specs.policy.total_params,
-                          "non_embedding": specs.policy.non_embedding_params},
-               "cards": {conv: card.to_dict() for conv, card in cards.items()}}
-        print(json.dumps(out, indent=2))
+        print(json.dumps(cell_card_json(cfg, specs, cards), indent=2))
     else:
-        print(_card_text(cfg, specs, cards))
+        print(cell_card_text(cfg, specs, cards))
     return 0
+
+
+def cmd_plan(overrides: Overrides) -> int:
+    """``race plan``: expand the grid, solve each cell, print the table. Loads no weights.
+
+    A budget list (``budget=1e12,4e12``) plans one grid (one ladder) per budget.
+    """
+    budgets, rest = overrides.budget_axis()
+    plans = ([plan_grid(rest.with_budget(b), runnable=False) for b in budgets]
+             if budgets else [plan_grid(overrides, runnable=False)])
+    for plan in plans:
+        if budgets:
+            print(f"== budget={plan.budget_flops:.3g} ==")
+        print(plan_table(plan))
+        print()
+        print(plan_summary(plan))
+        if cost_warning(plan):
+            print(cost_warning(plan), file=sys.stderr)
+        if budgets:
+            print()
+    return 0
+
+
+def cmd_sweep(overrides: Overrides) -> int:
+    """``race sweep``: plan, launch every cell without an ok summary, wait, summarise.
+
+    A budget list (``budget=1e12,4e12,1.6e13``) runs one sweep (one ladder) per budget in
+    ``<out_dir>/<name>/budget-<B>/``, then writes the budget-conditional report beside
+    them: the selected allocation at each budget and where it changes.
+    """
+    budgets, rest = overrides.budget_axis()
+    if not budgets:
+        plan, sweep_dir = plan_sweep(overrides)
+        return _sweep_one(plan, overrides, sweep_dir)
+    parent, sweeps = plan_budget_sweeps(rest, budgets)
+    failed = 0
+    for sweep in sweeps:
+        print(f"race sweep: == budget={sweep.plan.budget_flops:.3g} -> {sweep.folder} ==",
+              file=sys.stderr)
+        failed += _sweep_one(sweep.plan, sweep.overrides, sweep.folder) != 0
+    print(write_budget_report(parent, {s.plan.budget_flops: s.folder for s in sweeps},
+                              level=sweeps[0].plan.base.report.level))
+    return 0 if failed == 0 else 1
+
+
+def _sweep_one(plan, overrides: Overrides, sweep_dir: Path) -> int:
+    """One budget's sweep of ``plan`` into ``sweep_dir``, then its report; the exit code."""
+    base = plan.base
+    print(f"race sweep: {plan_summary(plan)}", file=sys.stderr)
+    if cost_warning(plan):
+        print(f"race sweep: {cost_warning(plan)}", file=sys.stderr)
+    for cell in (c for c in plan.cells if c.refused):
+        print(f"race sweep: refused {cell_label(cell)} "
+              f"({' '.join(f'{k}={v}' for k, v in cell.knobs)}): {cell.refused}",
+              file=sys.stderr)
+    print(f"race sweep: {len(plan.runnable)} pilot(s) via launcher={base.launcher.name} -> "
+          f"{sweep_dir}", file=sys.stderr)
+    outcome = run_sweep(plan, base, list(overrides), sweep_dir)
+    frame = pd.read_csv(SweepDir(sweep_dir).pilots)
+    if outcome["ok"]:
+        _report(sweep_dir, base)
+    else:
+        write_failures(sweep_dir, frame)
+        _print_failures_table(frame)
+    print(f"\n{outcome['ok']} ok, {outcome['failed']} failed ({outcome['skipped']} already "
+          f"done before this run); launch wall {outcome['wall_s']:.0f} s; results in "
+          f"{sweep_dir}")
+    if outcome["by_other"]:
+        print(f"race sweep: {len(outcome['by_other'])} cell(s) were run by "
+              f"{held_text(outcome['by_other'])}, not here: "
+              f"{', '.join(sorted(outcome['by_other']))}", file=sys.stderr)
+    for _, row in frame[frame["status"] != "ok"].iterrows():
+        print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
+    return 0 if outcome["failed"] == 0 else 1
+
+
+def _print_failures_table(frame: pd.DataFrame) -> None:
+    """Every cell of a sweep with no ok cell: its knobs, status, steps and FLOPs."""
+    targets = [c for c in frame.columns if c.startswith("final_") and not c.endswith("_reward")]
+    columns = ["cell_id", "model", "reward", "group_size", "update_epochs", "seed",
+               "status", "steps", "total_flops", *targets]
+    table = frame[[c for c in columns if c in frame.columns]].copy()
+    if "total_flops" in table:
+        table["total_flops"] = table["total_flops"].map(fmt_flops)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+def _report(sweep_dir, cfg) -> dict:
+    report = cfg.report
+    written = write_report(sweep_dir, n_boot=report.n_boot, level=report.level,
+                           top_k=report.top_k, basis=report.basis)
+    print(written["summary"])
+    return written
+
+
+def _sweep_folder(path: str) -> Path:
+    folder = Path(path)
+    if not SweepDir(folder).record.is_file() and not SweepDir(folder).cells.is_dir():
+        raise UsageError(f"SWEEP_DIR={path}: not a sweep folder (no {SWEEP_JSON} or {CELLS}/); "
+                         f"give the folder `race sweep` printed, e.g. results/<sweep>")
+    return folder
+
+
+def cmd_report(sweep_dir: str, overrides: Overrides) -> int:
+    """``race report SWEEP_DIR``: leaderboard, compute card, plots, selection."""
+    folder = _sweep_folder(sweep_dir)
+    cfg = compose_config(overrides)
+    validate(cfg)
+    _report(folder, cfg)
+    return 0
+
+
+def cmd_validate(sweep_dir: str, overrides: Overrides) -> int:
+    """``race validate SWEEP_DIR``: the selected cells at the full budget, then compare."""
+    folder = _sweep_folder(sweep_dir)
+    cfg = compose_config(overrides)
+    validate(cfg)
+    if cfg.launcher.name == "slurm":
+        check_slurm(cfg.launcher)
+    if not SweepDir(folder).selection.is_file():
+        _report(folder, cfg)
+    comparison = run_validation(folder, cfg, top_k=cfg.validate.top_k)
+    print(validation_section(folder, comparison))
+    for row in comparison["failed"]:
+        print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
+    return 0 if not comparison["failed"] else 1
 
 
 # Fixes appended to Hydra's own messages, matched on their first words.
@@ -173,23 +273,24 @@ class _Progress:
               f"{row['train_reward']:.3f}", end="", file=sys.stderr, flush=True)
 
 
-def cmd_pilot(overrides: list[str]) -> int:
+def cmd_pilot(overrides: Overrides) -> int:
     """``race pilot``: run one cell at ``pilot.fraction x budget`` and print its summary."""
-    from pathlib import Path
-
-    from race.config import compose_config
-    from race.pilot.budget import check_budget
-    from race.pilot.loop import run_pilot
-
     cfg = compose_config(overrides)
     spec = _pilot_spec(cfg)
     check_budget(spec, prompt_tokens=1, key=_pilot_budget_key(cfg))  # before any model loads
-    cell_dir = Path(cfg.pilot.out_dir) / "cells" / spec.cell_id
+    cell_dir = CellDir.of(cfg.pilot.out_dir, spec.cell_id).path
     print(f"race pilot: {spec.model} x {dict(spec.reward)['name']}, G={spec.group_size}, "
           f"mu={spec.update_epochs}, pilot budget {fmt_flops(spec.budget_flops)} FLOPs "
           f"({spec.convention}) -> {cell_dir}", file=sys.stderr)
     summary = run_pilot(spec, cell_dir, progress=_Progress(spec.budget_flops))
     print(file=sys.stderr)
+    _print_pilot_summary(summary)
+    print(f"results    {cell_dir}")
+    return 0 if summary["status"] == "ok" else 1
+
+
+def _print_pilot_summary(summary: dict) -> None:
+    """A pilot's status, steps, FLOPs by phase, seconds, MFU and accuracies."""
     shares = {k: summary["flops"][k] / summary["total_flops"] if summary["total_flops"] else 0
               for k in ("rollout", "learning", "feedback")}
     print(f"status     {summary['status']}" + (f": {summary['error']}" if summary["error"]
@@ -207,225 +308,39 @@ def cmd_pilot(overrides: list[str]) -> int:
         start = summary["initial_eval"].get(target, {}).get("accuracy", float("nan"))
         print(f"{target:<10} accuracy {start:.3f} -> {final['accuracy']:.3f}, mean reward "
               f"{final['mean_reward']:.3f}")
-    print(f"results    {cell_dir}")
-    return 0 if summary["status"] == "ok" else 1
 
 
 def _pilot_spec(cfg):
     """The one pilot ``race pilot`` runs: its spec at ``pilot.fraction x budget``."""
-    from race.config import check_device, to_run_spec
-
     check_device(cfg)  # the device before the budget: a GPU run's first mistake
-    if cfg.budget is None:
-        raise UsageError("budget=null: race pilot needs the full-run budget in FLOPs (the "
-                         "pilot spends pilot.fraction of it); e.g. budget=2e12")
-    return to_run_spec(cfg, cfg.budget * cfg.pilot.fraction)
+    return to_run_spec(cfg, pilot_flops(full_budget(cfg), cfg.pilot.fraction))
 
 
 def _pilot_budget_key(cfg) -> str:
     """How a too-small pilot budget is named: the budget, the fraction and their product."""
-    return f"budget={cfg.budget:.3g} x pilot.fraction={cfg.pilot.fraction} = pilot budget"
-
-
-def cmd_plan(overrides: list[str]) -> int:
-    """``race plan``: expand the grid, solve each cell, print the table. Loads no weights.
-
-    A budget list (``budget=1e12,4e12``) plans one grid (one ladder) per budget.
-    """
-    from race.run.grid import budget_axis, cost_warning, plan_grid, plan_summary, plan_table
-
-    budgets, rest = budget_axis(overrides)
-    plans = ([plan_grid([*rest, f"budget={b!r}"], runnable=False) for b in budgets]
-             if budgets else [plan_grid(overrides, runnable=False)])
-    for plan in plans:
-        if budgets:
-            print(f"== budget={plan.budget_flops:.3g} ==")
-        print(plan_table(plan))
-        print()
-        print(plan_summary(plan))
-        if cost_warning(plan):
-            print(cost_warning(plan), file=sys.stderr)
-        if budgets:
-            print()
-    return 0
-
-
-def cmd_sweep(overrides: list[str]) -> int:
-    """``race sweep``: plan, launch every cell without an ok summary, wait, summarise.
-
-    A budget list (``budget=1e12,4e12,1.6e13``) runs one sweep (one ladder) per budget in
-    ``<out_dir>/<name>/budget-<B>/``, then writes the budget-conditional report beside
-    them: the selected allocation at each budget and where it changes.
-    """
-    from pathlib import Path
-
-    from race.run.grid import budget_axis, plan_grid
-    from race.run.launch.slurm import check_slurm
-    from race.run.sweep import sweep_name
-
-    budgets, rest = budget_axis(overrides)
-    if not budgets:
-        plan = plan_grid(overrides)
-        base = plan.base
-        if base.launcher.name == "slurm":
-            check_slurm(base.launcher)
-        sweep_dir = Path(base.sweep.out_dir) / (base.sweep.name or sweep_name(plan))
-        return _sweep_one(plan, overrides, sweep_dir)
-    plans = [plan_grid([*rest, f"budget={b!r}"]) for b in budgets]  # all checked first
-    base = plans[0].base
-    if base.launcher.name == "slurm":
-        check_slurm(base.launcher)
-    name = base.sweep.name or "-".join([plans[0].task, "budgets", *(
-        sweep_name(p).rsplit("-", 1)[1] for p in plans)])[:80]
-    parent = Path(base.sweep.out_dir) / name
-    folders, failed = {}, 0
-    for plan in plans:
-        folder = parent / f"budget-{plan.budget_flops:.3g}".replace("+", "")
-        print(f"race sweep: == budget={plan.budget_flops:.3g} -> {folder} ==", file=sys.stderr)
-        failed += _sweep_one(plan, [*rest, f"budget={plan.budget_flops!r}"], folder) != 0
-        folders[plan.budget_flops] = folder
-    from race.report.write import write_budget_report
-
-    print(write_budget_report(parent, folders, level=base.report.level))
-    return 0 if failed == 0 else 1
-
-
-def _sweep_one(plan, overrides: list[str], sweep_dir) -> int:
-    """One budget's sweep of ``plan`` into ``sweep_dir``, then its report; the exit code."""
-    from race.run.grid import cell_label, cost_warning, plan_summary
-    from race.run.sweep import run_sweep
-
-    base = plan.base
-    refused = [c for c in plan.cells if c.refused]
-    print(f"race sweep: {plan_summary(plan)}", file=sys.stderr)
-    if cost_warning(plan):
-        print(f"race sweep: {cost_warning(plan)}", file=sys.stderr)
-    for cell in refused:
-        print(f"race sweep: refused {cell_label(cell)} "
-              f"({' '.join(f'{k}={v}' for k, v in cell.knobs)}): {cell.refused}",
-              file=sys.stderr)
-    print(f"race sweep: {len(plan.runnable)} pilot(s) via launcher={base.launcher.name} -> "
-          f"{sweep_dir}", file=sys.stderr)
-    outcome = run_sweep(plan, base, overrides, sweep_dir)
-    import pandas as pd
-
-    frame = pd.read_csv(sweep_dir / "pilots.csv")
-    if outcome["ok"]:
-        _report(sweep_dir, base)
-    else:
-        from race.report.write import write_failures
-
-        write_failures(sweep_dir, frame)
-        targets = [c for c in frame.columns
-                   if c.startswith("final_") and not c.endswith("_reward")]
-        columns = ["cell_id", "model", "reward", "group_size", "update_epochs", "seed",
-                   "status", "steps", "total_flops", *targets]
-        table = frame[[c for c in columns if c in frame.columns]].copy()
-        if "total_flops" in table:
-            table["total_flops"] = table["total_flops"].map(fmt_flops)
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"\n{outcome['ok']} ok, {outcome['failed']} failed ({outcome['skipped']} already "
-          f"done before this run); launch wall {outcome['wall_s']:.0f} s; results in "
-          f"{sweep_dir}")
-    if outcome["by_other"]:
-        from race.run.sweep import held_text
-
-        print(f"race sweep: {len(outcome['by_other'])} cell(s) were run by "
-              f"{held_text(outcome['by_other'])}, not here: "
-              f"{', '.join(sorted(outcome['by_other']))}", file=sys.stderr)
-    for _, row in frame[frame["status"] != "ok"].iterrows():
-        print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
-    return 0 if outcome["failed"] == 0 else 1
-
-
-def _report(sweep_dir, cfg) -> dict:
-    from race.report.write import write_report
-
-    report = cfg.report
-    written = write_report(sweep_dir, n_boot=report.n_boot, level=report.level,
-                           top_k=report.top_k, basis=report.basis)
-    print(written["summary"])
-    return written
-
-
-def _sweep_folder(path: str):
-    from pathlib import Path
-
-    folder = Path(path)
-    if not (folder / "sweep.json").is_file() and not (folder / "cells").is_dir():
-        raise UsageError(f"SWEEP_DIR={path}: not a sweep folder (no sweep.json or cells/); "
-                         f"give the folder `race sweep` printed, e.g. results/<sweep>")
-    return folder
-
-
-def cmd_report(sweep_dir: str, overrides: list[str]) -> int:
-    """``race report SWEEP_DIR``: leaderboard, compute card, plots, selection."""
-    from race.config import compose_config, validate
-
-    folder = _sweep_folder(sweep_dir)
-    cfg = compose_config(overrides)
-    validate(cfg)
-    _report(folder, cfg)
-    return 0
-
-
-def cmd_validate(sweep_dir: str, overrides: list[str]) -> int:
-    """``race validate SWEEP_DIR``: the selected cells at the full budget, then compare."""
-    from race.config import compose_config, validate
-    from race.report.write import validation_section
-    from race.run.sweep import run_validation
-
-    folder = _sweep_folder(sweep_dir)
-    cfg = compose_config(overrides)
-    validate(cfg)
-    if cfg.launcher.name == "slurm":
-        from race.run.launch.slurm import check_slurm
-
-        check_slurm(cfg.launcher)
-    if not (folder / "selection.json").is_file():
-        _report(folder, cfg)
-    comparison = run_validation(folder, cfg, top_k=cfg.validate.top_k)
-    print(validation_section(folder, comparison))
-    for row in comparison["failed"]:
-        print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
-    return 0 if not comparison["failed"] else 1
+    return (f"budget={full_budget(cfg):.3g} x pilot.fraction={cfg.pilot.fraction} = pilot "
+            f"budget")
 
 
 def _hydra_pilot(cfg) -> str:
     """One pilot as a Hydra task function (``race pilot -m``); returns its status."""
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
-    from race.config import to_run_spec
-    from race.pilot.loop import run_pilot
-
     typed = OmegaConf.to_object(cfg)
-    spec = to_run_spec(typed, typed.budget * typed.pilot.fraction)
-    summary = run_pilot(spec, Path(typed.pilot.out_dir) / "cells" / spec.cell_id)
+    spec = to_run_spec(typed, pilot_flops(full_budget(typed), typed.pilot.fraction))
+    summary = run_pilot(spec, CellDir.of(typed.pilot.out_dir, spec.cell_id).path)
     print(f"race pilot: {spec.cell_id} {summary['status']}, {summary['steps']} steps, "
           f"{fmt_flops(summary['total_flops'])} FLOPs", file=sys.stderr)
     return summary["status"]
 
 
-def pilot_multirun(overrides: list[str]) -> int:
+def pilot_multirun(overrides: Overrides) -> int:
     """``race pilot -m ...``: Hydra's own multirun over single pilots.
 
     Every combination is composed and checked first (bad input exits 2 before Hydra
     launches anything); then ``hydra.main`` runs the sweep with whichever launcher
     ``hydra/launcher=`` names (basic, submitit_local, submitit_slurm).
     """
-    import itertools
-
-    import hydra
-
-    from race import catalog
-    from race.config import compose_config, register_configs
-    from race.pilot.budget import check_budget
-    from race.run.grid import split_overrides
-
-    ours = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
-    fixed, axes = split_overrides(ours)
+    ours = Overrides([t for t, _ in overrides.items() if not t.lstrip("+~").startswith("hydra")])
+    fixed, axes = ours.split()
     for values in itertools.product(*axes.values()):
         cfg = compose_config(fixed + [f"{k}={v}" for k, v in zip(axes, values)])
         check_budget(_pilot_spec(cfg), prompt_tokens=1, key=_pilot_budget_key(cfg))
@@ -462,23 +377,17 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE_ERROR
     commands = {"flops": cmd_flops, "pilot": cmd_pilot, "plan": cmd_plan, "sweep": cmd_sweep}
     try:
-        from hydra.errors import HydraException
-        from omegaconf.errors import OmegaConfBaseException
-
+        overrides = Overrides(args.overrides)  # parsed once; malformed: Hydra's error
         if args.command in ("report", "validate"):
             run = cmd_report if args.command == "report" else cmd_validate
-            return run(args.sweep_dir, args.overrides)
+            return run(args.sweep_dir, overrides)
         if args.command == "pilot" and args.multirun:
-            return pilot_multirun(args.overrides)
-        return commands[args.command](args.overrides)
+            return pilot_multirun(overrides)
+        return commands[args.command](overrides)
     except (UsageError, HydraException, OmegaConfBaseException) as error:
         print(f"race {args.command}: {_one_line(error)}", file=sys.stderr)
         return USAGE_ERROR
     except OSError as error:
-        import errno
-
-        from race.store.io import no_space
-
         full = no_space(error, error.filename or ".")
         if full is not None:  # a disk filled (results, submitit's logs)
             print(f"race {args.command}: {full}", file=sys.stderr)
@@ -500,8 +409,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _internal_error(command: str, error: BaseException) -> int:
     """A bug: its traceback, one line asking to report it, exit code 1."""
-    import traceback
-
     traceback.print_exc()
     print(f"race {command}: internal error ({type(error).__name__}: "
           f"{_first_line(error)}); this is a bug in RACE, not in your input: please "

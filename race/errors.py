@@ -7,7 +7,7 @@ with exit code 2. Subclasses carry the fields a caller branches on (submitit's
 ``FailedJobError`` is the model), so no caller ever parses a message. Anything else that
 escapes a command is a bug: the CLI shows its traceback.
 
-Pure module: no imports beyond the standard library.
+Pure module: no imports beyond the standard library. May import: nothing of RACE.
 """
 
 from __future__ import annotations

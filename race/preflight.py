@@ -15,6 +15,8 @@ functions, so the plan and the pilot can never disagree about what is valid.
   ``reward.trust_remote_code=true`` (no folder code ever runs without it).
 
 Reads JSON and data files only: no torch, no weights loaded.
+
+May import: catalog, errors, tasks.
 """
 
 from __future__ import annotations

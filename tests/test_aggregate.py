@@ -12,15 +12,13 @@ from race.analysis.aggregate import (
     best_by_target,
     check_consistent,
     compare_predictions,
-    fit_cells,
-    fit_curve,
     frontier,
     rank_regimes,
     same_flop_sizes,
-    select_for_validation,
-    sigmoid,
     split_status,
 )
+from race.analysis.curves import fit_cells, fit_curve, sigmoid
+from race.analysis.select import select_for_validation
 
 PILOT = 1e12  # pilot budget, FLOPs
 FULL = 1.6e13  # full budget, FLOPs (pilot = 1/16)

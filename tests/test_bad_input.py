@@ -188,7 +188,7 @@ def _remote_code_folder(tmp: Path, world: dict) -> Path:
     marker file when it is imported."""
     folder = tmp / "prm-with-code"
     shutil.copytree(world["prm"], folder)
-    source = Path(__file__).parent.parent / "race" / "rewards" / "qwen_prm_modeling.py"
+    source = Path(__file__).parent.parent / "race" / "nn" / "qwen_prm_modeling.py"
     marker = tmp / "MARKER"
     (folder / "marker_prm.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('folder code ran')\n"

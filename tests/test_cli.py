@@ -79,12 +79,10 @@ def test_bad_input_one_line_exit_2(override, needle):
 def test_an_internal_bug_shows_its_traceback_not_a_usage_error(bug, monkeypatch, capsys):
     """Only UsageError (and Hydra's override errors) mean bad input; a ValueError or
     KeyError raised by RACE's own code is a bug and must not pass for one."""
-    import race.run.grid
-
     def broken(*args, **kwargs):
         raise bug
 
-    monkeypatch.setattr(race.run.grid, "plan_table", broken)
+    monkeypatch.setattr(cli, "plan_table", broken)
     assert cli.main(["plan"]) == cli.INTERNAL_ERROR != cli.USAGE_ERROR
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "in broken" in err

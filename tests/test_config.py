@@ -97,3 +97,57 @@ def test_composing_once_gives_what_hydra_composes_per_cell(fixed, variants):
     from race.config import compose_config, compose_many
 
     assert compose_many(fixed, variants) == [compose_config(fixed + v) for v in variants]
+
+
+# The schema writes "null" where the spec writes 0 for the same meaning (the whole batch;
+# measure the peak), and pilot.eval_targets=null means every target of the task (resolved
+# per task by to_run_spec) where a bare RunSpec evaluates test and ood.
+SCHEMA_NULLS = {"minibatch_size": 0, "peak_flops": 0.0}
+PER_TASK = {"eval_targets"}
+
+
+def _disagreements(sections) -> dict:
+    """Knobs whose default in the schema ``sections`` (instances) differs from RunSpec's."""
+    from dataclasses import MISSING, fields, is_dataclass
+
+    from race.core.specs import RunSpec
+
+    spec = {f.name: f.default for f in fields(RunSpec) if f.default is not MISSING}
+    differ = {}
+    for section in sections:
+        for f in fields(section):
+            value = getattr(section, f.name)
+            if f.name not in spec or f.name in PER_TASK or is_dataclass(value):
+                continue
+            value = SCHEMA_NULLS.get(f.name) if value is None else value
+            if (tuple(value) if isinstance(value, list) else value) != spec[f.name]:
+                differ[f"{type(section).__name__}.{f.name}"] = (value, spec[f.name])
+    return differ
+
+
+def test_schema_and_spec_defaults_agree():
+    """Every knob the schema and RunSpec (and LearnerConfig) both have defaults to the same
+    value: a default written twice would drift."""
+    from dataclasses import fields
+
+    from race.config.schema import AccountingConfig, GridConfig, PilotConfig, RaceConfig
+    from race.core.specs import RunSpec
+    from race.pilot.learner import LearnerConfig
+
+    sections = (GridConfig(), PilotConfig(), AccountingConfig(), RaceConfig())
+    compared = {f.name for s in sections for f in fields(s)} & {f.name for f in fields(RunSpec)}
+    assert {"lr", "lora_targets", "group_size", "clip_eps", "checkpoints", "select_examples",
+            "convention", "measure", "peak_flops", "aggregation"} <= compared
+    assert _disagreements(sections) == {}
+    spec = {f.name: f.default for f in fields(RunSpec)}
+    learner = {f.name: (f.default, spec[f.name]) for f in fields(LearnerConfig)
+               if f.default != spec[f.name]}
+    assert not learner, learner
+
+
+def test_the_defaults_check_catches_a_drift():
+    from race.config.schema import GridConfig, PilotConfig
+
+    assert _disagreements([GridConfig(lr=5e-5), PilotConfig(checkpoints=[0.5, 1.0])]) == {
+        "GridConfig.lr": (5e-5, 3e-4), "PilotConfig.checkpoints": ([0.5, 1.0],
+                                                                  (0.25, 0.5, 0.75, 1.0))}

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from race.config import EMBEDDED_BUDGET, compose_config, to_specs
+from race.config import EMBEDDED_BUDGET, compose_config, split_overrides, to_specs
 from race.core import flops
 from race.core.regime import regime_label
-from race.run.grid import plan_grid, plan_summary, plan_table, split_overrides
+from race.run.grid import plan_grid, plan_summary, plan_table
 
 THRESHOLDS = SimpleNamespace(feedback_heavy=0.15, learning_heavy=0.8, search_heavy=0.4)
 

@@ -8,7 +8,9 @@ import pandas as pd
 import pytest
 
 from race.analysis import aggregate
+from race.analysis.select import select_for_validation
 from race.core import guards
+from race.core.stats import binomial_se
 
 RISING = [0.20, 0.26, 0.31, 0.35, 0.38]  # a clean learning curve
 COLLAPSE = [0.20, 0.35, 0.47, 0.30, 0.12]  # peaks, then falls (the mu=2 collapse)
@@ -16,9 +18,9 @@ N = 128
 
 
 def test_standard_error_is_binomial():
-    assert guards.standard_error(0.3, 1000) == pytest.approx(math.sqrt(0.21 / 1000))
-    assert guards.standard_error(0.0, 50) == 0.0
-    assert guards.standard_error(0.5, 0) == math.inf
+    assert binomial_se(0.3, 1000, floor=False) == pytest.approx(math.sqrt(0.21 / 1000))
+    assert binomial_se(0.0, 50, floor=False) == 0.0
+    assert binomial_se(0.5, 0, floor=False) == math.inf
 
 
 def test_drawdown_fires_on_a_collapse_and_not_on_a_rising_curve():
@@ -130,14 +132,14 @@ def test_selection_demotes_a_guarded_config_and_does_not_extrapolate_it():
         {"config_id": c, "cell_id": f"{c}-0", "method": "sigmoid", "prediction": p,
          "lo": p - 0.05, "hi": p + 0.05, "predict_at": 1e12, "r2": 0.9, "reason": ""}
         for c, p in (("hacked", 0.9), ("clean", 0.45))])
-    chosen = aggregate.select_for_validation(configs, fits, k=2,
-                                             guarded={"hacked": "reward_hacking (...)"})
+    chosen = select_for_validation(configs, fits, k=2,
+                                   guarded={"hacked": "reward_hacking (...)"})
     assert [c["config_id"] for c in chosen] == ["clean", "hacked"]
     assert chosen[0]["basis_used"] == "extrapolated" and chosen[0]["guard"] is None
     hacked = chosen[1]
     assert hacked["basis_used"] == "observed" and hacked["score"] == 0.6
     assert hacked["why"] == "guarded" and "guard fired: reward_hacking" in hacked["reason"]
-    only = aggregate.select_for_validation(configs, fits, k=1,
+    only = select_for_validation(configs, fits, k=1,
                                            guarded={"hacked": "reward_hacking (...)"})
     assert [c["config_id"] for c in only] == ["clean"]
 
@@ -208,8 +210,8 @@ def test_drawdown_still_fires_on_a_real_collapse():
 
 
 def test_the_report_reads_the_guard_thresholds_the_sweep_ran_with(tmp_path):
+    from race.analysis.sweep import _guard_thresholds
     from race.config import GuardConfig, RaceConfig
-    from race.report.write import _guard_thresholds
     from race.store import io as results
 
     assert _guard_thresholds(tmp_path) == guards.DEFAULT  # no sweep.json: the defaults

@@ -8,7 +8,8 @@ import pandas.testing as pdt
 import pytest
 from scipy import stats
 
-from race.analysis.aggregate import increments, ladder_selection, warm_starts
+from race.analysis.aggregate import increments
+from race.analysis.select import ladder_selection, warm_starts
 from race.core.ladder import (
     DEFAULT_RUNGS,
     final_ranking,

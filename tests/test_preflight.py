@@ -19,7 +19,7 @@ def _remote_code_folder(tmp: Path, prm: Path) -> tuple[Path, Path]:
     folder = tmp / "prm-with-code"
     shutil.copytree(prm, folder)
     marker = tmp / "MARKER"
-    source = Path(preflight.__file__).parent / "rewards" / "qwen_prm_modeling.py"
+    source = Path(preflight.__file__).parent / "nn" / "qwen_prm_modeling.py"
     (folder / "marker_prm.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('folder code ran')\n"
         + source.read_text().replace("from __future__ import annotations\n", ""))

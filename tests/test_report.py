@@ -5,15 +5,13 @@ import json
 import pandas as pd
 import pytest
 
-from race.analysis.aggregate import compare_predictions, sigmoid
+from race.analysis.aggregate import compare_predictions
+from race.analysis.curves import sigmoid
+from race.analysis.select import ladder_guards
 from race.core.fmt import fmt_flops
-from race.report.write import (
-    VALIDATION_HEADING,
-    _guards_markdown,
-    ladder_guards,
-    validation_section,
-    write_report,
-)
+from race.report.leaderboard import _guards_markdown
+from race.report.validation import VALIDATION_HEADING, validation_section
+from race.report.write import write_report
 from race.store import io as results
 
 PILOT = 1e12  # pilot budget per cell, FLOPs

@@ -36,8 +36,8 @@ def test_atomic_files_and_folders_take_the_umask_mode(tmp_path, umask, file_mode
 
 
 def test_stat_of_a_results_file_is_644_under_umask_022(tmp_path):
-    out = subprocess.run(["sh", "-c", f"umask 022 && {sys.executable} -c \"from race import "
-                          f"results; results.write_text('{tmp_path}/leaderboard.md', 'x')\" "
+    out = subprocess.run(["sh", "-c", f"umask 022 && {sys.executable} -c \"from race.store "
+                          f"import io; io.write_text('{tmp_path}/leaderboard.md', 'x')\" "
                           f"&& stat -c %a {tmp_path}/leaderboard.md"],
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "644", out.stderr

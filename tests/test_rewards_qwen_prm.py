@@ -27,7 +27,7 @@ from race.rewards.qwen_prm import (  # noqa: E402
     split_steps,
 )
 
-MODELING = Path(__file__).resolve().parents[1] / "race" / "rewards" / "qwen_prm_modeling.py"
+MODELING = Path(__file__).resolve().parents[1] / "race" / "nn" / "qwen_prm_modeling.py"
 TAG = "<extra_0>"
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
                  "<|im_end|>\n{% endfor %}"

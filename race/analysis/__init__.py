@@ -1,1 +1,9 @@
-"""TODO"""
+"""analysis: what the pilots say, and every decision taken on it: results read into
+DataFrames (:mod:`~.load`), configs and regimes ranked with intervals, the frontier and
+the guards (:mod:`~.aggregate`), curves extrapolated (:mod:`~.curves`), every selection
+rule (:mod:`~.select`: a rung's promotion candidates, the flat and the ladder choice for
+validation, the pick at each budget of a budget list), and one sweep analysed whole
+(:mod:`~.sweep`). Pure pandas and scipy beyond the reads.
+
+May import: catalog, core, errors, store.
+"""

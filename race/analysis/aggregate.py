@@ -1,34 +1,30 @@
-"""Pure pandas aggregation of pilots: rank regimes, frontier, curve fits, selection.
+"""Pure pandas aggregation of pilots: rank configs and regimes, the frontier, what each
+size buys, the guards on every curve, predictions against validation runs.
 
-No IO, torch or plotting (``race.store.io`` loads, ``race.report.write`` draws). Accuracies are
-fractions in [0, 1]; FLOPs are model FLOPs; random draws come from seeded Generators.
+No IO, torch or plotting (:mod:`race.analysis.load` reads, :mod:`race.report` draws).
+Accuracies are fractions in [0, 1]; FLOPs are model FLOPs; random draws come from seeded
+Generators.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 import zlib
-from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats
-from scipy.optimize import OptimizeWarning, curve_fit
-from scipy.special import expit
 
 from race.core import guards
-from race.core.ladder import binomial_se, final_ranking, fmt_fraction
+from race.core.stats import REPORT, binomial_se
 from race.errors import UnknownName, UsageError
 
 # Knob columns copied from a config's first seed (they are shared by its seeds).
 CONFIG_COLUMNS = ("model", "params", "reward", "task", "group_size", "prompts_per_step",
-         "max_new_tokens", "update_epochs", "lr", "lora_rank", "budget_flops",
-         "full_budget_flops")
+                  "max_new_tokens", "update_epochs", "lr", "lora_rank", "budget_flops",
+                  "full_budget_flops")
+LEVEL, N_BOOT = REPORT.level, REPORT.n_boot  # when a caller gives none
 REGIME_KEYS = ["model", "reward", "regime"]
-_LN10 = math.log(10.0)
-_FLAT = 1e-6  # accuracy span below which a curve has no trend to extrapolate
-_FALLBACK_HALF_WIDTH = 0.05  # binomial-ish floor on a fallback interval's half-width
 
 
 def split_status(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -44,7 +40,7 @@ def check_consistent(cells: pd.DataFrame) -> None:
         if column not in cells:
             continue
         values = sorted(cells[column].dropna().unique())
-        if len(values) > 1:  # FLOPs print as 3.2e+15 (STYLE.md)
+        if len(values) > 1:  # FLOPs print as 3.2e+15
             shown = [f"{column}={float(v):.3g}" if column.endswith("_flops") else
                      f"{column}={v}" for v in values]
             mixed = ", ".join(shown[:-1]) + " and " + shown[-1]
@@ -69,83 +65,6 @@ def increments(cells: pd.DataFrame) -> pd.DataFrame:
             out.loc[index, columns] = (out.loc[index, columns].fillna(0.0)
                                        - cumulative.loc[below, columns])
     return out
-
-
-def warm_starts(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str) -> dict[str, dict]:
-    """Each policy size's accuracy on ``target`` before any update (checkpoint 0 of its
-    cells: the warm start every config of that size shares), scored on the most problems
-    any of its cells used (pilots score the selection target at the start on as many
-    problems as at the end). ``{model: {"accuracy", "n", "se"}}``; sizes never evaluated
-    at the start are left out."""
-    if not len(evals) or target not in set(evals["target"]):
-        return {}
-    ev = _target_evals(evals, cells, target)
-    ev = ev[ev["checkpoint"] == 0.0].merge(cells[["cell_id", "model"]], on="cell_id")
-    out = {}
-    for model, rows in ev.groupby("model"):
-        rows = rows[rows["n"] == rows["n"].max()]
-        accuracy, n = float(rows["accuracy"].mean()), int(rows["n"].iloc[0])
-        if n > 0:
-            out[str(model)] = {"accuracy": accuracy, "n": n, "se": binomial_se(accuracy, n)}
-    return out
-
-
-def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = 3,
-                     level: float = 0.9, starts: dict[str, dict] | None = None) -> list[dict]:
-    """The ladder's choices for full-budget validation, best first.
-
-    :func:`race.core.ladder.final_ranking` of the rungs: unguarded configs first; within a
-    policy size the higher rung first; sizes merged by the observed score (seeds
-    averaged) at the rung where each config was read. Intervals are normal at ``level``
-    from the score's standard error (binomial over the rung's problems, pooled over
-    seeds).
-
-    Args:
-        ladder: ``ladder.json`` (rungs, each with its ranked ``candidates``).
-        configs: ``rank_regimes``'s configs on the first rung (for each config's regime).
-        starts: :func:`warm_starts`; each choice then carries its ``gain`` over its size's
-            warm start, with ``gain_se`` (the two standard errors combined) and a verdict
-            at ``level`` in its reason.
-    """
-    z = float(stats.norm.ppf(0.5 + level / 2))
-    regime = dict(zip(configs["config_id"], configs["regime"])) if len(configs) else {}
-    rungs = ladder["rungs"]
-    chosen = []
-    for rank, cand in enumerate(final_ranking([r["candidates"] for r in rungs])[:k], 1):
-        rung = rungs[cand["rung"] - 1]
-        where = f"rung {rung['rung']} ({fmt_fraction(rung['fraction'])})"
-        guard = cand.get("guard")
-        if guard:
-            why = "guarded"
-        elif rank == 1:
-            why = "ladder pick"
-        else:
-            why = "last rung" if rung is rungs[-1] else f"stopped at {where}"
-        score, se = float(cand["score"]), float(cand["se"])
-        start, gain = (starts or {}).get(cand["model"]), {}
-        if start is not None:
-            diff, diff_se = score - start["accuracy"], math.hypot(se, start["se"])
-            gain = {"start": start["accuracy"], "gain": diff, "gain_se": diff_se,
-                    "gain_text": gain_text(diff, diff_se, z)}
-        chosen.append(gain | {
-            "config_id": cand["config"], "cell_ids": list(cand["cell_ids"]),
-            "score": score, "lo": max(0.0, score - z * se),
-            "hi": min(1.0, score + z * se), "se": se, "rung": rung["rung"],
-            "basis_used": f"observed at {where}", "interval_width": 2 * z * se,
-            "regime": regime.get(cand["config"]), "model": cand["model"],
-            "reward": cand["reward"], "guard": guard, "why": why, "rank": rank,
-            "reason": f"{why}: {score:.3f} +- {se:.3f} (SE) on the selection target at "
-                      f"{where}" + (f"; guard fired: {guard}" if guard else "")
-                      + (f"; {gain['gain_text']}" if gain else "")})
-    return [{key: _plain(val) for key, val in c.items()} for c in chosen]
-
-
-def gain_text(gain: float, se: float, z: float) -> str:
-    """A score's gain over its warm start, and whether it is clear of noise at ``z`` SE."""
-    verdict = ("above it" if gain - z * se > 0 else
-               "below it: post-training made it worse" if gain + z * se < 0 else
-               "no clear gain from post-training")
-    return f"{gain:+.3f} (SE {se:.3f}) vs its warm start, {verdict}"
 
 
 def targets(cells: pd.DataFrame) -> list[str]:
@@ -190,8 +109,8 @@ def _mode(series: pd.Series):
 
 
 def rank_regimes(cells: pd.DataFrame, examples: pd.DataFrame, *, target: str,
-                 metric: str = "final", n_boot: int = 1000, seed: int = 0,
-                 level: float = 0.9) -> tuple[pd.DataFrame, pd.DataFrame]:
+                 metric: str = "final", n_boot: int = N_BOOT, seed: int = 0,
+                 level: float = LEVEL) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rank allocation configs (seeds pooled) and allocation regimes on one target.
 
     Args:
@@ -240,7 +159,7 @@ def rank_regimes(cells: pd.DataFrame, examples: pd.DataFrame, *, target: str,
             lo, hi = min(lo, row["mean"]), max(hi, row["mean"])
             # over seeds: their spread / sqrt(seeds); one seed: binomial over its problems
             se = (float(sample.std(ddof=1) / math.sqrt(len(sample))) if source == "seeds"
-                  else guards.standard_error(row["mean"], len(sample)))
+                  else binomial_se(row["mean"], len(sample), floor=False))
         row.update(lo=lo, hi=hi, se=se, interval_source=source)
         rows.append(row)
     configs = pd.DataFrame(rows)
@@ -256,7 +175,7 @@ def rank_regimes(cells: pd.DataFrame, examples: pd.DataFrame, *, target: str,
     return configs, regimes
 
 
-def _target_evals(evals: pd.DataFrame, cells: pd.DataFrame, target: str) -> pd.DataFrame:
+def target_evals(evals: pd.DataFrame, cells: pd.DataFrame, target: str) -> pd.DataFrame:
     ok, _ = split_status(cells)
     if target not in set(evals["target"]):
         raise UnknownName(f"target={target!r}: not in the checkpoint evals; available targets: "
@@ -268,7 +187,7 @@ def _target_evals(evals: pd.DataFrame, cells: pd.DataFrame, target: str) -> pd.D
 
 
 def frontier(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str,
-             level: float = 0.9) -> pd.DataFrame:
+             level: float = LEVEL) -> pd.DataFrame:
     """Allocation frontier per reward system: the best accuracy reachable within each FLOP
     level, with its interval.
 
@@ -282,10 +201,10 @@ def frontier(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str,
         FLOP level in a reward's checkpoint evals (sorted).
     """
     z = float(stats.norm.ppf(0.5 + level / 2))
-    ev = _target_evals(evals, cells, target)
+    ev = target_evals(evals, cells, target)
     n = ev["n"].clip(lower=1) if "n" in ev else pd.Series(1, index=ev.index)
     p = ev["accuracy"].clip(0, 1)
-    se = np.sqrt(np.maximum(p * (1 - p), 1 / n) / n)
+    se = pd.Series([binomial_se(a, k) for a, k in zip(p, n)], index=ev.index, dtype=float)
     ev = ev.assign(lo=(p - z * se).clip(lower=0), hi=(p + z * se).clip(upper=1))
     rows = []
     for reward, group in ev.groupby("reward", sort=True):
@@ -324,165 +243,7 @@ def same_flop_sizes(cells: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["params", "model"], kind="stable").reset_index(drop=True)
 
 
-def _logistic(lc, r0, A, m, B):
-    # The sigmoid in log10 space (m = log10 C_mid): 1 / (1 + (C_mid/C)**B) = expit(...).
-    return r0 + (A - r0) * expit(B * _LN10 * (lc - m))
-
-
-def sigmoid(C, R0: float, A: float, C_mid: float, B: float):
-    """ScaleRL curve ``R0 + (A - R0) / (1 + (C_mid / C)**B)``.
-
-    C and C_mid in FLOPs (C scalar or array, C = 0 gives R0); R0 accuracy at zero compute;
-    A asymptote; B steepness (> 0).
-    """
-    with np.errstate(divide="ignore"):
-        out = _logistic(np.log10(np.asarray(C, dtype=float)), R0, A, math.log10(C_mid), B)
-    return out if np.ndim(out) else float(out)
-
-
-@dataclass(frozen=True, slots=True)
-class FitResult:
-    """A pilot curve extrapolated to the full budget (accuracies in [0, 1])."""
-
-    method: str  # "sigmoid", or "last": fallback to the last observed accuracy
-    params: dict | None  # {"R0", "A", "C_mid" (FLOPs), "B"} for a sigmoid, else None
-    r2: float  # on the points with FLOPs > 0; nan for "last"
-    rmse: float  # residual RMS; for "last", RMS distance of the points from the last one
-    prediction: float  # accuracy at predict_at FLOPs
-    lo: float  # ~90 % interval of the prediction
-    hi: float
-    n_points: int  # observed points with FLOPs > 0
-    reason: str = ""  # why the fallback was used ("" for a sigmoid)
-
-
-def _fallback(x: np.ndarray, y: np.ndarray, n_points: int, reason: str) -> FitResult:
-    if len(y) == 0:
-        return FitResult("last", None, math.nan, math.nan, math.nan, math.nan, math.nan, 0,
-                         reason)
-    last = float(y[-1])
-    ref = y[x > 0] if (x > 0).any() else y
-    spread = float(np.sqrt(np.mean((ref - last) ** 2)))
-    half = max(spread, _FALLBACK_HALF_WIDTH)
-    return FitResult("last", None, math.nan, spread, last, max(0.0, last - half),
-                     min(1.0, last + half), n_points, reason)
-
-
-def fit_curve(flops, accuracy, *, predict_at: float, r0: float | None = None,
-              seed: int = 0) -> FitResult:
-    """Fit the ScaleRL sigmoid to one pilot curve and extrapolate it to ``predict_at``.
-
-    R0 is the accuracy at flops == 0 (checkpoint 0) if observed, else ``r0``. A, log10 C_mid
-    and B are fitted by ``scipy.optimize.curve_fit`` on the points with flops > 0: A in
-    [0, 1] (A < R0 allowed), B in (0, 10], C_mid in [min_flops / 100, predict_at * 100].
-    Interval: 5-95 % of predictions under 500 seeded multivariate-normal parameter draws,
-    widened by the rmse, clipped to [0, 1]. Falls back to "last" (last accuracy +-
-    max(spread, 0.05)) with < 3 points, unknown R0, a flat curve, a failed fit, a
-    non-finite covariance, or R^2 < 0.
-
-    Args:
-        flops, accuracy: observed points (FLOPs; accuracy in [0, 1]).
-        predict_at: FLOPs to extrapolate to (> 0), e.g. the full budget.
-        r0: accuracy at zero compute when no point has flops == 0.
-        seed: seed of the parameter draws.
-    """
-    if not predict_at > 0:
-        raise ValueError(f"predict_at={predict_at}: must be > 0 FLOPs (the full budget)")
-    x, y = np.asarray(flops, dtype=float), np.asarray(accuracy, dtype=float)
-    keep = np.isfinite(x) & np.isfinite(y)
-    order = np.argsort(x[keep], kind="stable")
-    x, y = x[keep][order], y[keep][order]
-    if len(y) == 0:
-        return _fallback(x, y, 0, "no observations")
-    if (x == 0).any():
-        r0 = float(y[x == 0].mean())
-    xp, yp = x[x > 0], y[x > 0]
-    n = len(xp)
-    if n < 3:
-        return _fallback(x, y, n, f"{n} point(s) with FLOPs > 0; a sigmoid fit needs >= 3")
-    if r0 is None:
-        return _fallback(x, y, n, "no accuracy at 0 FLOPs and no r0 given: R0 unknown")
-    if np.ptp(yp) < _FLAT:
-        return _fallback(x, y, n, f"flat curve (accuracy spans < {_FLAT:g}): no trend")
-
-    lx = np.log10(xp)
-    lower = np.array([0.0, lx.min() - 2.0, 1e-3])
-    upper = np.array([1.0, max(math.log10(predict_at) + 2.0, lx.min() - 1.0), 10.0])
-
-    def model(lc, A, m, B):
-        return _logistic(lc, r0, A, m, B)
-
-    def jac(lc, A, m, B):  # analytic: 3x fewer evaluations than finite differences
-        s = expit(B * _LN10 * (lc - m))
-        ds = (A - r0) * s * (1 - s) * _LN10
-        return np.stack([s, -B * ds, (lc - m) * ds], axis=1)
-
-    best, error = None, ""
-    # Three fixed starts (log10 C_mid, B): the loss is not convex in (C_mid, B). On 150
-    # random noisy sigmoids these reached the best of six starts every time.
-    for m0, b0 in ((lx.mean(), 0.5), (lx.mean(), 3.0), (lx.max(), 3.0)):
-        p0 = np.clip([yp[-1], m0, b0], lower + 1e-6, upper - 1e-6)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", OptimizeWarning)
-                popt, pcov = curve_fit(model, lx, yp, p0=p0, bounds=(lower, upper), jac=jac,
-                                       max_nfev=200)
-        except (RuntimeError, ValueError) as exc:
-            error = str(exc).splitlines()[0]
-            continue
-        cost = float(np.sum((model(lx, *popt) - yp) ** 2))
-        if best is None or cost < best[0] - 1e-15:
-            best = (cost, popt, pcov)
-    if best is None:
-        return _fallback(x, y, n, f"curve_fit failed: {error}")
-    cost, popt, pcov = best
-    if not np.all(np.isfinite(pcov)):
-        return _fallback(x, y, n, f"covariance not finite ({n} points for 3 parameters)")
-    rmse = math.sqrt(cost / n)
-    ss_tot = float(np.sum((yp - yp.mean()) ** 2))
-    r2 = 1.0 - cost / ss_tot
-    if r2 < 0:
-        return _fallback(x, y, n, f"sigmoid fit worse than a constant (R^2 {r2:.2f})")
-
-    at = math.log10(predict_at)
-    prediction = float(model(at, *popt))
-    rng = np.random.default_rng(seed)
-    draws = rng.multivariate_normal(popt, pcov, size=500, method="eigh", check_valid="ignore")
-    draws = np.clip(draws, lower, upper)
-    preds = model(at, draws[:, 0], draws[:, 1], draws[:, 2])
-    lo, hi = np.percentile(preds, [5, 95])
-    lo = max(0.0, min(float(lo), prediction) - rmse)
-    hi = min(1.0, max(float(hi), prediction) + rmse)
-    params = {"R0": float(r0), "A": float(popt[0]), "C_mid": float(10 ** popt[1]),
-              "B": float(popt[2])}
-    return FitResult("sigmoid", params, r2, rmse, prediction, lo, hi, n)
-
-
-def fit_cells(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str) -> pd.DataFrame:
-    """Fit every ok pilot's checkpoint curve on ``target`` and extrapolate to its full budget.
-
-    Returns:
-        One row per ok cell, by cell_id: cell_id, config_id, the ``FitResult`` fields
-        (params flattened to R0, A, C_mid, B; nan for a fallback), observed (final
-        accuracy), predict_at (the cell's full_budget_flops, FLOPs).
-    """
-    ev = _target_evals(evals, cells, target)
-    ok, _ = split_status(cells)
-    final = f"final_{target}"
-    rows = []
-    for cell in ok.sort_values("cell_id").itertuples(index=False):
-        curve = ev[ev["cell_id"] == cell.cell_id].sort_values("flops")
-        fit = fit_curve(curve["flops"], curve["accuracy"],
-                        predict_at=float(cell.full_budget_flops))
-        observed = getattr(cell, final) if final in ok else \
-            (curve["accuracy"].iloc[-1] if len(curve) else math.nan)
-        row = {k: v for k, v in asdict(fit).items() if k != "params"}
-        rows.append({"cell_id": cell.cell_id, "config_id": cell.config_id, **row,
-                     "observed": float(observed), "predict_at": float(cell.full_budget_flops),
-                     **{k: (fit.params or {}).get(k, math.nan) for k in ("R0", "A", "C_mid", "B")}})
-    return pd.DataFrame(rows)
-
-
-def _plain(value):
+def plain(value):
     """A JSON-safe Python scalar: numpy numbers to int/float, nan to None."""
     if isinstance(value, np.generic):
         value = value.item()
@@ -528,81 +289,6 @@ def guard_cells(evals: pd.DataFrame, examples: pd.DataFrame, steps: pd.DataFrame
                                        "evidence"])
 
 
-def select_for_validation(configs_df: pd.DataFrame, fits_df: pd.DataFrame, *, k: int = 3,
-                          basis: str = "extrapolated", max_width: float = 0.3,
-                          guarded: dict[str, str] | None = None) -> list[dict]:
-    """Choose up to k configs for full-budget validation, preferring distinct regimes.
-
-    Score: the seeds' mean extrapolated prediction when ``basis="extrapolated"`` and every
-    seed's fit is a sigmoid whose interval at the full budget is at most ``max_width``
-    wide, else the observed pilot mean (``basis_used`` says which, the reason says why):
-    a fit that cannot say where the curve goes (a 4-point pilot curve extrapolated 16x
-    often cannot) must not outrank what was observed.
-    First the best config of each distinct (model, reward, regime), then the next best.
-    A config in ``guarded`` (config_id -> what fired, from :func:`guard_cells`) is never
-    extrapolated and comes only after every unguarded one: its curve shows a late
-    failure that neither a fit nor its last value can be trusted past.
-
-    Returns:
-        JSON-serializable dicts in selection order: config_id, cell_ids, rank (pilot rank),
-        score, lo, hi, basis_used, interval_width, regime, model, reward, reason, and why
-        ("distinct regime": the best of its regime; "free slot": its regime was chosen).
-    """
-    if basis not in ("extrapolated", "observed"):
-        raise ValueError(f"basis={basis!r}: unknown; use 'extrapolated' or 'observed'")
-    n_configs = len(configs_df)
-    candidates = []
-    for row in configs_df.itertuples(index=False):
-        fits = fits_df[fits_df["config_id"] == row.config_id].sort_values("cell_id")
-        target = getattr(row, "target", "the target")
-        head = f"rank {row.rank} of {n_configs} on {target}"
-        sigmoids = len(fits) and (fits["method"] == "sigmoid").all()
-        wide = sigmoids and float((fits["hi"] - fits["lo"]).mean()) > max_width
-        fired = (guarded or {}).get(row.config_id)
-        if basis == "extrapolated" and sigmoids and not wide and not fired:
-            score, lo, hi = (float(fits[c].mean()) for c in ("prediction", "lo", "hi"))
-            used = "extrapolated"
-            detail = (f"extrapolated to {fits['predict_at'].mean():.2g} FLOPs: {score:.3f} "
-                      f"[{lo:.2f}, {hi:.2f}] (sigmoid fit, R^2 {fits['r2'].mean():.2f})")
-        else:
-            score, lo, hi, used = float(row.mean), float(row.lo), float(row.hi), "observed"
-            bad = fits[fits["method"] != "sigmoid"]
-            why = (f"guard fired: {fired}" if fired
-                   else "basis=observed" if basis == "observed" else "no curve fit" if not len(fits)
-                   else (f"fit too uncertain to extrapolate: interval "
-                         f"[{fits['lo'].mean():.2f}, {fits['hi'].mean():.2f}] wider than "
-                         f"{max_width}") if wide
-                   else f"fallback fit for {bad['cell_id'].iloc[0]}: {bad['reason'].iloc[0]}")
-            detail = f"observed pilot mean {score:.3f} [{lo:.2f}, {hi:.2f}] ({why})"
-        candidates.append({"config_id": row.config_id, "cell_ids": list(fits["cell_id"]),
-                           "rank": row.rank, "score": score, "lo": lo, "hi": hi,
-                           "basis_used": used, "interval_width": hi - lo,
-                           "regime": row.regime, "model": row.model, "reward": row.reward,
-                           "guard": fired or None, "reason": f"{head}; {detail}"})
-    candidates.sort(key=lambda c: (-c["score"] if math.isfinite(c["score"]) else math.inf,
-                                   c["rank"], c["config_id"]))
-    clean = [c for c in candidates if not c["guard"]]
-
-    firsts = {}  # score order: the first config seen of each regime is its best
-    for cand in clean:
-        firsts.setdefault((cand["model"], cand["reward"], cand["regime"]), cand)
-    chosen = list(firsts.values())[:k]
-    for cand in chosen:
-        cand["why"] = "distinct regime"
-        cand["reason"] += f"; distinct regime {cand['model']}/{cand['reward']}/{cand['regime']}"
-    for cand in [c for c in clean if all(c is not x for x in chosen)][:k - len(chosen)]:
-        cand["why"] = "free slot"
-        cand["reason"] += (f"; fills a slot (regime {cand['model']}/{cand['reward']}/"
-                           f"{cand['regime']} already chosen)")
-        chosen.append(cand)
-    for cand in [c for c in candidates if c["guard"]][:k - len(chosen)]:
-        cand["why"] = "guarded"
-        cand["reason"] += "; chosen only because fewer unguarded configs than k"
-        chosen.append(cand)
-    return [{key: ([str(v) for v in val] if isinstance(val, list) else _plain(val))
-             for key, val in cand.items()} for cand in chosen]
-
-
 def compare_predictions(selection_or_df: list[dict] | pd.DataFrame,
                         realized: dict[str, float]) -> dict:
     """Compare pilot predictions with realized full-budget results.
@@ -629,7 +315,7 @@ def compare_predictions(selection_or_df: list[dict] | pd.DataFrame,
     for rec in records:
         if rec["config_id"] not in realized:
             continue
-        lo, hi = _plain(rec.get("lo")), _plain(rec.get("hi"))
+        lo, hi = plain(rec.get("lo")), plain(rec.get("hi"))
         value = float(realized[rec["config_id"]])
         inside = None if lo is None or hi is None else bool(lo <= value <= hi)
         rows.append({"config_id": rec["config_id"], "predicted": float(rec["score"]),

@@ -24,9 +24,9 @@ convention (FlopCounterMode counts only matmul-like ops; ``addmm`` counts its ma
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from race.core.specs import LoraShape, ModelShape, PhaseFlops, RewardShape
 from race.errors import RewardTokenizerMismatch, UsageError
@@ -476,3 +476,31 @@ def compute_card(policy: ModelShape, reward: RewardShape, step: PhaseFlops, *,
     elif steps < 1:
         raise UsageError(f"steps={steps}: must be >= 1")
     return ComputeCard(policy.name, reward.name, convention, step, steps)
+
+
+def cell_cards(policy: ModelShape, reward: RewardShape, *, lora: LoraShape | None,
+               step_kwargs: Mapping[str, Any], convention: Convention = "model",
+               steps: int | None = None, budget_flops: float | None = None
+               ) -> dict[str, ComputeCard]:
+    """One cell's compute card in both conventions (``race flops``): over ``steps`` steps,
+    else over what ``budget_flops`` buys in ``convention``, else over one step."""
+    step = {conv: grpo_step_flops(policy, reward, convention=conv, lora=lora, **step_kwargs)
+            for conv in CONVENTIONS}
+    if steps is None:
+        steps = steps_for_budget(step[convention], budget_flops) if budget_flops is not None else 1
+    return {conv: compute_card(policy, reward, step[conv], convention=conv, steps=steps)
+            for conv in CONVENTIONS}
+
+
+def reward_extra_tokens(reward: Mapping[str, Any], steps: int | None = None) -> int:
+    """Tokens a reward adds to each scored trace beyond its prompt and completion.
+
+    Args:
+        reward: a ``conf/reward`` entry (``RunSpec.reward`` as a dict).
+        steps: reasoning steps of the trace (default: ``max_steps``, the worst case).
+    """
+    if reward.get("kind", "rule") == "rule" or not reward.get("model"):
+        return 0
+    steps = int(reward.get("max_steps") or 0) if steps is None else steps
+    return int(reward.get("overhead_tokens") or 0) + steps * int(
+        reward.get("tag_tokens_per_step") or 0)

@@ -34,6 +34,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from race.core.stats import binomial_se
+
 
 @dataclass(frozen=True, slots=True)
 class GuardThresholds:
@@ -65,18 +67,11 @@ class Verdict:
     evidence: str
 
 
-def standard_error(accuracy: float, n_problems: int) -> float:
-    """Binomial standard error of an accuracy measured on ``n_problems`` problems."""
-    if n_problems < 1:
-        return math.inf
-    p = min(max(accuracy, 0.0), 1.0)
-    return math.sqrt(p * (1 - p) / n_problems)
-
-
 def _margin(before: float, n_before: int, after: float, n_after: int,
             t: GuardThresholds) -> float:
     """``max(floor, z x SE)`` of the difference of two checkpoints' accuracies."""
-    se = math.hypot(standard_error(before, n_before), standard_error(after, n_after))
+    se = math.hypot(binomial_se(before, n_before, floor=False),
+                    binomial_se(after, n_after, floor=False))
     return max(t.floor, t.z * se)
 
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from race.core.stats import binomial_se
+
 # Four rungs of halving, F/48 -> F/24 -> F/12 -> F/6: chosen on the curve bank's tuning
 # half over reductions 2-4 and 2-4 rungs (bench/selection_replay.py, docs/reports.md).
 DEFAULT_RUNGS = (1 / 48, 1 / 24, 1 / 12, 1 / 6)
@@ -64,12 +66,6 @@ def fmt_fraction(fraction: float) -> str:
     """A budget fraction as ``F/64`` (or ``0.3 F`` when not a unit fraction)."""
     inverse = 1 / fraction
     return f"F/{inverse:.0f}" if abs(inverse - round(inverse)) < 1e-6 else f"{fraction:.3g} F"
-
-
-def binomial_se(accuracy: float, n_problems: int) -> float:
-    """Standard error of an accuracy on ``n_problems`` problems, floored at 1/n so that a
-    score of 0 or 1 still carries its measurement's uncertainty."""
-    return math.sqrt(max(accuracy * (1 - accuracy), 1 / n_problems) / n_problems)
 
 
 def rung_counts(n_configs: int, n_rungs: int, reduction: int, n_sizes: int = 1) -> tuple[int, ...]:

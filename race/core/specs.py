@@ -6,6 +6,7 @@ so that launchers can ship it to remote jobs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
@@ -170,8 +171,7 @@ class LoraShape:
     """LoRA adapters: rank and the decoder-layer modules they wrap (base weights frozen)."""
 
     rank: int
-    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj",
-                                "gate_proj", "up_proj", "down_proj")
+    targets: tuple[str, ...] = LAYER_MODULES  # every linear of a decoder layer
 
     def validate(self, shape: ModelShape) -> None:
         """Raise ValueError when the adapters do not fit ``shape``."""
@@ -241,7 +241,17 @@ AGGREGATIONS: tuple[str, ...] = ("token", "sequence")
 class RunSpec:
     """One allocation cell as a pilot runs it: picklable, plain values, hashable id.
 
-    Budget and FLOPs are in the ``convention`` the budget is charged in.
+    Budget and FLOPs are in the ``convention`` the budget is charged in. Its defaults are
+    the cell knobs' defaults: the config's schema reads them from here.
+
+    The id contract (:attr:`cell_id`, :attr:`config_id`, :attr:`lineage_id`): a short
+    sha256 of the fields as sorted JSON, leaving out
+
+    - what does not change what runs: ``peak_flops`` (a reporting reference) and the
+      shapes ``policy`` and ``reward_model`` (the names determine them);
+    - a field added after ids were in use, while it holds the value it was added with
+      (:data:`ID_OMITTED_DEFAULTS`): every cell planned before it existed keeps its id
+      and its results folder. A new knob joins that table with its default.
     """
 
     model: str
@@ -262,8 +272,7 @@ class RunSpec:
     lr: float = 3e-4
     lora_rank: int = 16
     lora_alpha: int = 32
-    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj",
-                                     "gate_proj", "up_proj", "down_proj")
+    lora_targets: tuple[str, ...] = LAYER_MODULES  # every linear of a decoder layer
     kl_coef: float = 0.0
     clip_eps: float = 0.2
     # how per-token losses fold into one: token (DAPO) | sequence (GRPO's 1/|o| mean)
@@ -296,9 +305,10 @@ class RunSpec:
     reward_model: ModelShape | None = None
 
     def _fields(self, *, lineage: bool = False) -> dict[str, Any]:
+        """The fields an id hashes (the id contract, in the class docstring)."""
         values = asdict(self)
-        for key, default in _ID_DEFAULTS.items():  # ids of cells that set none stay as
-            if values[key] == default:             # they were before these fields existed
+        for key, default in ID_OMITTED_DEFAULTS.items():
+            if values[key] == default:
                 del values[key]
         if lineage:
             values.pop("continues", None)
@@ -353,13 +363,18 @@ class RunSpec:
         return cls(**kept)
 
 
-# fields left out of cell ids while they hold these values (added after ids were in use)
-_ID_DEFAULTS = {"continues": "", "device": "auto", "dtype": "auto", "micro_batch_size": 0,
-                "tis_cap": 0.0}
+def pilot_flops(full_budget_flops: float, fraction: float) -> float:
+    """A pilot's budget, FLOPs: ``fraction`` of the full-run budget (a flat grid's pilots
+    at ``pilot.fraction``, a ladder's rungs at theirs). The one product of the two."""
+    return full_budget_flops * fraction
+
+
+# RunSpec fields left out of its ids while they hold these values: they were added after
+# ids were in use (the id contract, RunSpec's docstring)
+ID_OMITTED_DEFAULTS = {"continues": "", "device": "auto", "dtype": "auto",
+                       "micro_batch_size": 0, "tis_cap": 0.0}
 
 
 def _short_hash(fields: dict[str, Any]) -> str:
-    import hashlib
-
     blob = json.dumps(fields, sort_keys=True, default=list)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]

@@ -1,4 +1,4 @@
-"""The one budget path: a cell's worst-case GRPO step, the last step's cap, the check.
+"""The pilot's budget rule: a cell's worst-case GRPO step, the last step's cap, the check.
 
 ``race plan``, the pilot and the reports all decide "does the next step fit?" here, from
 the cell's :class:`~race.core.specs.RunSpec` alone (shapes from the catalog, the reward's own
@@ -20,43 +20,18 @@ A trace of ``p`` prompt and ``c`` completion tokens is scored on at most
 longer than that, so the worst case below is a bound, not an estimate. Plans quote the
 nominal cost with the task's ``steps_per_trace`` in place of ``max_steps``.
 
-Pure: no torch, no IO beyond the catalog's YAML.
+No torch, no IO beyond the catalog's YAML (for a spec that carries no shapes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
 
-from race.catalog import load_model_shape
+from race.catalog import load_model_shape, reward_shape
 from race.core import flops
+from race.core.flops import reward_extra_tokens
 from race.core.specs import LoraShape, ModelShape, RewardShape, RunSpec
 from race.errors import BudgetTooSmall
-
-
-def reward_extra_tokens(reward: Mapping[str, Any], steps: int | None = None) -> int:
-    """Tokens a reward adds to each scored trace beyond its prompt and completion.
-
-    Args:
-        reward: a ``conf/reward`` entry (``RunSpec.reward`` as a dict).
-        steps: reasoning steps of the trace (default: ``max_steps``, the worst case).
-    """
-    if reward.get("kind", "rule") == "rule" or not reward.get("model"):
-        return 0
-    steps = int(reward.get("max_steps") or 0) if steps is None else steps
-    return int(reward.get("overhead_tokens") or 0) + steps * int(
-        reward.get("tag_tokens_per_step") or 0)
-
-
-def reward_shape(reward: Mapping[str, Any], steps: int | None = None,
-                 model: ModelShape | None = None) -> RewardShape:
-    """The reward as the accounting sees it, with ``steps`` steps per trace (default: max);
-    ``model``: its model's shape (default: read from the catalog by name)."""
-    if model is None and reward.get("model"):
-        model = load_model_shape(reward["model"])
-    return RewardShape(reward["name"], reward["kind"], model,
-                       steps_per_trace=reward_extra_tokens(reward, steps))
 
 
 @lru_cache(maxsize=256)

@@ -23,6 +23,7 @@ from race.pilot.rollout.vllm import VLLMBackend, engine_size
 from race.rewards import build_reward
 from race.tasks import prompt_bound, with_chat_template
 from race.warmstart.policies import build_tiny_policy, warm_start_recipe
+from race.warmstart.tokenizer import in_family
 
 
 @dataclass
@@ -55,7 +56,7 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
     folder = policy_folder or spec.policy_path or (
         build_tiny_policy(spec.model, recipe=warm_start_recipe(spec.model, dict(spec.task),
                                                                dict(spec.warmstart)))
-        if shape.tokenizer == "race-char" else shape.hf_id)
+        if in_family(shape.tokenizer) else shape.hf_id)
     if preflight.is_local(str(folder)):
         preflight.check_policy_folder(folder, key=preflight.policy_key(spec))
     try:
@@ -69,15 +70,9 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
         first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         raise UsageError(f"model.hf_id={folder}: could not load the policy ({first}); point "
                       f"model.hf_id at a Hugging Face model folder or id") from error
-    config = LearnerConfig(lora_rank=spec.lora_rank, lora_alpha=spec.lora_alpha,
-                           lora_targets=spec.lora_targets, lr=spec.lr,
-                           update_epochs=spec.update_epochs,
-                           minibatch_size=spec.minibatch_size,
-                           micro_batch_size=spec.micro_batch_size, tis_cap=spec.tis_cap,
-                           clip_eps=spec.clip_eps, aggregation=spec.aggregation,
-                           kl_coef=spec.kl_coef, temperature=spec.temperature)
-    learner = LoraLearner(model, shape, config, pad_id=tokenizer.pad_token_id,
-                          seed=spec.seed, measure=spec.measure, device=device)
+    learner = LoraLearner(model, shape, LearnerConfig.from_spec(spec),
+                          pad_id=tokenizer.pad_token_id, seed=spec.seed, measure=spec.measure,
+                          device=device)
     task = with_chat_template(inner_task, tokenizer)
     if spec.backend == "hf":
         # on a GPU, evaluation generates in batches no larger than a step's (the memory

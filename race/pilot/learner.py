@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from race.core import flops
-from race.core.specs import LoraShape, ModelShape
+from race.core.specs import LoraShape, ModelShape, RunSpec
 from race.errors import UsageError
 
 
@@ -21,30 +21,38 @@ class TrainingDiverged(RuntimeError):
     """A NaN or infinite loss or gradient: the pilot stops with the step and the reason."""
 
 
+# the defaults' owner: a cell's spec (the learner's knobs are its fields of the same names)
+_CELL = RunSpec(model="", reward=(), task=(), budget_flops=0.0)
+# every update's gradients are clipped to this global norm (not a knob)
+MAX_GRAD_NORM = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class LearnerConfig:
-    """Learning knobs of one cell (``grid.*`` in the config)."""
+    """Learning knobs of one cell: its :class:`~race.core.specs.RunSpec`'s fields of the
+    same names (``grid.*`` and ``pilot.*`` in the config), defaults included."""
 
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj",
-                                     "gate_proj", "up_proj", "down_proj")
-    lr: float = 3e-4  # the grid's and RunSpec's default
-    max_grad_norm: float = 1.0
-    update_epochs: int = 1
-    minibatch_size: int = 0  # completions per optimizer step (0: the whole batch)
+    lora_rank: int = _CELL.lora_rank
+    lora_alpha: int = _CELL.lora_alpha
+    lora_targets: tuple[str, ...] = _CELL.lora_targets
+    lr: float = _CELL.lr
+    update_epochs: int = _CELL.update_epochs
+    minibatch_size: int = _CELL.minibatch_size  # completions per optimizer step (0: all)
     # completions per forward/backward pass inside a minibatch, grouped by length;
     # gradients accumulate over them (0: the whole minibatch in one pass)
-    micro_batch_size: int = 0
+    micro_batch_size: int = _CELL.micro_batch_size
     # truncated importance sampling for rollouts another engine sampled: each token's
     # surrogate times min(pi_old / pi_sampler, tis_cap) (0: off)
-    tis_cap: float = 0.0
-    clip_eps: float = 0.2
-    clip_eps_high: float | None = None
-    kl_coef: float = 0.0
-    aggregation: str = "sequence"
-    temperature: float = 1.0
+    tis_cap: float = _CELL.tis_cap
+    clip_eps: float = _CELL.clip_eps
+    kl_coef: float = _CELL.kl_coef
+    aggregation: str = _CELL.aggregation
+    temperature: float = _CELL.temperature
+
+    @classmethod
+    def from_spec(cls, spec: RunSpec) -> LearnerConfig:
+        """The learning knobs of the cell ``spec``."""
+        return cls(**{f.name: getattr(spec, f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +82,7 @@ class LoraLearner:
         self.lora.validate(shape)
         torch.manual_seed(seed)
         peft_config = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
-                                 lora_dropout=config.lora_dropout,
+                                 lora_dropout=0.0,  # none: a seed gives one update
                                  target_modules=list(config.lora_targets))
         # autocast_adapter_dtype: adapters in fp32 under bf16 base weights
         self.model = get_peft_model(model, peft_config, autocast_adapter_dtype=True)
@@ -209,7 +217,7 @@ class LoraLearner:
                     loss_sum += weight * loss
                     for key, value in part_stats.items():
                         stats_sum[key] = stats_sum.get(key, 0.0) + weight * value
-                norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                norm = torch.nn.utils.clip_grad_norm_(self.params, MAX_GRAD_NORM)
                 if not torch.isfinite(norm):
                     raise TrainingDiverged(f"step {step}: gradient norm is {float(norm)}")
                 self.optimizer.step()
@@ -236,9 +244,8 @@ class LoraLearner:
             weights = (truncated_is_weights(old_logp, self._stack(sampler, part, mask), mask,
                                             cap=cfg.tis_cap) if sampler is not None else None)
             loss, stats = grpo_loss(logp, old_logp, ref_logp, advantages[part], mask,
-                                    clip_eps=cfg.clip_eps, clip_eps_high=cfg.clip_eps_high,
-                                    kl_coef=cfg.kl_coef, aggregation=cfg.aggregation,
-                                    token_weights=weights)
+                                    clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
+                                    aggregation=cfg.aggregation, token_weights=weights)
             diverged = not torch.isfinite(loss)
             if not diverged:
                 (loss * weight if weight != 1.0 else loss).backward()

@@ -60,6 +60,7 @@ from race.pilot.components import (
 from race.pilot.evaluate import evaluate, longest_prompt, precursors, score
 from race.pilot.learner import Batch
 from race.pilot.state import (
+    CHECKPOINT_EVERY,
     LEDGER_CONVENTIONS,
     PHASES,
     Ledger,
@@ -79,7 +80,7 @@ from race.store.io import append_jsonl, no_space, write_json, write_jsonl, write
 
 def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = None,
               progress: Callable[[dict], None] | None = None,
-              checkpoint_every: int = 5, stop: Callable[[], bool] | None = None,
+              checkpoint_every: int = CHECKPOINT_EVERY, stop: Callable[[], bool] | None = None,
               keep_final_state: bool = False) -> dict:
     """Run one cell to its budget; write spec.json, metrics.jsonl, summary.json.
 

@@ -24,6 +24,8 @@ PHASES = ("rollout", "learning", "feedback", "eval")
 # the ledger's conventions: the two formulas, and FlopCounterMode when accounting.measure
 LEDGER_CONVENTIONS = (*flops.CONVENTIONS, "measured")
 STATE_FORMAT = 2  # bump when the layout of state/ changes: older states are then refused
+# GRPO steps between saved states when nobody says (launcher.checkpoint_every)
+CHECKPOINT_EVERY = 5
 
 
 def _zeros() -> dict[str, dict[str, float]]:

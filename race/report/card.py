@@ -1,5 +1,7 @@
-"""The compute card of a sweep (``compute_card.md`` and its LaTeX block): FLOPs by phase,
-compute really used, by policy model and per cell, model sizes, and hardware use."""
+"""Every compute card: a sweep's (``compute_card.md`` and its LaTeX block: FLOPs by
+phase, compute really used, by policy model and per cell, model sizes, hardware use) and
+one cell's (``race flops``: :func:`cell_card_text`, :func:`cell_card_json`). The numbers
+are :mod:`race.core.flops`'s; this module renders them."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import math
 import pandas as pd
 
 from race.analysis import aggregate
+from race.catalog import load_entry, load_model_shape
+from race.core.flops import head_flops_per_position, linear_forward_flops_per_token
 from race.core.fmt import CHARGED_PHASES, PHASE_NAMES, fmt_flops
 from race.core.fmt import acc as _acc
 from race.core.fmt import flops_text as _flops
@@ -56,8 +60,6 @@ def cost_shares(totals: dict[str, float], full_flops: float) -> dict[str, float]
 
 def _reward_model(reward: str) -> str | None:
     """The model a reward system runs (None for a rule verifier or an unknown name)."""
-    from race.catalog import load_entry
-
     try:
         return load_entry("reward", reward).get("model")
     except KeyError:
@@ -67,8 +69,6 @@ def _reward_model(reward: str) -> str | None:
 def _model_rows(ok: pd.DataFrame, shapes: dict | None = None) -> list[list]:
     """Per policy and reward model: params and forward FLOPs per token (``shapes``: the
     sweep's model shapes by name, from its specs; else the catalog's)."""
-    from race.catalog import load_model_shape
-    from race.core.flops import head_flops_per_position, linear_forward_flops_per_token
 
     roles = {m: "policy" for m in sorted(ok["model"].unique())}
     for reward in sorted(ok["reward"].unique()):
@@ -254,3 +254,66 @@ def _hardware_markdown(ok: pd.DataFrame) -> list[str]:
             "over ok cells. Peak GiB: the most memory torch held on the GPU in that phase.",
             _md_table(["model", "device", "phase", "FLOP/s", "MFU", "HFU", "peak GiB"],
                       rows, "lllrrrr")]
+
+
+def _params_short(count: int) -> str:
+    # race flops' own format: billions to 4 significant digits
+    return f"{count / 1e9:.4g}B" if count >= 1e8 else f"{count / 1e6:.3g}M"
+
+
+def cell_card_text(cfg, specs, cards: dict) -> str:
+    """``race flops``' compute card of one cell: its policy, feedback, search and learning
+    knobs, and each charged phase's FLOPs and share in both conventions (``cards``:
+    convention -> :class:`~race.core.flops.ComputeCard`)."""
+    policy, reward, lora, kw = specs.policy, specs.reward, specs.lora, specs.kwargs()
+    model_card = cards["model"]
+    rows = kw["prompts_per_step"] * kw["group_size"]
+    adapter = (f"LoRA r={lora.rank} on {len(lora.targets)} module(s)/layer"
+               if lora else "full fine-tuning")
+    feedback = ("rule-based verifier, 0 FLOPs" if reward.kind == "rule" else
+                f"{reward.kind.upper()} {reward.model.name} "
+                f"({_params_short(reward.model.total_params)} params), "
+                f"{reward.steps_per_trace if reward.kind == 'prm' else 0} step tags/trace")
+    per_token = linear_forward_flops_per_token(policy) + head_flops_per_position(policy)
+    lines = [
+        f"RACE compute card  ({model_card.steps} GRPO step(s); budget convention: "
+        f"{cfg.convention})",
+        f"  policy    {policy.name}: {_params_short(policy.total_params)} params "
+        f"({_params_short(policy.non_embedding_params)} non-embedding), "
+        f"{fmt_flops(per_token)} FLOPs/token forward (no attention), {adapter}",
+        f"  feedback  {reward.name}: {feedback}",
+        f"  search    {kw['prompts_per_step']} prompts x G={kw['group_size']} = {rows} "
+        f"completions/step; prompt {kw['prompt_tokens']} tok, completion "
+        f"{kw['completion_tokens']} tok (cap {kw['max_new_tokens']})",
+        f"  learning  mu={kw['update_epochs']} epoch(s), minibatch "
+        f"{kw['minibatch_size'] or rows}, kl_coef={kw['kl_coef']}",
+        "",
+        f"  {'phase':<10}{'model FLOPs':>14}{'share':>8}{'executed FLOPs':>17}{'share':>8}",
+    ]
+    totals = {name: card.total for name, card in cards.items()}
+    shares = {name: total.shares() for name, total in totals.items()}
+    for phase in ("rollout", "learning", "feedback"):
+        lines.append(f"  {phase:<10}{fmt_flops(getattr(totals['model'], phase)):>14}"
+                     f"{shares['model'][phase]:>8.1%}"
+                     f"{fmt_flops(getattr(totals['executed'], phase)):>17}"
+                     f"{shares['executed'][phase]:>8.1%}")
+    lines.append(f"  {'total':<10}{fmt_flops(totals['model'].total):>14}{'':>8}"
+                 f"{fmt_flops(totals['executed'].total):>17}")
+    lines.append(f"  per step  {fmt_flops(model_card.per_step.total):>12}{'':>8}"
+                 f"{fmt_flops(cards['executed'].per_step.total):>17}")
+    lines.append("  (model: real tokens, causal attention; executed: what Hugging Face runs, "
+                 "padded to the cap, full-square attention)")
+    return "\n".join(lines)
+
+
+def cell_card_json(cfg, specs, cards: dict) -> dict:
+    """``race flops format=json``: the card's assumptions, parameter counts and both
+    conventions' cards."""
+    return {"assumptions": {"model": specs.policy.name, "reward": specs.reward.name,
+                            "task": cfg.task.name, "budget_flops": cfg.budget,
+                            "budget_convention": cfg.convention,
+                            "lora_rank": specs.lora.rank if specs.lora else 0,
+                            **specs.kwargs()},
+            "params": {"total": specs.policy.total_params,
+                       "non_embedding": specs.policy.non_embedding_params},
+            "cards": {conv: card.to_dict() for conv, card in cards.items()}}

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from race.analysis import aggregate
+from race.analysis.curves import sigmoid
 from race.core.fmt import CHARGED_PHASES, PHASE_NAMES, fmt_flops
 from race.core.fmt import int_text as _int
 from race.core.fmt import label as _label
@@ -138,7 +138,7 @@ def curves(path: Path, configs: pd.DataFrame, fits: pd.DataFrame, evals: pd.Data
                         color=style["color"], ms=5, alpha=0.85)
                 if fit["method"] == "sigmoid":
                     x = np.logspace(math.log10(lowest) - 0.1, math.log10(fit["predict_at"]), 200)
-                    y = aggregate.sigmoid(x, fit["R0"], fit["A"], fit["C_mid"], fit["B"])
+                    y = sigmoid(x, fit["R0"], fit["A"], fit["C_mid"], fit["B"])
                     ax.plot(x, y, ls="--", lw=1.3, color=style["color"], alpha=0.8)
                 elif len(curve):  # fallback: flat at the last observed accuracy
                     ax.plot([curve["flops"].iloc[-1], fit["predict_at"]],

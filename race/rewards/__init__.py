@@ -2,6 +2,8 @@
 
 Every reward is called as ``reward(prompts, completions, **task_fields) -> rewards`` and
 reports the FLOPs of what it scored through ``pop_flops()``.
+
+May import: catalog, core, errors, nn, preflight, tasks, warmstart.
 """
 
 from __future__ import annotations

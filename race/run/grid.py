@@ -20,16 +20,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from race import catalog, preflight
+from race import preflight
+from race.config import (
+    Overrides,
+    check_reward_built,
+    compose_config,
+    compose_many,
+    full_budget,
+    selection_problems,
+    to_run_spec,
+    to_specs,
+)
+from race.config.compose import once
 from race.core import flops
 from race.core.fmt import fmt_flops
 from race.core.ladder import LadderPlan, fmt_fraction, plan_ladder
 from race.core.memory import GIB, MemoryPlan, plan_memory
 from race.core.regime import regime_label
-from race.core.specs import LoraShape, PhaseFlops, RunSpec
+from race.core.specs import LoraShape, PhaseFlops, RunSpec, pilot_flops
 from race.errors import RewardTokenizerMismatch, UsageError
 from race.pilot.budget import worst_step_flops
 
+# the defaults' owner (a full fine-tuning cell's memory is planned at the default rank)
+_CELL = RunSpec(model="", reward=(), task=(), budget_flops=0.0)
 # Axes print in this order (then any other key, then seeds last).
 AXIS_ORDER = ("model", "grid.group_size", "grid.prompts_per_step", "grid.max_new_tokens",
               "grid.update_epochs", "grid.lr", "grid.lora_rank", "reward")
@@ -89,79 +102,22 @@ class Plan:
         return self.pilot_flops / self.budget_flops
 
 
-def split_overrides(overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]:
-    """Separate single-value overrides from sweep axes (comma lists, ranges, choices).
-
-    Returns the fixed overrides (as typed) and ``{key: [value strings]}`` for the axes.
-    Malformed overrides raise Hydra's own error.
-    """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    fixed, axes, seen = [], {}, {}
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    for text, override in zip(overrides, parsed):
-        key = override.key_or_group
-        if key in seen:
-            raise UsageError(f"{key}: given twice ({seen[key]} and {text}); give each key "
-                             f"once (a comma list sweeps it)")
-        seen[key] = text
-        if override.is_sweep_override():
-            axes[override.key_or_group] = _once(key, list(override.sweep_string_iterator()))
-        else:
-            fixed.append(text)
-    return fixed, axes
-
-
-def budget_axis(overrides: list[str]) -> tuple[list[float], list[str]]:
-    """A comma list of budgets on the command line: its values (ascending, FLOPs) and the
-    other overrides. ``([], overrides)`` when ``budget`` is one value or absent.
-
-    Each budget is planned, swept and selected on its own (one ladder per budget; the
-    warm start is shared through the cache); the report then says where the pick changes.
-    """
-    _, axes = split_overrides(overrides)
-    if "budget" not in axes:
-        return [], list(overrides)
-    try:
-        budgets = sorted(float(v) for v in axes["budget"])
-    except ValueError as error:
-        raise UsageError(f"budget={','.join(axes['budget'])}: not a list of numbers of "
-                         f"FLOPs; e.g. budget=1e12,4e12,1.6e13") from error
-    return budgets, [o for o in overrides if _key_of(o) != "budget"]
-
-
-def _once(key: str, values: list[str]) -> list[str]:
-    """An axis's values, refused when one is listed twice (it would plan one cell twice)."""
-    twice = sorted({v for v in values if values.count(v) > 1})
-    if twice:
-        raise UsageError(f"{key}={','.join(values)}: {', '.join(twice)} listed more than "
-                         f"once; list each value of an axis once, e.g. "
-                         f"{key}={','.join(dict.fromkeys(values))}")
-    return values
-
-
 def _axis_key(key: str) -> tuple[int, str]:
     if key == "pilot.seed":
         return (len(AXIS_ORDER) + 1, key)
     return (AXIS_ORDER.index(key) if key in AXIS_ORDER else len(AXIS_ORDER), key)
 
 
-def _key_of(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def grid_axes(overrides: list[str]):
+def grid_axes(overrides: Overrides | list[str]):
     """The base config, the fixed overrides and the grid's axes after command-line rules."""
-    from race.config import compose_config
-
-    fixed, cli_axes = split_overrides(overrides)
+    fixed, cli_axes = Overrides.of(overrides).split()
     if "budget" in cli_axes:
         raise UsageError(f"budget={','.join(cli_axes['budget'])}: one budget per plan "
                          f"(pilots of different budgets are not ranked together); split the "
                          f"list with grid.budget_axis, as race plan and race sweep do")
     base = compose_config(fixed)
-    given = {_key_of(o) for o in fixed}
-    axes = {key: _once(f"grid.axes.{key}", [str(v) for v in values])
+    given = fixed.keys()
+    axes = {key: once(f"grid.axes.{key}", [str(v) for v in values])
             for key, values in base.grid.axes.items()
             if key not in given and key not in cli_axes}
     axes |= cli_axes
@@ -172,44 +128,26 @@ def grid_axes(overrides: list[str]):
     return base, fixed, ordered
 
 
-def resolve_budget(cfg) -> float:
-    """The full-run budget: ``budget``, or the embedded default for the tiny family."""
-    from race.config import EMBEDDED_BUDGET
-
-    if cfg.budget is not None:
-        return cfg.budget
-    return EMBEDDED_BUDGET
-
-
-def plan_grid(overrides: list[str], *, runnable: bool = True) -> Plan:
+def plan_grid(overrides: Overrides | list[str], *, runnable: bool = True) -> Plan:
     """Expand ``overrides`` into cells and solve each cell's steps at the pilot budget.
 
     ``runnable=False`` (``race plan``) plans cells this machine could not run (a vLLM
     backend that is not installed, a task the pilots do not support yet).
     Raises UsageError for bad input (the CLI's exit code 2).
     """
-    from race.config import compose_many, selection_problems
-
+    overrides = Overrides.of(overrides)
     base, fixed, axes = grid_axes(overrides)
-    budget = resolve_budget(base)
-    if base.budget is None:
-        models = axes.get("model", [base.model.name])
-        real = [m for m in models if catalog.load_entry("model", m).get("tokenizer")
-                != "race-char"]
-        if real:
-            raise UsageError(f"budget=null: the embedded default budget fits the tiny family "
-                             f"only; give the full-run budget for model={real[0]} in FLOPs, "
-                             f"e.g. budget=1e18")
+    budget = full_budget(base, models=axes.get("model", [base.model.name]))
     problems = selection_problems(base.selection)  # before the ladder is planned from it
     if problems:
         raise UsageError("; ".join(problems))
     cells = []
     ladder = grid_ladder(base, axes)
     fraction = ladder.rungs[0] if ladder else base.pilot.fraction
-    from_conf = {k for k in axes if k in base.grid.axes} - set(split_overrides(overrides)[1])
+    from_conf = {k for k in axes if k in base.grid.axes} - set(overrides.split()[1])
     products = list(itertools.product(*axes.values()))
     variants = [[f"{k}={v}" for k, v in zip(axes, values)] for values in products]
-    for values, cfg in zip(products, compose_many(list(fixed), variants)):
+    for values, cfg in zip(products, compose_many(fixed, variants)):
         knobs = tuple(zip(axes, values))
         cell_overrides = tuple(fixed) + tuple(f"{k}={v}" for k, v in knobs)
         try:
@@ -277,13 +215,11 @@ def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True,
                fraction: float | None = None) -> Cell:
     """Freeze one composed cell and solve its steps at ``fraction x budget`` (default:
     ``pilot.fraction``; a ladder's cells: its first rung)."""
-    from race.config import check_reward_built, to_run_spec, to_specs
-
     fraction = cfg.pilot.fraction if fraction is None else fraction
     if runnable:
         check_reward_built(cfg)
     specs = to_specs(cfg)  # validated once, for the spec and the step alike
-    spec = to_run_spec(cfg, budget * fraction, runnable=runnable, specs=specs)
+    spec = to_run_spec(cfg, pilot_flops(budget, fraction), runnable=runnable, specs=specs)
     step = flops.grpo_step_flops(specs.policy, specs.reward, convention=cfg.convention,
                                  lora=specs.lora, **specs.kwargs())
     steps = int(spec.budget_flops // step.total)
@@ -323,7 +259,7 @@ def cell_memory(cfg, specs) -> MemoryPlan:
     rows = grid.prompts_per_step * grid.group_size
     micro = min(grid.micro_batch_size or rows, grid.minibatch_size or rows, rows)
     reward = specs.reward.model if specs.reward.kind != "rule" else None
-    return plan_memory(specs.policy, specs.lora or LoraShape(grid.lora_rank or 16),
+    return plan_memory(specs.policy, specs.lora or LoraShape(grid.lora_rank or _CELL.lora_rank),
                        dtype=dtype, rows=rows, micro_rows=micro,
                        prompt_tokens=cfg.task.prompt_tokens,
                        max_new_tokens=grid.max_new_tokens, reward_model=reward)

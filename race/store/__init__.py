@@ -1,1 +1,9 @@
-"""TODO"""
+"""store: the results contract, every file under a sweep folder: atomic reads and writes
+(:mod:`~race.store.io`), the file names of a cell (:class:`~race.store.cell.CellDir`,
+which alone decides whether a cell is ok) and of a sweep
+(:class:`~race.store.sweep.SweepDir`), the columns of ``pilots.csv``
+(:mod:`~race.store.pilots`), and the cross-process claims that keep two processes from
+running one cell (:mod:`~race.store.claims`). It decides nothing about what the files say.
+
+May import: core, errors.
+"""

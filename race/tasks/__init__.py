@@ -2,6 +2,10 @@
 
 A task gives ``sample(split, n, seed) -> list[Example]``, ``verify(completion, answer)``
 and its evaluation targets (held-out splits).
+
+Each task owns its answer checker (:mod:`~race.tasks.verify` for GSM8K-format answers).
+
+May import: catalog, core, errors.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from race.errors import UsageError
 from race.store.umask import share_like_umask
 from race.tasks.arith import ArithTask
 from race.tasks.base import Example
+from race.warmstart.tokenizer import FAMILY, in_family
 
 # 2: one recipe for every size (fixed steps, cosine decay), no targets; 3: flawed
 # demonstrations (``flip``)
@@ -295,8 +296,8 @@ def build_tiny_policy(name: str, *, seed: int = 0, rebuild: bool = False,
     ``build_info.json``. Writes are atomic: a half-built policy is never left behind.
     """
     shape = load_model_shape(name)
-    if shape.tokenizer != "race-char":
-        raise UsageError(f"model={name}: only the tiny family (tokenizer race-char) is built "
+    if not in_family(shape.tokenizer):
+        raise UsageError(f"model={name}: only the tiny family (tokenizer {FAMILY}) is built "
                          f"by RACE; {name} loads from {shape.hf_id or 'its hf_id'}")
     recipe = recipe or WarmStartRecipe(model=name, seed=seed)
     return cached_build("policies", name, {"recipe": asdict(recipe), "shape": asdict(shape)},

@@ -39,7 +39,7 @@ from race.nn.devices import torch_dtype
 from race.tasks.arith import ArithTask, split_lines, step_labels
 from race.tasks.base import Example
 from race.warmstart.policies import build_tiny_policy, cached_build, warm_start_recipe
-from race.warmstart.tokenizer import pad_right
+from race.warmstart.tokenizer import FAMILY, in_family, pad_right
 
 RECIPE_VERSION = 2
 # Each PRM's body starts from the warm-started policy of the same shape.
@@ -302,9 +302,9 @@ def build_tiny_prm(name: str, *, seed: int = 0, rebuild: bool = False,
     Its body starts from the warm-started policy of the same shape (``recipe.init_from``).
     """
     shape = load_model_shape(name)
-    if shape.head != "lm_verifier" or shape.tokenizer != "race-char":
+    if shape.head != "lm_verifier" or not in_family(shape.tokenizer):
         raise UsageError(f"reward.model={name}: not a tiny PRM (needs head lm_verifier and "
-                         f"tokenizer race-char)")
+                         f"tokenizer {FAMILY})")
     recipe = recipe or PRMRecipe(model=name, init_from=INIT_FROM.get(name, ""), seed=seed)
     init_shape = load_model_shape(recipe.init_from)
     body = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",

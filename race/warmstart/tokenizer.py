@@ -15,6 +15,8 @@ from pathlib import Path
 
 from race.errors import UsageError
 
+# the tokenizer family of the models RACE builds (``tokenizer:`` in conf/model/tiny-*.yaml)
+FAMILY = "race-char"
 EOS = "<|endoftext|>"
 STEP_TAG = "<extra_0>"
 SPECIAL_TOKENS = (EOS, STEP_TAG)
@@ -105,3 +107,9 @@ def pad_right(seqs: list, pad_id: int):
         ids[row, :len(seq)] = torch.tensor(list(seq))
         attention[row, :len(seq)] = 1
     return ids, attention
+
+
+def in_family(tokenizer: str | None) -> bool:
+    """Whether a model of this tokenizer family is one RACE builds and warm-starts (the
+    tiny family), rather than one that loads its weights from elsewhere."""
+    return tokenizer == FAMILY

@@ -1,0 +1,282 @@
+"""Every selection rule in one place: which configs a rung promotes (its candidates),
+which go to full-budget validation (flat: :func:`select_for_validation`; ladder:
+:func:`ladder_selection`), and each choice's gain over its warm start. The pure rules of
+promotion and the final ranking are :mod:`race.core.ladder`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+from scipy import stats
+
+from race.analysis.aggregate import LEVEL, guard_cells, plain, target_evals, targets
+from race.analysis.load import load_results
+from race.core.ladder import final_ranking, fmt_fraction, next_rung_bound
+from race.core.stats import REPORT, binomial_se
+from race.store.cell import CellDir
+from race.store.io import read_json
+from race.store.sweep import SweepDir
+
+TOP_K, BASIS = REPORT.top_k, REPORT.basis  # when a caller gives none
+
+def warm_starts(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str) -> dict[str, dict]:
+    """Each policy size's accuracy on ``target`` before any update (checkpoint 0 of its
+    cells: the warm start every config of that size shares), scored on the most problems
+    any of its cells used (pilots score the selection target at the start on as many
+    problems as at the end). ``{model: {"accuracy", "n", "se"}}``; sizes never evaluated
+    at the start are left out."""
+    if not len(evals) or target not in set(evals["target"]):
+        return {}
+    ev = target_evals(evals, cells, target)
+    ev = ev[ev["checkpoint"] == 0.0].merge(cells[["cell_id", "model"]], on="cell_id")
+    out = {}
+    for model, rows in ev.groupby("model"):
+        rows = rows[rows["n"] == rows["n"].max()]
+        accuracy, n = float(rows["accuracy"].mean()), int(rows["n"].iloc[0])
+        if n > 0:
+            out[str(model)] = {"accuracy": accuracy, "n": n, "se": binomial_se(accuracy, n)}
+    return out
+
+
+def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = TOP_K,
+                     level: float = LEVEL, starts: dict[str, dict] | None = None) -> list[dict]:
+    """The ladder's choices for full-budget validation, best first.
+
+    :func:`race.core.ladder.final_ranking` of the rungs: unguarded configs first; within a
+    policy size the higher rung first; sizes merged by the observed score (seeds
+    averaged) at the rung where each config was read. Intervals are normal at ``level``
+    from the score's standard error (binomial over the rung's problems, pooled over
+    seeds).
+
+    Args:
+        ladder: ``ladder.json`` (rungs, each with its ranked ``candidates``).
+        configs: ``rank_regimes``'s configs on the first rung (for each config's regime).
+        starts: :func:`warm_starts`; each choice then carries its ``gain`` over its size's
+            warm start, with ``gain_se`` (the two standard errors combined) and a verdict
+            at ``level`` in its reason.
+    """
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    regime = dict(zip(configs["config_id"], configs["regime"])) if len(configs) else {}
+    rungs = ladder["rungs"]
+    chosen = []
+    for rank, cand in enumerate(final_ranking([r["candidates"] for r in rungs])[:k], 1):
+        rung = rungs[cand["rung"] - 1]
+        where = f"rung {rung['rung']} ({fmt_fraction(rung['fraction'])})"
+        guard = cand.get("guard")
+        if guard:
+            why = "guarded"
+        elif rank == 1:
+            why = "ladder pick"
+        else:
+            why = "last rung" if rung is rungs[-1] else f"stopped at {where}"
+        score, se = float(cand["score"]), float(cand["se"])
+        start, gain = (starts or {}).get(cand["model"]), {}
+        if start is not None:
+            diff, diff_se = score - start["accuracy"], math.hypot(se, start["se"])
+            gain = {"start": start["accuracy"], "gain": diff, "gain_se": diff_se,
+                    "gain_text": gain_text(diff, diff_se, z)}
+        chosen.append(gain | {
+            "config_id": cand["config"], "cell_ids": list(cand["cell_ids"]),
+            "score": score, "lo": max(0.0, score - z * se),
+            "hi": min(1.0, score + z * se), "se": se, "rung": rung["rung"],
+            "basis_used": f"observed at {where}", "interval_width": 2 * z * se,
+            "regime": regime.get(cand["config"]), "model": cand["model"],
+            "reward": cand["reward"], "guard": guard, "why": why, "rank": rank,
+            "reason": f"{why}: {score:.3f} +- {se:.3f} (SE) on the selection target at "
+                      f"{where}" + (f"; guard fired: {guard}" if guard else "")
+                      + (f"; {gain['gain_text']}" if gain else "")})
+    return [{key: plain(val) for key, val in c.items()} for c in chosen]
+
+
+def gain_text(gain: float, se: float, z: float) -> str:
+    """A score's gain over its warm start, and whether it is clear of noise at ``z`` SE."""
+    verdict = ("above it" if gain - z * se > 0 else
+               "below it: post-training made it worse" if gain + z * se < 0 else
+               "no clear gain from post-training")
+    return f"{gain:+.3f} (SE {se:.3f}) vs its warm start, {verdict}"
+
+
+def select_for_validation(configs_df: pd.DataFrame, fits_df: pd.DataFrame, *, k: int = TOP_K,
+                          basis: str = BASIS, max_width: float = 0.3,
+                          guarded: dict[str, str] | None = None) -> list[dict]:
+    """Choose up to k configs for full-budget validation, preferring distinct regimes.
+
+    Score: the seeds' mean extrapolated prediction when ``basis="extrapolated"`` and every
+    seed's fit is a sigmoid whose interval at the full budget is at most ``max_width``
+    wide, else the observed pilot mean (``basis_used`` says which, the reason says why):
+    a fit that cannot say where the curve goes (a 4-point pilot curve extrapolated 16x
+    often cannot) must not outrank what was observed.
+    First the best config of each distinct (model, reward, regime), then the next best.
+    A config in ``guarded`` (config_id -> what fired, from :func:`guard_cells`) is never
+    extrapolated and comes only after every unguarded one: its curve shows a late
+    failure that neither a fit nor its last value can be trusted past.
+
+    Returns:
+        JSON-serializable dicts in selection order: config_id, cell_ids, rank (pilot rank),
+        score, lo, hi, basis_used, interval_width, regime, model, reward, reason, and why
+        ("distinct regime": the best of its regime; "free slot": its regime was chosen).
+    """
+    if basis not in ("extrapolated", "observed"):
+        raise ValueError(f"basis={basis!r}: unknown; use 'extrapolated' or 'observed'")
+    n_configs = len(configs_df)
+    candidates = []
+    for row in configs_df.itertuples(index=False):
+        fits = fits_df[fits_df["config_id"] == row.config_id].sort_values("cell_id")
+        target = getattr(row, "target", "the target")
+        head = f"rank {row.rank} of {n_configs} on {target}"
+        sigmoids = len(fits) and (fits["method"] == "sigmoid").all()
+        wide = sigmoids and float((fits["hi"] - fits["lo"]).mean()) > max_width
+        fired = (guarded or {}).get(row.config_id)
+        if basis == "extrapolated" and sigmoids and not wide and not fired:
+            score, lo, hi = (float(fits[c].mean()) for c in ("prediction", "lo", "hi"))
+            used = "extrapolated"
+            detail = (f"extrapolated to {fits['predict_at'].mean():.2g} FLOPs: {score:.3f} "
+                      f"[{lo:.2f}, {hi:.2f}] (sigmoid fit, R^2 {fits['r2'].mean():.2f})")
+        else:
+            score, lo, hi, used = float(row.mean), float(row.lo), float(row.hi), "observed"
+            bad = fits[fits["method"] != "sigmoid"]
+            why = (f"guard fired: {fired}" if fired
+                   else "basis=observed" if basis == "observed" else "no curve fit" if not len(fits)
+                   else (f"fit too uncertain to extrapolate: interval "
+                         f"[{fits['lo'].mean():.2f}, {fits['hi'].mean():.2f}] wider than "
+                         f"{max_width}") if wide
+                   else f"fallback fit for {bad['cell_id'].iloc[0]}: {bad['reason'].iloc[0]}")
+            detail = f"observed pilot mean {score:.3f} [{lo:.2f}, {hi:.2f}] ({why})"
+        candidates.append({"config_id": row.config_id, "cell_ids": list(fits["cell_id"]),
+                           "rank": row.rank, "score": score, "lo": lo, "hi": hi,
+                           "basis_used": used, "interval_width": hi - lo,
+                           "regime": row.regime, "model": row.model, "reward": row.reward,
+                           "guard": fired or None, "reason": f"{head}; {detail}"})
+    candidates.sort(key=lambda c: (-c["score"] if math.isfinite(c["score"]) else math.inf,
+                                   c["rank"], c["config_id"]))
+    clean = [c for c in candidates if not c["guard"]]
+
+    firsts = {}  # score order: the first config seen of each regime is its best
+    for cand in clean:
+        firsts.setdefault((cand["model"], cand["reward"], cand["regime"]), cand)
+    chosen = list(firsts.values())[:k]
+    for cand in chosen:
+        cand["why"] = "distinct regime"
+        cand["reason"] += f"; distinct regime {cand['model']}/{cand['reward']}/{cand['regime']}"
+    for cand in [c for c in clean if all(c is not x for x in chosen)][:k - len(chosen)]:
+        cand["why"] = "free slot"
+        cand["reason"] += (f"; fills a slot (regime {cand['model']}/{cand['reward']}/"
+                           f"{cand['regime']} already chosen)")
+        chosen.append(cand)
+    for cand in [c for c in candidates if c["guard"]][:k - len(chosen)]:
+        cand["why"] = "guarded"
+        cand["reason"] += "; chosen only because fewer unguarded configs than k"
+        chosen.append(cand)
+    return [{key: ([str(v) for v in val] if isinstance(val, list) else plain(val))
+             for key, val in cand.items()} for cand in chosen]
+def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
+                    next_flops: float | None, *, z: float, thresholds=None) -> list[dict]:
+    """One rung's configs as promotion candidates: each config's ok cells (seeds) read on
+    the selection target at the rung's end, their guards, and (below the last rung) the
+    lower confidence bound of the seed mean at ``next_flops``."""
+    ids = {s.cell_id for s in specs}
+    if not specs:
+        return []
+    target = specs[0].selection_target
+    cells, evals, examples, steps = load_results(sweep_dir, with_steps=True)
+    if evals.empty:  # no ok cell evaluated anything (every pilot of the rung failed)
+        return []
+    evals = evals[evals["cell_id"].isin(ids) & (evals["target"] == target)]
+    checks = guard_cells(evals, examples[examples["cell_id"].isin(ids)]
+                                   if len(examples) else examples,
+                                   steps[steps["cell_id"].isin(ids)], target=target,
+                                   thresholds=thresholds)
+    fired = checks[checks["fired"]]
+    by_config: dict[str, list] = {}
+    for spec in specs:
+        curve = evals[evals["cell_id"] == spec.cell_id].sort_values(["flops", "checkpoint"])
+        if not CellDir.of(sweep_dir, spec.cell_id).is_ok() or curve.empty:
+            continue
+        bound = next_rung_bound(curve["flops"].tolist(), curve["accuracy"].tolist(),
+                                curve["n"].astype(int).tolist(),
+                                next_flops or float(curve["flops"].iloc[-1]), z=z)
+        by_config.setdefault(config_of[spec.cell_id], []).append((spec, bound))
+    candidates = []
+    for config, members in sorted(by_config.items()):
+        k = len(members)
+        score = sum(b["score"] for _, b in members) / k
+        se = math.sqrt(sum(b["se"] ** 2 for _, b in members)) / k
+        predicted = sum(b["predicted"] for _, b in members) / k
+        predicted_se = math.sqrt(sum(b["predicted_se"] ** 2 for _, b in members)) / k
+        cell_ids = [s.cell_id for s, _ in members]
+        guard = fired[fired["cell_id"].isin(cell_ids)]
+        spec = members[0][0]
+        candidates.append({
+            "config": config, "cell_ids": cell_ids, "model": spec.model,
+            "reward": dict(spec.reward)["name"], "group_size": spec.group_size,
+            "update_epochs": spec.update_epochs, "score": score, "se": se,
+            "predicted": predicted, "predicted_se": predicted_se,
+            "lcb": predicted - z * predicted_se,
+            "guard": "; ".join(f"{g}: {e}" for g, e in zip(guard["guard"], guard["evidence"]))
+            or None})
+    return candidates
+
+
+def ladder_guards(ladder: dict) -> list[dict]:
+    """Every guard the ladder saw fire, rung by rung (a continued cell's curve is checked
+    at each rung it reaches, so a failure after the first rung shows only here)."""
+    return [{"rung": rung["rung"], "fraction": rung["fraction"], "config_id": c["config"],
+             "cell_ids": c["cell_ids"], "evidence": c["guard"]}
+            for rung in ladder["rungs"] for c in rung["candidates"] if c.get("guard")]
+
+
+def budget_rows(budget: float, folder: Path, *, level: float = LEVEL) -> list[dict]:
+    """One budget's selected allocation on every target (the selection target: its pick
+    from ``selection.json``; the others: the best config of the last rung on them), with
+    a normal interval at ``level`` from its standard error (binomial over the problems,
+    pooled over seeds)."""
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    sweep = SweepDir(folder)
+    selection = read_json(sweep.selection)
+    frame = pd.read_csv(sweep.pilots)
+    frame = frame[frame["status"] == "ok"]
+    if sweep.ladder.is_file():
+        last = read_json(sweep.ladder)["rungs"][-1]
+        options = {c["config"]: (c["cell_ids"], c.get("guard"), last["fraction"])
+                   for c in last["candidates"]}
+    else:
+        options = {cid: (list(group["cell_id"]), None, float(group["budget_flops"].iloc[0])
+                         / budget) for cid, group in frame.groupby("config_id")}
+    specs = {cid: read_json(CellDir.of(folder, cid).spec)
+             for ids, _, _ in options.values() for cid in ids}
+    primary = selection["target"]
+    rows = []
+    for target in targets(frame):
+        scored = []
+        for config, (ids, guard, fraction) in options.items():
+            values = frame[frame["cell_id"].isin(ids)][f"final_{target}"].dropna()
+            if values.empty:
+                continue
+            spec = specs[ids[0]]
+            n = (max(spec["select_examples"], spec["eval_examples"])
+                 if target == spec["select_target"] else spec["eval_examples"])
+            p = float(values.mean())
+            se = binomial_se(p, n) / math.sqrt(len(values))
+            scored.append({"config": config, "score": p, "se": se, "guard": guard,
+                           "fraction": fraction, "spec": spec})
+        if not scored:
+            continue
+        if target == primary and selection["selected"]:
+            chosen = selection["selected"][0]
+            best = next((s for s in scored if s["config"] == chosen["config_id"]), None)
+        else:
+            best = None
+        best = best or min(scored, key=lambda s: (bool(s["guard"]), -s["score"], s["config"]))
+        spec = best["spec"]
+        rows.append({"budget_flops": budget, "target": target, "selection": target == primary,
+                     "config": best["config"], "model": spec["model"],
+                     "reward": spec["reward"]["name"], "group_size": spec["group_size"],
+                     "update_epochs": spec["update_epochs"], "score": best["score"],
+                     "lo": max(0.0, best["score"] - z * best["se"]),
+                     "hi": min(1.0, best["score"] + z * best["se"]),
+                     "read_at": fmt_fraction(best["fraction"]),
+                     "guard": best["guard"] or ""})
+    return rows

@@ -1,0 +1,223 @@
+"""One sweep folder analysed: every decision a report renders, made here once.
+
+:func:`analyse_sweep` reads the cells, ranks them on every evaluation target (a ladder:
+on its first rung, where every config ran), fits their curves, draws the frontier, runs
+the guards, and chooses the configs for validation by the sweep's own policy (the
+ladder's picks, or the flat selection); :class:`SweepAnalysis` holds the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from race.analysis.aggregate import (
+    best_by_target,
+    check_consistent,
+    frontier,
+    guard_cells,
+    rank_regimes,
+    split_status,
+    targets,
+)
+from race.analysis.curves import fit_cells
+from race.analysis.load import load_results
+from race.analysis.select import (
+    ladder_guards,
+    ladder_selection,
+    select_for_validation,
+    warm_starts,
+)
+from race.core.guards import DEFAULT, GuardThresholds
+from race.core.stats import REPORT
+from race.errors import UsageError
+from race.store.io import SWEEP_JSON_FIX, read_result
+from race.store.sweep import SweepDir
+
+BASES = ("extrapolated", "observed")
+
+
+@dataclass
+class SweepAnalysis:
+    """What a sweep's pilots say, as the analysis decided it (report renders this).
+
+    ``every_cell``: each cell of every rung; ``cells``: the ranked ones (a ladder: its
+    first rung); ``ok`` / ``excluded``: the ranked cells that finished ok, and the others;
+    ``targets``: the evaluated targets, the ``primary`` one (selection's) first;
+    ``ranked``: target -> (configs with their fits, regimes); ``fits``: target -> each
+    cell's fit; ``fronts``: target -> the frontier; ``order``: the ok cells in rank order
+    on the primary target; ``basis``: what selection read (``ladder``, or the flat
+    ``extrapolated`` / ``observed``); ``checks``: every guard on every cell (flat only:
+    the ladder checked its rungs as it ran); ``guards_fired``: the guards that fired.
+    ``card_only``: runs of another trainer, with RACE's ledger but none of its evals
+    (nothing to rank: the compute card only).
+    """
+
+    sweep_dir: Path
+    every_cell: pd.DataFrame
+    cells: pd.DataFrame
+    ok: pd.DataFrame
+    excluded: pd.DataFrame
+    evals: pd.DataFrame
+    level: float
+    top_k: int
+    card_only: bool = False
+    targets: list[str] = field(default_factory=list)
+    primary: str | None = None
+    ranked: dict = field(default_factory=dict)
+    fits: dict = field(default_factory=dict)
+    fronts: dict = field(default_factory=dict)
+    by_target: dict = field(default_factory=dict)
+    starts: dict = field(default_factory=dict)
+    ladder: dict | None = None
+    basis: str = ""
+    checks: pd.DataFrame | None = None
+    guards_fired: list = field(default_factory=list)
+    selected: list = field(default_factory=list)
+    order: list = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.sweep_dir.resolve().name
+
+    @property
+    def primary_configs(self) -> pd.DataFrame:
+        """The configs ranked on the primary target, with their fits."""
+        return self.ranked[self.primary][0]
+
+
+def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
+                  level: float = REPORT.level, top_k: int = REPORT.top_k,
+                  basis: str = REPORT.basis) -> SweepAnalysis:
+    """Rank, fit, guard and select one sweep folder's pilots (the arguments as
+    ``write_report``'s, :mod:`race.report.write`).
+
+    Raises:
+        UsageError: no ok cell, results that mix tasks or budgets, a corrupt metrics line
+            (naming file:line), or a bad argument.
+    """
+    if basis not in BASES:
+        raise UsageError(f"report.basis={basis!r}: unknown; use 'extrapolated' or 'observed'")
+    if top_k < 1:
+        raise UsageError(f"report.top_k={top_k}: select at least 1 config for validation")
+    sweep_dir = Path(sweep_dir)
+    folder = SweepDir(sweep_dir)
+    if not folder.cells.is_dir():
+        raise UsageError(f"{sweep_dir}: no cells/ folder; pass a sweep folder "
+                         "(results/<sweep_id>) written by `race sweep`")
+    every_cell, evals, examples, steps = load_results(sweep_dir, with_steps=True)
+    if every_cell.empty:
+        raise no_ok_cells(sweep_dir, every_cell)
+    check_consistent(every_cell)
+    ladder = (read_result(folder.ladder, SWEEP_JSON_FIX) if folder.ladder.is_file() else None)
+    cells = every_cell
+    if ladder is not None:  # rank on the first rung: every config at one budget
+        first = set(ladder["rungs"][0]["cells"])
+        cells = every_cell[every_cell["cell_id"].isin(first)]
+        evals = evals[evals["cell_id"].isin(first)] if len(evals) else evals
+        examples = examples[examples["cell_id"].isin(first)] if len(examples) else examples
+        steps = steps[steps["cell_id"].isin(first)] if len(steps) else steps
+    ok, excluded = split_status(cells)
+    if ok.empty:
+        raise no_ok_cells(sweep_dir, cells)
+    result = SweepAnalysis(sweep_dir, every_cell, cells, ok, excluded, evals, level, top_k,
+                           ladder=ladder)
+    # final_<target>_reward columns also start with final_: keep the evaluated targets.
+    evaluated = set(evals["target"]) if "target" in evals else set()
+    names = [t for t in targets(ok) if t in evaluated]
+    if not names and from_other_trainers(ok):
+        result.card_only = True
+        return result
+    if not names:
+        raise UsageError(f"{sweep_dir}: the ok cells have no checkpoint evals; check "
+                         "pilot.eval_targets and the cells' metrics.jsonl")
+    # selection reads val (test and ood are only reported); older sweeps ranked on test
+    primary = next((t for t in ("val", "test") if t in names), names[0])
+    result.primary = primary
+    result.targets = [primary, *(t for t in names if t != primary)]  # the primary first
+    raw = {}
+    for target in result.targets:
+        configs, regimes = rank_regimes(cells, examples, target=target, n_boot=n_boot,
+                                        level=level)
+        fits = fit_cells(evals, cells, target=target)
+        raw[target], result.fits[target] = configs, fits
+        result.ranked[target] = (configs.merge(_fit_columns(fits), on="config_id",
+                                               how="left"), regimes)
+        result.fronts[target] = frontier(evals, cells, target=target)
+    result.by_target = best_by_target(raw)
+    result.starts = warm_starts(evals, cells, target=primary)
+    _select(result, raw[primary], evals, examples, steps, basis)
+    config_order = {cid: i for i, cid in enumerate(result.primary_configs["config_id"])}
+    result.order = ok.assign(_o=ok["config_id"].map(config_order)).sort_values(
+        ["_o", "seed", "cell_id"], kind="stable")["cell_id"].tolist()
+    return result
+
+
+def _select(result: SweepAnalysis, configs: pd.DataFrame, evals: pd.DataFrame,
+            examples: pd.DataFrame, steps: pd.DataFrame, basis: str) -> None:
+    """Choose the configs for validation by the sweep's policy: a ladder's picks from its
+    rungs (it checked every rung's guards as it ran), else the flat selection on the
+    primary target with every cell's guards checked now."""
+    primary, k = result.primary, result.top_k
+    if result.ladder is not None:
+        result.basis, result.checks = "ladder", None
+        result.guards_fired = ladder_guards(result.ladder)
+        result.selected = ladder_selection(result.ladder, configs, k=k, level=result.level,
+                                           starts=result.starts)
+        return
+    checks = guard_cells(evals, examples, steps, target=primary,
+                         thresholds=_guard_thresholds(result.sweep_dir))
+    fired = checks[checks["fired"]]
+    guarded = {cid: "; ".join(f"{g} ({c}: {e})" for g, c, e in
+                              zip(group["guard"], group["cell_id"], group["evidence"]))
+               for cid, group in fired.groupby("config_id")}
+    result.basis, result.checks = basis, checks
+    result.guards_fired = fired.to_dict("records")
+    result.selected = select_for_validation(configs, result.fits[primary], k=k, basis=basis,
+                                            guarded=guarded)
+
+
+def _fit_columns(fits: pd.DataFrame) -> pd.DataFrame:
+    """Per config: the seeds' mean prediction/lo/hi/R^2 and their fit methods."""
+    columns = ["config_id", "prediction", "prediction_lo", "prediction_hi", "fit_method",
+               "fit_r2", "predict_at", "fit_reason"]
+    if fits.empty:
+        return pd.DataFrame(columns=columns)
+
+    def methods(series: pd.Series) -> str:
+        counts = series.value_counts()
+        if len(counts) == 1:
+            return str(counts.index[0])
+        return ", ".join(f"{m} x{n}" for m, n in sorted(counts.items()))
+
+    def reasons(series: pd.Series) -> str:
+        return "; ".join(sorted({str(r) for r in series if isinstance(r, str) and r}))
+
+    return fits.groupby("config_id", as_index=False).agg(
+        prediction=("prediction", "mean"), prediction_lo=("lo", "mean"),
+        prediction_hi=("hi", "mean"), fit_method=("method", methods), fit_r2=("r2", "mean"),
+        predict_at=("predict_at", "mean"), fit_reason=("reason", reasons))[columns]
+
+
+def _guard_thresholds(sweep_dir: Path):
+    """The guard thresholds the sweep ran with (``sweep.json``), else the defaults."""
+    path = SweepDir(sweep_dir).record
+    record = read_result(path, SWEEP_JSON_FIX) if path.is_file() else {}
+    given = record.get("config", {}).get("selection", {}).get("guards")
+    return GuardThresholds(**given) if given else DEFAULT
+
+
+def no_ok_cells(sweep_dir: Path, cells: pd.DataFrame) -> UsageError:
+    status = cells["status"] if len(cells) else pd.Series(dtype=str)
+    missing = int((status == "missing").sum())
+    failed = len(status) - missing - int((status == "ok").sum())
+    return UsageError(f"{sweep_dir}: no ok cells to rank ({failed} failed, {missing} missing); "
+                      "rerun `race sweep` with the same overrides to resume them, or check the "
+                      "errors in pilots.csv")
+
+
+def from_other_trainers(ok: pd.DataFrame) -> bool:
+    """Whether every ok cell is a run another trainer made (race.integrations: TRL)."""
+    return "backend" in ok and bool((ok["backend"] == "trl").all())

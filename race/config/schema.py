@@ -1,0 +1,375 @@
+"""The Hydra structured-config schema: plain (mutable) dataclasses, so that command-line
+overrides work; ``conf/`` YAML sets their values. A comment above each field says what
+it means, with its unit.
+
+Each default is written once, in the frozen dataclass of the lowest layer that uses it,
+and read from there: a cell's knobs from :class:`~race.core.specs.RunSpec`, the guards'
+thresholds from :class:`~race.core.guards.GuardThresholds`, the ladder's from
+:mod:`race.core.ladder`, the report's from :data:`race.core.stats.REPORT`, the regime
+thresholds from :class:`~race.core.regime.RegimeThresholds`, the embedded task's knobs
+from :class:`~race.tasks.arith.ArithTask`, the warm start's from
+:class:`~race.warmstart.policies.WarmStartRecipe`, the pilots' checkpoint interval from
+:data:`race.pilot.state.CHECKPOINT_EVERY` (``tests/test_config.py`` checks that schema
+and spec agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from race.core import guards, ladder
+from race.core.regime import RegimeThresholds
+from race.core.specs import RunSpec
+from race.core.stats import REPORT
+from race.pilot.state import CHECKPOINT_EVERY
+from race.tasks.arith import ArithTask
+from race.warmstart.policies import WarmStartRecipe
+
+GROUPS = ("model", "reward", "task", "grid", "launcher")
+# The embedded default's full-run budget (FLOPs), what a null ``budget`` means for the
+# tiny family: sized so that the default grid's pilots each buy tens of GRPO steps
+# (docs/pilots.md gives the sizes and the sweep's wall clock).
+EMBEDDED_BUDGET = 3.5e12
+# reward kinds the accounting knows (race flops, race plan); pilots run the kinds
+# race.rewards.REWARD_KINDS builds
+ACCOUNTED_REWARD_KINDS = ("rule", "orm", "prm")
+LAUNCHERS = ("local", "slurm", "inline")
+# the defaults' owners (see the module docstring)
+_CELL = RunSpec(model="", reward=(), task=(), budget_flops=0.0)
+_ARITH = ArithTask()
+_RECIPE = WarmStartRecipe(model="")
+_REGIME = RegimeThresholds()
+
+
+@dataclass
+class ModelConfig:
+    # registry name (the YAML's file name)
+    name: str = MISSING
+    # Hugging Face id or local path of the weights ("" for models RACE builds itself)
+    hf_id: str = ""
+    # architecture numbers from the model's config.json
+    hidden_size: int = MISSING
+    intermediate_size: int = MISSING
+    num_layers: int = MISSING
+    num_heads: int = MISSING
+    num_kv_heads: int = MISSING
+    # per-head width (0: hidden_size // num_heads)
+    head_dim: int = 0
+    # padded vocabulary rows
+    vocab_size: int = MISSING
+    tied_embeddings: bool = True
+    # output head: lm | prm_value | token_classification | sequence_score
+    head: str = "lm"
+    num_labels: int = 2
+    qkv_bias: bool = True
+    # tokenizer family: models that exchange token ids must share it
+    tokenizer: str = ""
+    # token a process reward model scores at
+    step_tag: str = ""
+
+
+@dataclass
+class RewardConfig:
+    # registry name
+    name: str = MISSING
+    # rule (verifier, 0 FLOPs) | orm (one score per completion) | prm (one per step)
+    kind: str = "rule"
+    # reward model's architecture, a name under conf/model/ (null for rule)
+    model: str | None = None
+    # PRM: how per-step scores become one reward: min | prod | last
+    aggregate: str = "min"
+    # PRM: extra tag tokens inserted per step (1 for <extra_0>; 0 when a newline is the tag)
+    tag_tokens_per_step: int = 1
+    # tokens the reward's input format adds to every scored trace, whatever it says
+    # (system prompt and chat-template tokens); the pilot measures the loaded reward's
+    # real overhead and refuses one larger than this (budgets are planned with it)
+    overhead_tokens: int = 0
+    # PRM: the most steps scored per completion (later steps join the last one), which
+    # bounds the tag tokens of any trace in the budget's worst-case step
+    max_steps: int = 32
+    # rule: what the verifier checks: answer (the final answer, sparse) | structured
+    # (format and final answer) | steps (credit per correct step, dense)
+    check: str = "answer"
+    # let a reward-model checkpoint run its own modelling code (its config.json's
+    # auto_map); off: such a folder is refused, and the weights of a hub id load into
+    # RACE's copy of the architecture
+    trust_remote_code: bool = False
+
+
+# the embedded task's knobs (the TaskConfig fields that race.tasks.arith.ArithTask reads)
+ARITH_FIELDS = ("digits", "first_digits", "min_ops", "max_ops", "ood_min_ops", "ood_max_ops")
+
+
+@dataclass
+class TaskConfig:
+    name: str = MISSING
+    # nominal mean prompt length, tokens (plans and cards)
+    prompt_tokens: int = MISSING
+    # nominal mean completion length, tokens
+    completion_tokens: int = MISSING
+    # reasoning steps per completion (PRM step tags)
+    steps_per_trace: int = 0
+    # data files (a .jsonl/.json/.parquet file or a folder of them); "" for the embedded
+    # task or the hub
+    source: str = ""
+    # GSM8K-format: a file of out-of-distribution problems (the ood target; "": none)
+    ood_source: str = ""
+    # GSM8K-format prompts in the policy's chat template: a system message ("": none) and
+    # the instruction after each question
+    system_prompt: str = ""
+    answer_format: str = ""
+    # embedded task (arith): digits per operand, digits of the first number (0: digits),
+    # operations per chain in train/val/test, and in ood (longer chains: a real shift)
+    digits: int = _ARITH.digits
+    first_digits: int = _ARITH.first_digits
+    min_ops: int = _ARITH.min_ops
+    max_ops: int = _ARITH.max_ops
+    ood_min_ops: int = _ARITH.ood_min_ops
+    ood_max_ops: int = _ARITH.ood_max_ops
+
+
+@dataclass
+class WarmStartConfig:
+    # the tiny family's supervised warm start, one recipe for every size (pre-training,
+    # never charged): steps of batch_size reference traces, AdamW at lr (warm-up, cosine)
+    steps: int = _RECIPE.steps
+    batch_size: int = _RECIPE.batch_size
+    lr: float = _RECIPE.lr
+    # share of the demonstrations' subtraction steps computed as additions: the right
+    # procedure is then in the policy's support but not its mode (0: clean demonstrations)
+    flip: float = _RECIPE.flip
+    seed: int = _RECIPE.seed
+
+
+@dataclass
+class GridConfig:
+    # prompts sampled per GRPO step
+    prompts_per_step: int = _CELL.prompts_per_step
+    # G: completions per prompt (>= 2 for a group baseline)
+    group_size: int = _CELL.group_size
+    # generation cap, tokens
+    max_new_tokens: int = _CELL.max_new_tokens
+    # mean completion length, tokens (null: the task's, capped at max_new_tokens)
+    completion_tokens: int | None = None
+    # mu: passes over each rollout batch
+    update_epochs: int = _CELL.update_epochs
+    # completions per optimizer step (null: the whole rollout batch)
+    minibatch_size: int | None = None
+    # completions per forward/backward pass (gradient accumulation inside a minibatch,
+    # grouped by length); bounds activation memory, not the update (0: one pass)
+    micro_batch_size: int = _CELL.micro_batch_size
+    # AdamW learning rate (LoRA)
+    lr: float = _CELL.lr
+    # LoRA rank (0: full fine-tuning)
+    lora_rank: int = _CELL.lora_rank
+    lora_alpha: int = _CELL.lora_alpha
+    # decoder-layer modules the adapters wrap
+    lora_targets: list[str] = field(default_factory=lambda: list(_CELL.lora_targets))
+    # KL penalty to the reference policy (adapters disabled); 0 skips the reference pass
+    kl_coef: float = _CELL.kl_coef
+    # per-token losses folded into one: sequence (each completion's mean, then the batch
+    # mean: GRPO) | token (every token alike: DAPO)
+    aggregation: str = _CELL.aggregation
+    # advantages: group-centred rewards divided by the group's std (GRPO), or not (Dr. GRPO)
+    scale_rewards: bool = _CELL.scale_rewards
+    # sweep axes: config key -> values (race plan/sweep expand their product; a key given
+    # on the command line, as one value or a comma list, replaces its axis)
+    axes: dict[str, list[Any]] = field(default_factory=dict)
+
+
+@dataclass
+class PilotConfig:
+    # each pilot gets fraction x budget FLOPs
+    fraction: float = 0.0625
+    # rollout backend: hf (transformers generate) | vllm
+    backend: str = _CELL.backend
+    # sampling temperature for rollouts (evaluation is greedy)
+    temperature: float = _CELL.temperature
+    # PPO clip range of the importance ratio
+    clip_eps: float = _CELL.clip_eps
+    # pilot.backend=vllm: weight each token's surrogate by min(pi_old / pi_vllm, tis_cap),
+    # correcting for the engine's own numerics (truncated importance sampling; 0: off)
+    tis_cap: float = _CELL.tis_cap
+    # evaluate when these fractions of the pilot budget are spent (0 is always evaluated)
+    checkpoints: list[float] = field(default_factory=lambda: list(_CELL.checkpoints))
+    # held-out problems per evaluation target and checkpoint
+    eval_examples: int = _CELL.eval_examples
+    # evaluation targets (held-out splits of the task): val is what selection reads;
+    # test and ood are only reported (null: every target the task has; ood only where
+    # the task has out-of-distribution problems, e.g. task.ood_source for GSM8K)
+    eval_targets: list[str] | None = None
+    # the target rankings and selection read (tuning and selection on val, never on test)
+    select_target: str = _CELL.select_target
+    # its problems at the start and the final checkpoint: SE sqrt(p(1-p)/n) <= 0.016 at n=1000
+    select_examples: int = _CELL.select_examples
+    # random seed of the pilot (rollouts, prompt order, adapter init)
+    seed: int = _CELL.seed
+    # auto (CUDA when visible) | cpu | cuda
+    device: str = _CELL.device
+    # frozen base weights: auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16; LoRA
+    # adapters and AdamW stay fp32
+    dtype: str = _CELL.dtype
+    # where `race pilot` writes cells/<cell_id>/
+    out_dir: str = "results/pilots"
+
+
+@dataclass
+class RegimeConfig:
+    # a cell's regime is named from its FLOP shares: the first threshold met wins, in
+    # the order feedback, learning, search; otherwise "balanced"
+    feedback_heavy: float = _REGIME.feedback_heavy
+    learning_heavy: float = _REGIME.learning_heavy
+    search_heavy: float = _REGIME.search_heavy
+
+
+@dataclass
+class LauncherConfig:
+    # local (processes on this machine) | slurm (job arrays) | inline (in-process, debugging)
+    name: str = "local"
+    # local: pilots running at once on CPU (0: one per CPU core, each with one thread)
+    slots: int = 0
+    # local: GPU indices; one pilot per GPU, pinned with CUDA_VISIBLE_DEVICES (overrides slots)
+    gpus: list[int] = field(default_factory=list)
+    # torch threads per pilot (0: this machine's cores // slots, at least 1)
+    threads_per_pilot: int = 0
+    # slurm: partition ("" for the cluster's default)
+    partition: str = ""
+    gpus_per_node: int = 0
+    # GPU memory per pilot, GiB: race plan refuses cells whose estimated peak exceeds it
+    # (null: no check; the estimate is printed either way)
+    gpu_mem_gb: float | None = None
+    # slurm: CPUs and host memory per pilot (null: 1 CPU and 4 GB, or 8 CPUs and 32 GB
+    # per GPU when gpus_per_node > 0)
+    cpus_per_task: int | None = None
+    mem_gb: int | None = None
+    # slurm: wall-clock limit of one job, minutes (a timed-out pilot is requeued)
+    timeout_min: int = 60
+    # slurm: array tasks running at once
+    array_parallelism: int = 32
+    # slurm: shell lines run before each pilot (module load ..., source venv/bin/activate)
+    setup: list[str] = field(default_factory=list)
+    # slurm: extra sbatch parameters, e.g. {account: my-account, qos: high}
+    additional: dict[str, Any] = field(default_factory=dict)
+    # slurm: seconds before the time limit that the job is told to checkpoint and requeue
+    signal_delay_s: int = 90
+    # how many times a timed-out or preempted pilot is requeued
+    max_requeues: int = 3
+    # GRPO steps between pilot checkpoints (adapter, optimizer, ledger, RNG); 0: none
+    checkpoint_every: int = CHECKPOINT_EVERY
+    # seconds between polls of running jobs
+    poll_s: float = 2.0
+    # a job that vanished from the scheduler without writing a result is reported lost
+    # after this many seconds
+    lost_after_s: float = 60.0
+
+
+@dataclass
+class SweepConfig:
+    # folder under out_dir (null: <task>-<budget>-<hash of the cells>, stable across reruns)
+    name: str | None = None
+    out_dir: str = "results"
+
+
+@dataclass
+class GuardConfig:
+    # drawdown: the smallest drop below the running best that counts, accuracy points
+    floor: float = guards.DEFAULT.floor
+    # drawdown: the drop must also exceed this many standard errors of the best
+    z: float = guards.DEFAULT.z
+    # reward hacking: the proxy reward's rise over the window, reward points
+    reward_rise: float = guards.DEFAULT.reward_rise
+    # reward hacking: checkpoints compared (the last one against this many before it)
+    window: int = guards.DEFAULT.window
+    # entropy collapse: last step's sampled-token NLL below this share of the first's
+    entropy_floor: float = guards.DEFAULT.entropy_floor
+    # truncation: share of the last step's completions cut at the cap
+    max_truncation: float = guards.DEFAULT.max_truncation
+
+    def thresholds(self) -> guards.GuardThresholds:
+        return guards.GuardThresholds(**{f: getattr(self, f) for f in (
+            "floor", "z", "reward_rise", "window", "entropy_floor", "max_truncation")})
+
+
+@dataclass
+class SelectionConfig:
+    # ladder: successive halving (every config to the first rung, the best continued from
+    # their checkpoints to the next) | flat: every cell at pilot.fraction x budget
+    policy: str = "ladder"
+    # ladder rung budgets, fractions of the full budget (ascending; the last below 1):
+    # F/48, F/24, F/12, F/6
+    rungs: list[float] = field(default_factory=lambda: list(ladder.DEFAULT_RUNGS))
+    # each rung keeps the best 1/reduction of the configs (at least one per policy size)
+    reduction: int = ladder.DEFAULT_REDUCTION
+    # the ladder's total pilot compute, as a share of one full run (rungs shrink to fit)
+    share: float = 1.0
+    # promotion ranks by the next rung's predicted score minus z standard errors
+    z: float = 1.0
+    # when a config's guard fires (never promoted, extrapolated or preferred)
+    guards: GuardConfig = field(default_factory=GuardConfig)
+
+
+@dataclass
+class ReportConfig:
+    # bootstrap resamples for intervals
+    n_boot: int = REPORT.n_boot
+    # interval level
+    level: float = REPORT.level
+    # cells chosen for validation
+    top_k: int = REPORT.top_k
+    # rank validation candidates on extrapolated (curve fit) or observed pilot scores
+    basis: str = REPORT.basis
+
+
+@dataclass
+class ValidateConfig:
+    # validate this many of selection.json's cells (null: all of them)
+    top_k: int | None = None
+
+
+@dataclass
+class AccountingConfig:
+    # also count every HF phase with FlopCounterMode and record it beside the formulas
+    measure: bool = _CELL.measure
+    # FLOP/s that MFU and HFU are reported against (null: a bf16 matmul on the pilot's
+    # GPU, or an fp32 one on CPU, measures it when the pilot starts)
+    peak_flops: float | None = None
+
+
+@dataclass
+class RaceConfig:
+    model: ModelConfig = MISSING
+    reward: RewardConfig = MISSING
+    task: TaskConfig = MISSING
+    grid: GridConfig = field(default_factory=GridConfig)
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+    pilot: PilotConfig = field(default_factory=PilotConfig)
+    accounting: AccountingConfig = field(default_factory=AccountingConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    regime: RegimeConfig = field(default_factory=RegimeConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    validate: ValidateConfig = field(default_factory=ValidateConfig)
+    # FLOPs of one full post-training run
+    budget: float | None = None
+    # race flops: GRPO steps to account (null: what `budget` buys, or one step)
+    steps: int | None = None
+    # FLOP convention for budgets: model | executed
+    convention: str = _CELL.convention
+    # race flops output: text | json
+    format: str = "text"
+
+
+GROUP_SCHEMAS = {"model": ModelConfig, "reward": RewardConfig, "task": TaskConfig,
+                 "grid": GridConfig, "launcher": LauncherConfig}
+
+
+def task_entry(task: TaskConfig) -> dict[str, Any]:
+    """What the pilot's task reads of ``task`` (the embedded task's knobs, or a data
+    task's files and prompt format)."""
+    keys = ("name", *ARITH_FIELDS) if task.name == "arith" else (
+        "name", "source", "ood_source", "system_prompt", "answer_format")
+    return {k: v for k, v in asdict(task).items() if k in keys and v != ""}

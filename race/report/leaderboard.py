@@ -1,0 +1,236 @@
+"""The leaderboard's markdown (rankings per target, the ladder's rungs, the guards) and
+the report's terminal summary, rendered from a :class:`~race.analysis.sweep.SweepAnalysis`.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from race.analysis.select import ladder_guards
+from race.analysis.sweep import SweepAnalysis
+from race.core.fmt import CHARGED_PHASES, fmt_flops
+from race.core.fmt import acc as _acc
+from race.core.fmt import int_text as _int
+from race.core.fmt import interval as _interval
+from race.core.fmt import label as _label
+from race.core.fmt import md_table as _md_table
+from race.core.fmt import share as _share
+from race.core.ladder import fmt_fraction
+from race.report.card import cost_shares
+
+
+def leaderboard_markdown(result: SweepAnalysis) -> str:
+    """``leaderboard.md``: the rankings, the ladder section (a ladder's sweep), the guards."""
+    ladder, primary = result.ladder, result.primary
+    text = _leaderboard_markdown(result.name, result.ranked, primary, result.ok,
+                                 result.excluded, result.by_target, result.level,
+                                 ladder is not None)
+    if ladder is not None:
+        text += _ladder_markdown(ladder, primary, result.selected, result.starts)
+    return text + _guards_markdown(result.checks, primary, len(result.ok), ladder)
+
+
+def summary_text(result: SweepAnalysis, ok: pd.DataFrame, totals: dict, paths: dict) -> str:
+    """The terminal summary of a report (``ok``: every rung's ok cells)."""
+    return _summary(result.name, result.sweep_dir, result.every_cell, ok, totals,
+                    result.primary, result.primary_configs, result.ranked[result.primary][1],
+                    result.by_target, result.selected, result.basis, result.level, paths,
+                    result.ladder)
+
+
+def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) -> str:
+    header = ["rank", "config", "model", "reward", "G", "mu", "regime", "seeds",
+              f"mean [{level:.0%} CI]", "SE", "CI over",
+              f"predicted at {fmt_flops(full_flops)} FLOPs [lo, hi]", "fit"]
+    rows, notes = [], []
+    for _, row in configs.iterrows():
+        method = row.get("fit_method")
+        method = method if isinstance(method, str) else "-"
+        fit = (f"sigmoid (R^2 {_acc(row['fit_r2'], 2)})" if method == "sigmoid" else method)
+        if method != "sigmoid" and isinstance(row.get("fit_reason"), str) and row["fit_reason"]:
+            fit += " *"
+            notes.append(f"- `{row['config_id']}` ({_label(row)}): {row['fit_reason']}")
+        rows.append([row["rank"], f"`{row['config_id']}`", row["model"], row["reward"],
+                     _int(row.get("group_size")), _int(row.get("update_epochs")),
+                     row["regime"], _int(row["n_seeds"]),
+                     _interval(row["mean"], row["lo"], row["hi"]), _acc(row.get("se")),
+                     row["interval_source"],
+                     _interval(row.get("prediction"), row.get("prediction_lo"),
+                               row.get("prediction_hi")), fit])
+    text = _md_table(header, rows, "rlllrrlrrrlrl")
+    if notes:
+        text += ("\n\n\\* fallback (\"last\"): the prediction is the last observed accuracy "
+                 "+- max(spread, 0.05), because\n" + "\n".join(notes))
+    return text
+
+
+def _regimes_markdown(regimes: pd.DataFrame) -> str:
+    rows = [[r["rank"], r["model"], r["reward"], r["regime"], _int(r["n_configs"]),
+             f"`{r['config_id']}`", _interval(r["mean"], r["lo"], r["hi"])]
+            for _, r in regimes.iterrows()]
+    return _md_table(["rank", "model", "reward", "regime", "configs", "best config",
+                      "best mean [lo, hi]"], rows, "rlllrlr")
+
+
+def _excluded_markdown(excluded: pd.DataFrame) -> str:
+    if excluded.empty:
+        return "None: every cell finished ok."
+    rows = [[f"`{r['cell_id']}`", r.get("model"), r.get("reward"), _int(r.get("group_size")),
+             _int(r.get("update_epochs")), _int(r.get("seed")), r["status"], r.get("error")]
+            for _, r in excluded.iterrows()]
+    return (_md_table(["cell", "model", "reward", "G", "mu", "seed", "status", "error"],
+                      rows, "lllrrrll")
+            + "\n\nThese cells are left out of every ranking. `race sweep` with the same "
+            "overrides reruns them (ok cells are skipped).")
+
+
+def _leaderboard_markdown(name: str, ranked: dict, primary: str, ok: pd.DataFrame,
+                          excluded: pd.DataFrame, by_target: dict, level: float,
+                          ladder: bool = False) -> str:
+    full = float(ok["full_budget_flops"].iloc[0])
+    pilot = float(ok["budget_flops"].max())
+    n_missing = int((excluded["status"] == "missing").sum()) if len(excluded) else 0
+    where = ("The tables below rank the ladder's first rung, where every config ran; the "
+             "ladder section after them shows every rung and what was selected. "
+             if ladder else "")
+    parts = [
+        f"# Leaderboard: {name}",
+        f"{where}Each pilot spends up to {fmt_flops(pilot)} FLOPs; a full run is {fmt_flops(full)} "
+        f"FLOPs. Cells: {len(ok)} ok, {len(excluded) - n_missing} failed, {n_missing} "
+        f"missing. Intervals: {level:.0%} percentile bootstrap of the final accuracy over "
+        "seeds (over prompts when a config has one seed). Predicted: the ScaleRL sigmoid "
+        "fitted to each pilot's checkpoint curve, extrapolated to the full budget (seeds "
+        "averaged). A pilot ranking is evidence, not a guarantee: `race validate` checks it.",
+    ]
+    for target, (configs, regimes) in ranked.items():
+        tag = " (primary)" if target == primary else ""
+        parts += [f"## Target: {target}{tag}", "### Allocation configs (seeds pooled)",
+                  _configs_markdown(configs, full, level),
+                  "### Regimes (best config of each model / reward / regime)",
+                  _regimes_markdown(regimes)]
+    parts += ["## Failed and missing cells", _excluded_markdown(excluded),
+              "## Best allocation by target", f"**{by_target['message'][0].upper()}"
+              f"{by_target['message'][1:]}.**"]
+    return "\n\n".join(parts) + "\n"
+
+
+def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
+                     starts: dict[str, dict] | None = None) -> str:
+    """The leaderboard's ladder section: every rung's configs, scores and decisions, each
+    score beside its size's warm start."""
+    starts = starts or {}
+    text = ["", "## Ladder (successive halving)",
+            f"Every config ran to the first rung; after each rung the configs with the "
+            f"highest lower confidence bound of their `{target}` score at the next rung "
+            f"(the trend of their last checkpoints carried one rung, minus "
+            f"{ladder.get('z', 1.0):g} standard errors) continued from their checkpoints, "
+            f"keeping the best 1/{ladder.get('reduction', 4)} and at least one config per "
+            f"policy size; a config whose guard fired is never promoted. Pilot compute: "
+            f"{ladder.get('cost_share', float('nan')):.1%} of one full run as planned."]
+    if starts:
+        text.append(f"Warm start on `{target}` (each size's checkpoint 0, before any update; "
+                    "the \"vs start\" column is a score minus its size's): " + ", ".join(
+                        f"{model} {s['accuracy']:.3f} (SE {s['se']:.3f}, n={s['n']})"
+                        for model, s in sorted(starts.items())) + ".")
+    for rung in ladder["rungs"]:
+        last = rung is ladder["rungs"][-1]
+        rows = []
+        for c in rung["candidates"]:
+            decision = ("-" if last and not c.get("guard") else
+                        "promoted" if c.get("promoted") else c.get("why", "-"))
+            rows.append([f"`{c['config']}`", f"{c['model']}/{c['reward']} G{c['group_size']} "
+                         f"mu{c['update_epochs']}", len(c["cell_ids"]), _acc(c["score"]),
+                         _acc(c["se"]), "-" if last else _acc(c["predicted"]),
+                         "-" if last else _acc(c["lcb"]),
+                         (f"{c['score'] - starts[c['model']]['accuracy']:+.3f}"
+                          if c["model"] in starts else "-"),
+                         c.get("why", "") if c.get("promoted") else decision,
+                         c.get("guard") or ""])
+        text += [f"### Rung {rung['rung']}: {fmt_fraction(rung['fraction'])} "
+                 f"({fmt_flops(rung['budget_flops'])} FLOPs per cell), "
+                 f"{len(rung['candidates'])} config(s)",
+                 _md_table(["config", "knobs", "seeds", f"{target}", "SE",
+                            "predicted next rung", "LCB", "vs start", "decision", "guard"],
+                           rows, "llrrrrrrll")]
+    if selected:
+        pick = selected[0]
+        text.append(f"**Pick: `{pick['config_id']}` ({pick['model']}/{pick['reward']}), "
+                    f"{pick['score']:.3f} [{pick['lo']:.3f}, {pick['hi']:.3f}] "
+                    f"{pick['basis_used']}"
+                    + (f"; {pick['gain_text']}" if "gain_text" in pick else "") + ".**")
+    return "\n\n".join(text) + "\n"
+
+
+def _guards_markdown(checks: pd.DataFrame | None, target: str, n_cells: int,
+                     ladder: dict | None = None) -> str:
+    """The leaderboard's guard section: every guard that fired, with its evidence (with a
+    ladder, at every rung, read from it: ``checks`` is then not needed)."""
+    text = ["", "## Guards against late failure",
+            f"Checked on `{target}` for {n_cells} ok cell(s)"
+            + (" and at every later rung of the ladder" if ladder is not None else "")
+            + ": drawdown from the running best, proxy reward rising while verifier accuracy "
+            "falls (reward hacking), entropy collapse, truncation at the cap "
+            "(`race/guards.py`). A config whose guard fired is neither extrapolated nor "
+            "preferred for validation" + (" nor promoted." if ladder is not None else ".")]
+    if ladder is not None:
+        rows = [[f"{g['rung']} ({fmt_fraction(g['fraction'])})",
+                 ", ".join(f"`{c}`" for c in g["cell_ids"]), f"`{g['config_id']}`",
+                 g["evidence"]] for g in ladder_guards(ladder)]
+        header = ["rung", "cell(s)", "config", "guard: evidence"]
+    else:
+        rows = [[f"`{r.cell_id}`", f"`{r.config_id}`", r.guard, r.evidence]
+                for r in checks[checks["fired"]].itertuples()]
+        header = ["cell", "config", "guard", "evidence"]
+    text.append(_md_table(header, rows, "l" * len(header)) if rows else "No guard fired.")
+    return "\n\n".join(text) + "\n"
+
+
+def _summary(name: str, sweep_dir, cells: pd.DataFrame, ok: pd.DataFrame,
+             totals: dict, primary: str, configs: pd.DataFrame, regimes: pd.DataFrame,
+             by_target: dict, selected: list[dict], basis: str, level: float,
+             paths: dict, ladder: dict | None = None) -> str:
+    charged = totals["total"]
+    n_missing = int((cells["status"] == "missing").sum())
+    split = ", ".join(f"{p} {_share(totals[p], charged)}" for p in CHARGED_PHASES)
+    full = float(ok["full_budget_flops"].iloc[0])
+    lines = [f"RACE report: {name}",
+             f"cells: {len(ok)} ok, {len(cells) - len(ok) - n_missing} failed, {n_missing} "
+             f"missing; pilot FLOPs {fmt_flops(charged)} charged ({split}) + "
+             f"{fmt_flops(totals['eval'])} eval + {fmt_flops(totals['redone'])} redone = "
+             f"{fmt_flops(totals['used'])} used; pilot_cost_share "
+             f"{cost_shares(totals, full)['charged']:.3f} of one full run "
+             f"({cost_shares(totals, full)['with_eval']:.3f} with eval)",
+             f"top configs on {primary}: mean [{level:.0%} CI] -> predicted at "
+             f"{fmt_flops(full)} FLOPs"]
+    top = configs.head(5)
+    id_width = max(len(str(c)) for c in top["config_id"])
+    label_width = max(len(_label(c)) for _, c in top.iterrows())
+    for _, c in top.iterrows():
+        predicted = _interval(c.get("prediction"), c.get("prediction_lo"),
+                              c.get("prediction_hi"))
+        lines.append(f"  {c['rank']:>2}. {c['config_id']:<{id_width}}  "
+                     f"{_label(c):<{label_width}}  {_interval(c['mean'], c['lo'], c['hi'])}"
+                     f" -> {predicted} ({c.get('fit_method', '-')})")
+    lines.append(f"regimes on {primary}:")
+    shown = regimes.head(5)
+    names = [f"{r['model']}/{r['reward']}/{r['regime']}" for _, r in shown.iterrows()]
+    width = max(map(len, names), default=0)
+    for name_, (_, r) in zip(names, shown.iterrows()):
+        lines.append(f"  {r['rank']:>2}. {name_:<{width}}  "
+                     f"{_interval(r['mean'], r['lo'], r['hi'])}")
+    lines.append(by_target["message"])
+    if ladder is not None:
+        lines.append("ladder: " + " -> ".join(
+            f"{len(r['candidates'])} at {fmt_fraction(r['fraction'])}"
+            for r in ladder["rungs"]) + " config(s)")
+    lines.append(f"selected for validation (k={len(selected)}, basis {basis}):")
+    for s in selected:
+        why = {"distinct regime": "best of a distinct regime",
+               "guarded": f"a guard fired ({s.get('guard')}), chosen for lack of others",
+               "free slot": "fills a free slot (its regime already chosen)"
+               }.get(s.get("why"), s.get("why"))
+        lines.append(f"  {s['config_id']} ({s['model']}/{s['reward']}, {s['regime']}): "
+                     f"{s['basis_used']} {_interval(s['score'], s['lo'], s['hi'])}; {why}"
+                     + (f"; {s['gain_text']}" if "gain_text" in s else ""))
+    lines.append(f"wrote {', '.join(p.name for p in paths.values())} in {sweep_dir}")
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""The leaderboard's last section: pilot predictions against the full-budget runs of
+``race validate``, replacing any earlier one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from race.core.fmt import acc as _acc
+from race.core.fmt import cell_text, fmt_flops
+from race.core.fmt import interval as _interval
+from race.core.fmt import md_table as _md_table
+from race.errors import UsageError
+from race.store.io import REPORT_FIX, read_result, write_text
+from race.store.sweep import SweepDir
+
+VALIDATION_HEADING = "## Validation: predicted vs realized"
+
+
+def validation_section(sweep_dir: Path | str, comparison: dict) -> str:
+    """Render :func:`race.analysis.aggregate.compare_predictions`'s output into
+    leaderboard.md's last section.
+
+    The section "## Validation: predicted vs realized" replaces any earlier one (a rerun
+    does not duplicate it) and is always the file's last section.
+
+    Args:
+        sweep_dir: the sweep folder holding leaderboard.md (``race report`` writes it).
+        comparison: ``compare_predictions``'s dict, optionally with ``target``,
+            ``budget_flops`` and ``failed`` (as ``race validate`` adds).
+
+    Returns:
+        The section's markdown.
+    """
+    sweep_dir = Path(sweep_dir)
+    board = sweep_dir / "leaderboard.md"
+    if not board.is_file():
+        raise UsageError(f"{board}: not found; run `race report {sweep_dir}` before adding "
+                         "the validation section")
+    labels = {}
+    selection = SweepDir(sweep_dir).selection
+    if selection.is_file():
+        for s in read_result(selection, REPORT_FIX).get("selected", []):
+            labels[s["config_id"]] = f"{s.get('model')}/{s.get('reward')} ({s.get('regime')})"
+
+    target = comparison.get("target")
+    budget = comparison.get("budget_flops")
+    head = "Pilot predictions checked against full-budget runs"
+    if target:
+        head += f" on {target}"
+    if budget:
+        head += f" at {fmt_flops(float(budget))} FLOPs"
+    rows = []
+    for r in comparison.get("rows", []):
+        inside = {True: "yes", False: "no", None: "-"}[r.get("inside")]
+        rows.append([f"`{r['config_id']}`", labels.get(r["config_id"], ""),
+                     _interval(r["predicted"], r.get("lo"), r.get("hi")),
+                     _acc(r["realized"]), inside])
+    parts = [VALIDATION_HEADING, head + ".",
+             _md_table(["config", "allocation", "predicted [lo, hi]", "realized", "inside?"],
+                       rows, "llrrl") if rows else "No selected config has a realized value."]
+
+    def stat(value, digits=3):
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
+    note = comparison.get("note") or ""
+    if comparison.get("kendall_tau") is None:
+        ranks = f"- Kendall tau / Spearman: n/a ({note or 'not computed'})"
+    else:
+        ranks = (f"- Kendall tau {stat(comparison['kendall_tau'], 2)}, Spearman "
+                 f"{stat(comparison['spearman'], 2)} (rank agreement, 1 = same order)")
+    coverage = comparison.get("coverage")
+    flags = [r.get("inside") for r in comparison.get("rows", []) if r.get("inside") is not None]
+    bullets = [
+        f"- Configs validated: {comparison.get('n', len(rows))}", ranks,
+        f"- Top-1 regret: {stat(comparison.get('top1_regret'))} (accuracy lost by trusting "
+        "the pilot's best pick instead of the realized best)",
+        "- Coverage: n/a" if coverage is None else
+        f"- Coverage: {sum(flags)}/{len(flags)} ({coverage:.0%}) of realized values inside "
+        "the predicted interval"]
+    if comparison.get("unmatched"):
+        bullets.append("- Realized but never predicted: "
+                       + ", ".join(f"`{c}`" for c in comparison["unmatched"]))
+    for failure in comparison.get("failed", []):
+        bullets.append(f"- Failed validation run `{failure.get('cell_id')}`: "
+                       f"{cell_text(failure.get('error'))}")
+    parts.append("\n".join(bullets))
+    section = "\n\n".join(parts) + "\n"
+
+    text = board.read_text()
+    at = text.find("\n" + VALIDATION_HEADING)  # a heading at a line start, not in prose
+    if at >= 0:
+        text = text[:at + 1]
+    write_text(board, text.rstrip("\n") + "\n\n" + section)
+    return section

@@ -1,0 +1,175 @@
+"""The one launch helper every sweep kind shares (flat, each ladder rung, validation):
+claim the cells without an ok summary, warm-start what they need, launch them through the
+configured launcher, wait for the cells another process holds, and show one progress line.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from race.catalog import load_entry
+from race.core.fmt import fmt_flops
+from race.run.launch.base import Task
+from race.run.launch.job import PilotJob, cores, threads
+from race.run.launch.watch import launch, quiet_library_output
+from race.store import claims
+from race.store.cell import CellDir, last_charged_flops
+from race.store.io import read_json
+from race.warmstart.family import build_family
+from race.warmstart.tokenizer import in_family
+
+
+def launch_cells(folder: Path, specs: list, launcher, me: dict, *, label: str = "",
+                 keep_final_state: bool = False, log: str = "sweep.log") -> dict:
+    """Claim, warm-start and launch the cells of ``specs`` (under ``folder/cells/``)
+    without an ok summary; wait for the ones another process holds.
+
+    Args:
+        folder: the sweep folder (or a sweep's ``validate/``).
+        launcher: the ``LauncherConfig``.
+        me: this process (:func:`race.store.claims.this_process`), the claims' owner.
+        label: what the progress line and messages call this batch (a ladder rung).
+        keep_final_state: the pilots keep their final state (a later rung continues it).
+        log: the file under ``folder`` that library output goes to.
+
+    Returns the counts: ``skipped`` (already ok), ``ran``, ``wall_s`` (of the launch),
+    ``by_other`` (cell -> the process that ran it) and ``launched`` (cell ids).
+    """
+    todo = [s for s in specs if not CellDir.of(folder, s.cell_id).is_ok()]
+    skipped = len(specs) - len(todo)
+    mine, held = claims.claim_cells(folder, [s.cell_id for s in todo], me)
+    where = f" of {label}" if label else ""
+    try:
+        if skipped:
+            print(f"race sweep: {skipped} cell(s){where} already ok in {folder}; running "
+                  f"the other {len(todo)}", file=sys.stderr)
+        if held:
+            print(f"race sweep: {len(held)} cell(s){where} are being run by "
+                  f"{held_text(held)}; waiting for them instead of running them twice",
+                  file=sys.stderr)
+        ours = [s for s in todo if s.cell_id in mine]
+        warm_start(ours, workers=cores())
+        tasks = [Task(s, str(CellDir.of(folder, s.cell_id).path)) for s in ours]
+        progress = SweepProgress(folder, [s.cell_id for s in specs],
+                                 sum(s.budget_flops for s in specs), skipped,
+                                 elsewhere=len(held), label=label)
+        launch_start = time.perf_counter()
+        job = PilotJob(threads(launcher), launcher.checkpoint_every,
+                       keep_final_state=keep_final_state)
+        with quiet_library_output(folder / log):
+            counts = launch(tasks, launcher, folder / "submitit", on_change=progress, job=job)
+            _wait_for_others(folder, held, launcher.poll_s, counts, progress, me)
+        progress.close()
+        wall_s = time.perf_counter() - launch_start
+    finally:
+        claims.release_claims(folder, mine, me)
+    return {"skipped": skipped, "ran": counts.done + counts.failed, "wall_s": wall_s,
+            "by_other": held, "launched": sorted(mine)}
+
+
+def warm_start(specs, workers: int) -> list[str]:
+    """Build the tiny policies and tiny PRMs the pilots need (cached; built once).
+
+    Returns the names built or found. Models with weights elsewhere (``policy_path`` or a
+    Hugging Face id) need nothing.
+    """
+    policies = sorted({s.model for s in specs if not s.policy_path
+                       and in_family(load_entry("model", s.model).get("tokenizer"))})
+    prms = sorted({dict(s.reward)["model"] for s in specs
+                   if dict(s.reward).get("model")
+                   and in_family(load_entry("model", dict(s.reward)["model"]).get("tokenizer"))})
+    if not policies and not prms:
+        return []
+    start = time.perf_counter()
+    print(f"race sweep: warm start of {', '.join(policies + prms)} (cached after the first "
+          f"sweep)...", file=sys.stderr, flush=True)
+    for task, warm in sorted({(tuple(s.task), tuple(s.warmstart)) for s in specs}):
+        build_family(policies, prms=prms, workers=workers, task=dict(task),
+                     warmstart=dict(warm))
+    print(f"race sweep: warm start ready in {time.perf_counter() - start:.0f} s",
+          file=sys.stderr)
+    return policies + prms
+
+
+class SweepProgress:
+    """One status line on stderr: cells done/running/failed and FLOPs spent."""
+
+    def __init__(self, sweep_dir: Path, cell_ids: list[str], budget_flops: float,
+                 done_before: int, elsewhere: int = 0, label: str = ""):
+        self.dir, self.cell_ids, self.budget = sweep_dir, cell_ids, budget_flops
+        self.done_before, self.elsewhere = done_before, elsewhere
+        self.prefix = f"[sweep {label}]" if label else "[sweep]"
+        self.start = time.perf_counter()
+        self.tty = sys.stderr.isatty()
+        self.last, self.shown = None, 0.0
+        self.finished_flops: dict[str, float] = {}
+
+    def spent_flops(self) -> float:
+        """Charged FLOPs of finished cells (read once) plus running cells' last steps."""
+        total = 0.0
+        for cell_id in self.cell_ids:
+            if cell_id in self.finished_flops:
+                total += self.finished_flops[cell_id]
+                continue
+            cell = CellDir.of(self.dir, cell_id)
+            if cell.has_summary():
+                try:
+                    spent = read_json(cell.summary)["total_flops"]
+                except (ValueError, KeyError, OSError, TypeError):
+                    continue
+                self.finished_flops[cell_id] = spent
+                total += spent
+            elif cell.metrics.is_file():
+                total += last_charged_flops(cell.metrics)
+        return total
+
+    def __call__(self, counts) -> None:
+        finished = (counts.done, counts.failed, counts.running)
+        now = time.perf_counter()
+        if self.tty and now - self.shown < 1.0 and finished == self.last:
+            return  # at most one redraw a second: reading results costs CPU pilots need
+        if not self.tty and finished == self.last:
+            return  # a log file gets one line per finished pilot
+        self.shown, self.last = now, finished
+        elapsed = now - self.start
+        total = counts.total + self.done_before + self.elsewhere
+        line = (f"{self.prefix} {counts.done + self.done_before}/{total} "
+                f"done, {counts.running} running, {counts.failed} failed; FLOPs spent "
+                f"{fmt_flops(self.spent_flops())} of {fmt_flops(self.budget)}; "
+                f"{int(elapsed) // 60}m{int(elapsed) % 60:02d}s")
+        print(f"\r{line}" if self.tty else line, end="" if self.tty else "\n",
+              file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            print(file=sys.stderr)
+
+
+def held_text(held: dict[str, dict]) -> str:
+    """Who holds ``held``: ``another race sweep (pid 12 on h: race sweep ...)``."""
+    owners = {(o["pid"], o["host"]): o for o in held.values()}
+    who = "; ".join(f"pid {o['pid']} on {o['host']}: {o.get('argv', '')}"
+                    for o in owners.values())
+    return f"another race sweep ({who})"
+
+
+def _wait_for_others(sweep_dir: Path, held: dict[str, dict], poll_s: float, counts,
+                     progress, me: dict) -> None:
+    """Wait until no other process holds any of ``held``: its sweep released it or is
+    gone, and no pilot runs it any more (a killed sweep's pilot still running: the cell
+    stays unfinished when it dies, and a rerun resumes it). The cells count as running
+    in ``counts`` (shown by ``progress``) until then."""
+    waiting = dict(held)
+    while waiting:
+        for cell_id in list(waiting):
+            if claims.cell_holder(sweep_dir, cell_id, me) is None:
+                waiting.pop(cell_id)
+                ok = CellDir.of(sweep_dir, cell_id).is_ok()
+                counts.done += ok
+                counts.failed += not ok
+        counts.running = len(waiting)
+        progress(counts)
+        if waiting:
+            time.sleep(poll_s)
