@@ -68,3 +68,81 @@ def test_race_has_no_import_circles():
             "race.report.plots"} <= set(graph)
     assert "race.core.fmt" in graph["race.report.plots"]  # the graph sees real edges
     assert cycles(graph) == []
+
+
+# ------------------------------------------------------------------ layering
+
+
+def room_of(module: str) -> str:
+    """The room a RACE module lives in: its top-level subpackage or module under race/."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "race"
+
+
+def room_docstring(room: str) -> str:
+    path = RACE / room / "__init__.py"
+    return ast.get_docstring(ast.parse((path if path.is_file()
+                                        else RACE / f"{room}.py").read_text())) or ""
+
+
+def allowed_in_docstring(doc: str) -> set[str] | None:
+    """The rooms a docstring's ``May import: a, b, c.`` names (None: it says nothing)."""
+    import re
+
+    found = re.search(r"May import: ([^.]*)\.", doc)
+    if found is None:
+        return None
+    text = " ".join(found.group(1).split())
+    return set() if text == "nothing of RACE" else {r.strip() for r in text.split(",")}
+
+
+def room_arrows() -> dict[str, dict[str, set[str]]]:
+    """room -> room it imports -> the modules that import it (anywhere in the file)."""
+    arrows: dict[str, dict[str, set[str]]] = {}
+    for module, deps in import_graph().items():
+        for dep in deps:
+            if room_of(dep) not in (room_of(module), "race"):
+                arrows.setdefault(room_of(module), {}).setdefault(room_of(dep), set()).add(
+                    module)
+    return arrows
+
+
+def test_every_room_is_in_the_table_and_the_table_is_layered():
+    from race import LAYERS
+
+    rooms = {room_of(m) for m in import_graph()} - {"race"}
+    assert rooms == set(LAYERS), (rooms ^ set(LAYERS))
+    assert all(set(deps) <= set(LAYERS) for deps in LAYERS.values())
+    assert cycles({room: set(deps) for room, deps in LAYERS.items()}) == []
+
+
+def test_each_room_docstring_says_what_the_table_allows():
+    """Each room's docstring ends with ``May import: ...``, the same rooms as LAYERS."""
+    from race import LAYERS
+
+    wrong = {room: allowed_in_docstring(room_docstring(room)) for room in LAYERS}
+    wrong = {room: said for room, said in wrong.items() if said != set(LAYERS[room])}
+    assert not wrong, wrong
+
+
+def test_no_room_imports_what_the_table_forbids():
+    """Every import between rooms (top level or inside a function) is one LAYERS allows:
+    e.g. core imports nothing of RACE but its errors, store never imports run, report
+    never imports run, config or the pilot."""
+    from race import LAYERS
+
+    broken = {f"{room} -> {dep} ({', '.join(sorted(modules))})"
+              for room, deps in room_arrows().items() for dep, modules in deps.items()
+              if dep not in LAYERS[room]}
+    assert not broken, sorted(broken)
+
+
+def test_the_layering_check_sees_a_forbidden_arrow():
+    from race import LAYERS
+
+    assert "run" not in LAYERS["store"] and "run" not in LAYERS["report"]
+    assert LAYERS["core"] == ("errors",)
+    arrows = room_arrows()
+    assert "core" in arrows["pilot"] and "pilot" in arrows["run"]  # it sees real arrows
+    assert allowed_in_docstring("x.\n\nMay import: a, b,\nc.") == {"a", "b", "c"}
+    assert allowed_in_docstring("May import: nothing of RACE.") == set()
