@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import difflib
 import functools
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -111,8 +112,6 @@ def read_config_json(folder: str | Path, file: str = "config.json", *,
                      key: str = "model") -> dict[str, Any]:
     """A model folder's ``config.json`` (or another JSON file of it) as a dict; a file
     that is not a UTF-8 JSON object is a UsageError naming ``key``, the file and the fix."""
-    import json
-
     path = Path(folder).expanduser() / file
     if not path.is_file():
         raise UsageError(f"{key}={folder}: no {file} in that folder; point {key} at a saved "

@@ -47,6 +47,7 @@ from transformers import TrainerCallback
 from race.core import flops
 from race.core.specs import LoraShape, ModelShape
 from race.integrations.trl_checks import check_trainer, lora_shape, model_shape, refuse
+from race.pilot.state import Ledger
 from race.store import io as results
 
 PHASES = ("rollout", "learning", "feedback", "eval")
@@ -66,7 +67,6 @@ class RaceCallback(TrainerCallback):
     def __init__(self, trainer, out_dir: Path, *, run_id: str | None = None,
                  budget_flops: float | None = None, measure: bool = False):
         from race.nn.measure import attention_backward_is_fused
-        from race.pilot.state import Ledger
 
         check_trainer(trainer)
         self.trainer, self.measure, self.budget_flops = trainer, measure, budget_flops

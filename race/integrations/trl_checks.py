@@ -1,5 +1,8 @@
 """What race.integrations.trl can count: the policy's and reward models' shapes, the LoRA
-adapters, and the trainer settings it refuses (each in one line naming the fix)."""
+adapters, and the trainer settings it refuses (each in one line naming the fix).
+
+peft is imported inside the function that needs it (heavy: the checks run before any model loads).
+"""
 
 from __future__ import annotations
 

@@ -11,6 +11,9 @@ counts natively (backward: four bmm). The registry also lacks the in-place
 ``aten.addmm_`` (``acc += a @ b``), with which TRL's chunked log-prob head accumulates its
 gradients off CUDA; it is counted here as the matmul it is. The ``executed`` convention in
 :mod:`race.core.flops` reproduces these counts.
+
+torch is imported at the top (every function here counts with it); transformers inside
+the model builders, the only ones that need it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """Scoring and held-out evaluation inside a pilot: rewards charged to their phase, the
 greedy accuracy on every target at a checkpoint, and the per-step collapse precursors.
+
+FlopCounterMode (race.nn.measure, which imports torch) is imported only when a pilot measures.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ def _measuring(spec: RunSpec):
     """A FlopCounterMode when ``spec.measure`` (read ``get_total_flops()``), else None."""
     if not spec.measure:
         return None
-    from race.nn.measure import flop_counter  # heavy: imports torch
+    from race.nn.measure import flop_counter
 
     return flop_counter()
 

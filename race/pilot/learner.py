@@ -3,6 +3,10 @@
 The reference policy is the same model with its adapters disabled (no second copy).
 FLOPs of every pass are counted from the padded minibatches that actually ran, in both
 conventions, through :mod:`race.core.flops`.
+
+torch, peft and the torch-importing race.core.grpo and race.nn.measure are imported
+inside the methods (heavy: a sweep process imports this module without running a
+learner).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 from race.core import flops
 from race.core.specs import LoraShape, ModelShape, RunSpec
 from race.errors import UsageError
+from race.warmstart.tokenizer import pad_right
 
 
 class TrainingDiverged(RuntimeError):
@@ -100,8 +105,6 @@ class LoraLearner:
 
     def _padded(self, batch: Batch, rows: list[int]):
         import torch
-
-        from race.warmstart.tokenizer import pad_right
 
         seqs = [batch.prompt_ids[r] + batch.completion_ids[r] for r in rows]
         ids, attention = pad_right(seqs, self.pad_id)

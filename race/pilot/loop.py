@@ -109,9 +109,9 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     every FLOP the failed step ran) and re-raised only for bad input detected before
     anything ran (a budget that cannot buy one step, an unreadable state).
     """
-    import torch  # heavy: the advantages are a tensor
+    import torch
 
-    from race.core.grpo import group_advantages  # heavy: imports torch
+    from race.core.grpo import group_advantages
 
     if checkpoint_every < 0:
         raise UsageError(f"launcher.checkpoint_every={checkpoint_every}: must be >= 0 (0: "
@@ -344,7 +344,7 @@ def _engine_args(parts: Components) -> dict | None:
 
 def _restore(parts: Components, state: PilotState, adapter_dir: Path) -> None:
     """Put a loaded state into the live learner, backend and torch RNG."""
-    import torch  # heavy: RNG states are tensors
+    import torch
 
     parts.learner.load_state_dict(state.learner)
     torch.set_rng_state(state.torch_rng["cpu"])

@@ -116,7 +116,7 @@ class PilotState:
 
 def torch_rng() -> dict:
     """Torch's global RNG states (the CPU's, and each initialised GPU's)."""
-    import torch  # heavy: only a pilot saving its state needs it
+    import torch
 
     # is_initialized, not is_available: a CPU pilot on a GPU node must not open a context
     return {"cpu": torch.get_rng_state(),
@@ -191,7 +191,7 @@ def load_state(state_dir: Path, spec: RunSpec) -> PilotState | None:
     found = _state_meta(state_dir, spec)
     if found is None:
         return None
-    import torch  # heavy: the sweep reads states without it (spent_so_far)
+    import torch
 
     folder, meta = found
     try:

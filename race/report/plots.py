@@ -222,5 +222,3 @@ def phases(path: Path, cells: pd.DataFrame, order: list[str], ranks: dict,
         ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
         _save(fig, path)
 
-
-# ------------------------------------------------------------------ entry points

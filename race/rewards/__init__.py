@@ -14,15 +14,18 @@ from typing import Any
 from race.catalog import load_model_shape
 from race.core.specs import ModelShape
 from race.errors import UnknownName
+from race.nn.devices import torch_dtype
 from race.preflight import check_reward_folder, is_local
 from race.rewards.base import Reward, RewardFlops, check_rewards
+from race.rewards.qwen_prm import QwenPRM
+from race.rewards.rule import RuleReward
+from race.rewards.tiny_prm import TinyPRM
+from race.warmstart.prm import family_prm
 
 __all__ = ["REWARD_KINDS", "Reward", "RewardFlops", "build_reward", "check_rewards"]
 
 
 def _rule(entry: Mapping[str, Any], task: Any, **_: Any) -> Reward:
-    from race.rewards.rule import RuleReward
-
     return RuleReward(entry["name"], task, entry.get("check", "answer"))
 
 
@@ -32,15 +35,9 @@ def _prm(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
     shape = shape or load_model_shape(entry["model"])
     aggregate = entry.get("aggregate", "min")
     if shape.head == "lm_verifier" and not shape.hf_id:  # the tiny PRM, built by RACE
-        from race.rewards.tiny_prm import TinyPRM
-        from race.warmstart.prm import family_prm
-
         return TinyPRM(entry["name"], entry["model"], aggregate=aggregate, device=device,
                        dtype=dtype, shape=shape,
                        folder=family_prm(entry["model"], *family))
-    from race.nn.devices import torch_dtype
-    from race.rewards.qwen_prm import QwenPRM
-
     return QwenPRM(shape.hf_id, shape, aggregate=aggregate, name=entry["name"],
                    step_tag=shape.step_tag or "<extra_0>",
                    max_steps=int(entry.get("max_steps") or 0), device=device,

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from race.rewards.base import FlopLedger, check_rewards
+from race.tasks.arith import step_labels
 
 # structured: the share of the reward a well-formed trace earns, right or wrong
 FORMAT_CREDIT = 0.2
@@ -43,8 +44,6 @@ def structured_reward(task: Any, problem: str, completion: str, answer: str) -> 
 
 def step_reward(task: Any, problem: str, completion: str, answer: str) -> float:
     """Share of the reference lines right before the first wrong one (dense)."""
-    from race.tasks.arith import step_labels
-
     reference = task.reference_steps(problem)
     labels = step_labels(reference, completion)
     return sum(labels[:len(reference)]) / len(reference)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from race.store.cell import SUMMARY, CellDir, cell_dirs
 from race.store.io import read_result
 
@@ -56,6 +58,4 @@ def pilot_row(cell_dir: Path) -> dict:
 
 def pilots_frame(sweep_dir: Path):
     """``pilots.csv`` as a DataFrame: one row per cell folder of the sweep."""
-    import pandas as pd
-
     return pd.DataFrame([pilot_row(d) for d in cell_dirs(sweep_dir)])

@@ -10,13 +10,20 @@ May import: catalog, core, errors.
 
 from __future__ import annotations
 
+import dataclasses
+import random
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from race.errors import UnknownName
+from race.catalog import did_you_mean
+from race.errors import UnknownName, UsageError
 from race.tasks.arith import ArithTask
 from race.tasks.base import Example
+from race.tasks.gsm8k import load_gsm8k
+from race.tasks.verify import answers_match
 
 # GSM8K-format pilots: the instruction that follows the question (the rule verifier reads
 # "#### N" first, then a final \\boxed{} or number)
@@ -54,13 +61,6 @@ class Gsm8kTask:
         return self._cache[split]
 
     def _load(self, split: str) -> list[Example]:
-        import dataclasses
-        import zlib
-        from pathlib import Path
-
-        from race.errors import UsageError
-        from race.tasks.gsm8k import load_gsm8k
-
         if split == "ood":
             if not self.ood_source:
                 raise UsageError("task.ood_source: unset, but ood is an evaluation target; "
@@ -86,15 +86,11 @@ class Gsm8kTask:
         return [dataclasses.replace(ex, split=split) for ex in kept]
 
     def sample(self, split: str, n: int, seed: int = 0) -> list[Example]:
-        import random
-
         rows = list(self.rows(split))
         random.Random(f"{self.name}/{split}/{seed}").shuffle(rows)
         return [rows[i % len(rows)] for i in range(n)]
 
     def verify(self, completion: str, answer: str) -> bool:
-        from race.tasks.verify import answers_match
-
         return answers_match(completion, answer)
 
 
@@ -122,8 +118,6 @@ class ChatPrompts:
                                                   add_generation_prompt=True)
 
     def sample(self, split: str, n: int, seed: int = 0) -> list[Example]:
-        import dataclasses
-
         return [dataclasses.replace(ex, prompt=self.format(ex.problem), question=ex.problem)
                 for ex in self.task.sample(split, n, seed)]
 
@@ -168,8 +162,6 @@ def task_targets(name: str, ood_source: str = "") -> tuple[str, ...]:
 
 def build_task(entry: Mapping[str, Any]) -> Any:
     """A task from its config entry (``name`` plus the task's own fields)."""
-    from race.catalog import did_you_mean
-
     name = entry.get("name", "")
     if name not in TASKS:
         raise UnknownName(did_you_mean("task", str(name)))

@@ -16,6 +16,9 @@ line (or row) and how many rows are bad (the message asks to fix or delete them:
 config key skips them); called from Python, ``skip_invalid=True`` drops them and reports
 them in ``GSM8KLoad.invalid_rows`` (and in a logged warning from ``load_gsm8k``). A file
 that is not UTF-8 text (a binary) is refused, named.
+
+pandas (parquet sources) and datasets (a hub dataset) are imported only when such a
+source is read (heavy, and datasets is optional).
 """
 
 from __future__ import annotations
@@ -160,7 +163,7 @@ def _json_rows(path: Path) -> tuple[Iterable[tuple[int, Any]], str]:
 
 
 def _parquet_rows(path: Path) -> Iterable[tuple[int, Any]]:
-    import pandas as pd  # heavy: only for parquet sources
+    import pandas as pd
 
     try:
         frame = pd.read_parquet(path)

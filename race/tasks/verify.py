@@ -8,6 +8,8 @@ LaTeX (``\\frac{1}{2}`` vs ``0.5``). math-verify's own timeouts use ``signal.ala
 which only works in the main thread, so they are disabled here (``parsing_timeout=None``,
 ``timeout_seconds=None``); instead the text handed to it is capped at
 ``MAX_VERIFY_CHARS``, which keeps sympy's work bounded.
+
+math_verify is imported on the first check it makes (heavy: it loads sympy).
 """
 
 from __future__ import annotations

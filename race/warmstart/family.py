@@ -3,6 +3,8 @@ from them, at once, one single-threaded process per core (both cached, built onc
 
 from __future__ import annotations
 
+import multiprocessing
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 from race.catalog import load_model_shape
@@ -27,9 +29,6 @@ def build_family(names: list[str], *, workers: int = 2, rebuild: bool = False,
     processes would build the same policy). Returns every name's folder.
     """
     task, warmstart = dict(task or {}), dict(warmstart or {})
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
     order = sorted(names, key=lambda n: load_model_shape(n).total_params, reverse=True)
     if workers <= 1 or len(order) + len(prms) == 1:
         folders = {n: _policy(n, task, warmstart, rebuild) for n in order}

@@ -14,6 +14,9 @@ pre-training and never charged to a post-training budget).
 Builds are deterministic for a recipe on one machine (another CPU's floating point can
 give another build) and cached under ``$RACE_CACHE_DIR`` (default
 ``~/.cache/race``) in a folder keyed by a hash of the recipe: a second call loads it.
+
+torch, transformers and race.nn.measure (torch) are imported inside the functions that
+build or evaluate a model (heavy: a cached warm start needs none of them).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -36,9 +40,15 @@ from race.core import flops
 from race.core.specs import ModelShape
 from race.errors import UsageError
 from race.store.umask import share_like_umask
-from race.tasks.arith import ArithTask
+from race.tasks.arith import ArithTask, step_labels
 from race.tasks.base import Example
-from race.warmstart.tokenizer import FAMILY, in_family
+from race.warmstart.tokenizer import (
+    FAMILY,
+    build_char_tokenizer,
+    in_family,
+    pad_right,
+    save_char_tokenizer,
+)
 
 # 2: one recipe for every size (fixed steps, cosine decay), no targets; 3: flawed
 # demonstrations (``flip``)
@@ -69,8 +79,6 @@ class WarmStartRecipe:
 
     def lr_factor(self, step: int) -> float:
         """The learning rate at ``step`` as a fraction of ``lr``."""
-        import math
-
         warm = (step + 1) / self.warmup_steps
         decay = 0.5 * (1 + math.cos(math.pi * min(1.0, step / self.steps)))
         return min(warm, decay)
@@ -148,8 +156,6 @@ def encode_example(tokenizer, example: Example) -> tuple[list[int], int]:
 def _sft_batch(tokenizer, examples: list[Example]):
     import torch
 
-    from race.warmstart.tokenizer import pad_right
-
     encoded = [encode_example(tokenizer, ex) for ex in examples]
     ids, mask = pad_right([tokens for tokens, _ in encoded], tokenizer.pad_token_id)
     labels = torch.full(ids.shape, -100)
@@ -186,8 +192,6 @@ def headroom(model, tokenizer, task: ArithTask, examples: list[Example], *, k: i
     right final answer, of ``k`` samples at temperature 1; the sampled accuracy; and the
     lucky-answer rate, the share of sampled right answers whose trace has a wrong step."""
     import torch
-
-    from race.tasks.arith import step_labels
 
     model.eval()
     torch.manual_seed(seed)
@@ -239,7 +243,6 @@ def _train(recipe: WarmStartRecipe, shape: ModelShape, folder: Path) -> dict:
     from transformers.utils import logging
 
     from race.nn.measure import qwen2_config
-    from race.warmstart.tokenizer import build_char_tokenizer, save_char_tokenizer
 
     logging.disable_progress_bar()
     start = time.perf_counter()

@@ -20,6 +20,9 @@ its running minimum over the completion. It is trained jointly with dense labels
 trace is still correct up to this token": at each step's newline exactly the step label)
 and a language-modelling loss on the reference continuation; the body starts from the
 warm-started policy of the same shape, as real PRMs start from a policy family.
+
+torch, transformers and safetensors are imported inside the functions that build, load
+or score a PRM (heavy: a cached PRM's folder needs none of them).
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ read from ``config.json``, bf16 on a GPU -- runs without a model hub: in tests, 
 ``bench/device_check.py``, and on a cluster before any weights are fetched. The weights
 are random, so what a stand-in measures is cost (FLOPs, memory, throughput), never
 accuracy.
+
+torch, transformers, tokenizers and the torch-importing race.nn modules are imported
+inside the builders (heavy).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from race.core.specs import ModelShape
+from race.errors import UsageError
+from race.nn.devices import torch_dtype
 
 # Qwen2.5's special tokens and the layout of its chat template
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -67,8 +72,6 @@ def build_standin(folder: str | Path, shape: ModelShape, texts: Iterable[str], *
     import torch
     from transformers import AutoModelForCausalLM
 
-    from race.errors import UsageError
-    from race.nn.devices import torch_dtype
     from race.nn.measure import qwen2_config
 
     tokenizer = train_tokenizer(texts, vocab_size=vocab_size, extra_tokens=extra_tokens,

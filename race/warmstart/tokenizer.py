@@ -6,10 +6,14 @@ BPE with no merges: every character is one token spelled in the byte-to-unicode 
 (``Ġ`` for space, ``Ċ`` for newline), ByteLevel pre-tokenizer and decoder, and a
 vocabulary padded to the model's ``vocab_size`` with real characters (vLLM samples from
 every id; an id that decodes to nothing breaks it). See docs/design.md, environment facts.
+
+torch, transformers and tokenizers are imported inside the functions that need them
+(heavy: the family's name and in_family need none).
 """
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -74,8 +78,6 @@ def build_char_tokenizer(vocab_size: int):
 
 def save_char_tokenizer(folder: str | Path, vocab_size: int) -> None:
     """Write the tokenizer beside a model: vocab.json, empty merges.txt, tokenizer.json."""
-    import json
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = build_char_tokenizer(vocab_size)

@@ -5,10 +5,14 @@ copy: ``load_adapter`` only matters for a standalone backend. FLOPs come from th
 counts that happened: the model convention on real tokens, the executed convention on
 each padded ``generate`` batch exactly as it ran (left-padded prompts, every row decoding
 until the longest one stops), optionally measured with FlopCounterMode.
+
+torch, peft and race.nn.measure (torch) are imported inside the methods (heavy: a sweep
+process imports this module without generating).
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from race.core import flops
@@ -49,8 +53,6 @@ class HFBackend:
 
     def generate(self, prompts: list[str], *, n: int, max_new_tokens: int,
                  temperature: float = 1.0, seed: int = 0, greedy: bool = False) -> Rollouts:
-        import contextlib
-
         import torch
 
         from race.nn.measure import flop_counter

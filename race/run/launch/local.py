@@ -2,6 +2,8 @@
 per core, or one per GPU pinned with ``CUDA_VISIBLE_DEVICES``), or pilots in this very
 process one after another (submitit's debug executor), and the process plumbing that
 keeps no pilot running after its sweep is gone.
+
+submitit is imported inside the functions that need it (heavy: ``race plan`` never loads it).
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ class SlotWorker:
                 sys.modules["race.pilot.rollout.vllm"].close_engine()
 
     def checkpoint(self, tasks: list[Task]):
-        import submitit  # heavy: only a requeue needs it
+        import submitit
 
         return submitit.helpers.DelayedSubmission(self, tasks)
 
