@@ -99,10 +99,9 @@ def test_composing_once_gives_what_hydra_composes_per_cell(fixed, variants):
     assert compose_many(fixed, variants) == [compose_config(fixed + v) for v in variants]
 
 
-# The schema writes "null" where the spec writes 0 for the same meaning (the whole batch;
-# measure the peak), and pilot.eval_targets=null means every target of the task (resolved
-# per task by to_run_spec) where a bare RunSpec evaluates test and ood.
-SCHEMA_NULLS = {"minibatch_size": 0, "peak_flops": 0.0}
+# pilot.eval_targets=null means every target of the task (resolved per task by
+# to_run_spec), where a bare RunSpec evaluates test and ood; the schema's other nulls are
+# the spec's zeros (race.config.spec.SPEC_NULLS)
 PER_TASK = {"eval_targets"}
 
 
@@ -110,6 +109,7 @@ def _disagreements(sections) -> dict:
     """Knobs whose default in the schema ``sections`` (instances) differs from RunSpec's."""
     from dataclasses import MISSING, fields, is_dataclass
 
+    from race.config.spec import SPEC_NULLS
     from race.core.specs import RunSpec
 
     spec = {f.name: f.default for f in fields(RunSpec) if f.default is not MISSING}
@@ -119,7 +119,7 @@ def _disagreements(sections) -> dict:
             value = getattr(section, f.name)
             if f.name not in spec or f.name in PER_TASK or is_dataclass(value):
                 continue
-            value = SCHEMA_NULLS.get(f.name) if value is None else value
+            value = SPEC_NULLS.get(f.name) if value is None else value
             if (tuple(value) if isinstance(value, list) else value) != spec[f.name]:
                 differ[f"{type(section).__name__}.{f.name}"] = (value, spec[f.name])
     return differ

@@ -15,7 +15,7 @@ from scipy import stats
 from race.analysis.aggregate import LEVEL, guard_cells, plain, target_evals, targets
 from race.analysis.load import load_results
 from race.core.ladder import final_ranking, fmt_fraction, next_rung_bound
-from race.core.stats import REPORT, binomial_se
+from race.core.stats import BASES, REPORT, binomial_se
 from race.store.cell import CellDir
 from race.store.io import read_json
 from race.store.sweep import SweepDir
@@ -119,7 +119,7 @@ def select_for_validation(configs_df: pd.DataFrame, fits_df: pd.DataFrame, *, k:
         score, lo, hi, basis_used, interval_width, regime, model, reward, reason, and why
         ("distinct regime": the best of its regime; "free slot": its regime was chosen).
     """
-    if basis not in ("extrapolated", "observed"):
+    if basis not in BASES:
         raise ValueError(f"basis={basis!r}: unknown; use 'extrapolated' or 'observed'")
     n_configs = len(configs_df)
     candidates = []

@@ -31,12 +31,10 @@ from race.analysis.select import (
     warm_starts,
 )
 from race.core.guards import DEFAULT, GuardThresholds
-from race.core.stats import REPORT
+from race.core.stats import BASES, REPORT
 from race.errors import UsageError
 from race.store.io import SWEEP_JSON_FIX, read_result
 from race.store.sweep import SweepDir
-
-BASES = ("extrapolated", "observed")
 
 
 @dataclass

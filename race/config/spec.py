@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any
 
 from race import catalog
@@ -111,23 +111,34 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True,
         model=cfg.model.name, reward=tuple(sorted(reward.items())),
         task=tuple(sorted(task_entry(cfg.task).items())),
         warmstart=tuple(sorted(asdict(cfg.warmstart).items())),
-        budget_flops=float(budget_flops),
-        convention=cfg.convention, prompts_per_step=grid.prompts_per_step,
-        group_size=grid.group_size, max_new_tokens=grid.max_new_tokens,
-        temperature=pilot.temperature, update_epochs=grid.update_epochs,
-        minibatch_size=grid.minibatch_size or 0, micro_batch_size=grid.micro_batch_size,
-        tis_cap=pilot.tis_cap,
-        lr=grid.lr, lora_rank=grid.lora_rank,
-        lora_alpha=grid.lora_alpha, lora_targets=tuple(grid.lora_targets),
-        kl_coef=grid.kl_coef, clip_eps=pilot.clip_eps, aggregation=grid.aggregation,
-        scale_rewards=grid.scale_rewards, seed=pilot.seed,
-        backend=pilot.backend, checkpoints=tuple(pilot.checkpoints),
-        eval_examples=pilot.eval_examples, eval_targets=eval_targets(cfg),
-        select_target=pilot.select_target, select_examples=pilot.select_examples,
-        measure=cfg.accounting.measure, policy_path=cfg.model.hf_id,
-        device=pilot.device, dtype=pilot.dtype, policy=specs.policy,
-        reward_model=specs.reward.model,
-        peak_flops=float(cfg.accounting.peak_flops or 0.0))
+        budget_flops=float(budget_flops), eval_targets=eval_targets(cfg),
+        policy_path=cfg.model.hf_id, policy=specs.policy, reward_model=specs.reward.model,
+        **cell_knobs(cfg))
+
+
+# knobs the schema writes as null where a spec writes 0 for the same meaning (the whole
+# rollout batch; measure the peak FLOP/s)
+SPEC_NULLS = {"minibatch_size": 0, "peak_flops": 0.0}
+# spec fields the schema has under the same name but that to_run_spec resolves itself
+_RESOLVED = ("eval_targets",)
+_SPEC_FIELDS = {f.name for f in fields(RunSpec)}
+
+
+def cell_knobs(cfg: RaceConfig) -> dict[str, Any]:
+    """The cell knobs that the schema (``grid.*``, ``pilot.*``, ``accounting.*``,
+    ``convention``) and :class:`~race.core.specs.RunSpec` share by name, as the spec
+    holds them: lists as tuples, nulls as the spec's zeros (:data:`SPEC_NULLS`). A knob
+    added to both under one name reaches the pilot with no code here."""
+    knobs = {}
+    for section in (cfg, cfg.grid, cfg.pilot, cfg.accounting):
+        for f in fields(section):
+            value = getattr(section, f.name)
+            if f.name not in _SPEC_FIELDS or f.name in _RESOLVED or is_dataclass(value):
+                continue
+            if value is None:
+                value = SPEC_NULLS[f.name]
+            knobs[f.name] = tuple(value) if isinstance(value, list) else value
+    return knobs
 
 
 def full_budget(cfg: RaceConfig, models: Iterable[str] | None = None) -> float:

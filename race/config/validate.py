@@ -21,6 +21,7 @@ from race.config.schema import (
 )
 from race.core.flops import CONVENTIONS
 from race.core.specs import AGGREGATIONS, HEADS
+from race.core.stats import BASES
 from race.errors import UsageError
 from race.nn.devices import DEVICES, DTYPES, resolve_device, visible_gpus
 from race.rewards import REWARD_KINDS as BUILT_REWARDS
@@ -193,7 +194,7 @@ def validate(cfg: RaceConfig) -> None:
         problems.append(f"launcher.slots={launcher.slots}: must be >= 0 (0: one per core)")
     problems += selection_problems(cfg.selection)
     problems += testbed_problems(cfg)
-    if cfg.report.basis not in ("observed", "extrapolated"):
+    if cfg.report.basis not in BASES:
         problems.append(f"report.basis={cfg.report.basis!r}: use observed or extrapolated")
     problems += [p for p in schema_problems(cfg) if p.split("=", 1)[0] not in broken]
     if problems:

@@ -37,3 +37,5 @@ class ReportDefaults:
 
 
 REPORT = ReportDefaults()
+# what validation may rank on (report.basis): extrapolated (curve fit) or observed scores
+BASES = ("extrapolated", "observed")
