@@ -10,12 +10,12 @@ offline: the generators are procedural and their word lists ship with the packag
   ``max_terms``). A key that is not a field is refused, naming the valid ones.
 - Splits: ``train``, ``val`` and ``test`` are the same config under generator seeds
   ``seed``, ``seed + 10**8`` and ``seed + 2 * 10**8`` (``seed``: ``task.config.seed``,
-  default 0), ``size`` problems each. Most generators draw problem ``i`` from
+  default 0), ``size`` problems each less repeats. Most generators draw problem ``i`` from
   ``Random(seed + i)``, so seeds one apart share all but one problem: the splits' seeds
   lie ``SEED_STRIDE`` apart (and ``seed + size`` must stay below it). Different seeds can
-  still draw one question twice from a small problem space, so a ``test`` question
-  already in ``train`` is dropped, and a ``val`` question already in ``train`` or
-  ``test``: the splits share no question.
+  still draw one question twice from a small problem space, so a question already drawn
+  is dropped: within a split, a ``test`` question already in ``train``, and a ``val``
+  question already in ``train`` or ``test``. The splits share no question.
 - ``ood``: a harder setting under seed ``seed + 3 * 10**8``, its questions also kept out
   of ``train``. ``task.ood_config.<field>=<value>`` gives it (fields replacing
   ``task.config``'s). Left empty, it comes from the generator's curriculum, reasoning-gym's
@@ -256,6 +256,8 @@ class ReasoningGymTask:
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        _gym()
+        _check_dataset(self.dataset)  # a registry miss is an UnknownName (a KeyError too)
         problems = config_problems(self.dataset, knobs(self.config), knobs(self.ood_config))
         if problems:
             raise UsageError("; ".join(problems))
