@@ -22,6 +22,7 @@ from race.rewards import REWARD_KINDS as BUILT_REWARDS
 from race.specs import HEADS, LoraShape, ModelShape, RewardShape, RunSpec
 from race.tasks import task_targets
 from race.tasks.arith import ArithTask
+from race.tasks.reasoning_gym import as_text, config_problems
 
 GROUPS = ("model", "reward", "task", "grid", "launcher")
 # The embedded default's full-run budget (FLOPs): each pilot (1/16 of it, 2.2e11) buys
@@ -564,8 +565,6 @@ def task_entry(task: TaskConfig) -> dict[str, Any]:
     files and prompt format, or a reasoning-gym generator with its knobs as JSON text)."""
     from dataclasses import asdict
 
-    from race.tasks.reasoning_gym import as_text
-
     if task.name == "reasoning-gym":
         values = asdict(task) | {"config": as_text(task.config),
                                  "ood_config": as_text(task.ood_config)}
@@ -594,8 +593,6 @@ def testbed_problems(cfg: RaceConfig) -> list[str]:
         except UsageError as error:
             problems.append(str(error))
     if cfg.task.name == "reasoning-gym":
-        from race.tasks.reasoning_gym import config_problems
-
         problems += config_problems(cfg.task.dataset, cfg.task.config, cfg.task.ood_config)
     if cfg.reward.check not in CHECKS:
         problems.append(f"reward.check={cfg.reward.check!r}: use one of {list(CHECKS)}")
