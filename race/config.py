@@ -22,6 +22,7 @@ from race.rewards import REWARD_KINDS as BUILT_REWARDS
 from race.specs import HEADS, LoraShape, ModelShape, RewardShape, RunSpec
 from race.tasks import task_targets
 from race.tasks.arith import ArithTask
+from race.tasks.reasoning_gym import as_text, config_problems
 
 GROUPS = ("model", "reward", "task", "grid", "launcher")
 # The embedded default's full-run budget (FLOPs): each pilot (1/16 of it, 2.2e11) buys
@@ -106,10 +107,16 @@ class TaskConfig:
     source: str = ""
     # GSM8K-format: a file of out-of-distribution problems (the ood target; "": none)
     ood_source: str = ""
-    # GSM8K-format prompts in the policy's chat template: a system message ("": none) and
-    # the instruction after each question
+    # GSM8K-format and reasoning-gym prompts in the policy's chat template: a system
+    # message ("": none) and the instruction after each question ("": the task's own)
     system_prompt: str = ""
     answer_format: str = ""
+    # reasoning-gym (pip install 'race[tasks]'): the generator's name, its config fields
+    # (size, seed, difficulty knobs: task.config.max_terms=4) for train/val/test, and
+    # those the ood split changes ({}: the generator's curriculum one level above training)
+    dataset: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    ood_config: dict[str, Any] = field(default_factory=dict)
     # embedded task (arith): digits per operand, digits of the first number (0: digits),
     # operations per chain in train/val/test, and in ood (longer chains: a real shift)
     digits: int = _ARITH.digits
@@ -381,12 +388,25 @@ def check_group_choices(overrides: list[str]) -> None:
                 raise UnknownName(catalog.did_you_mean(group, value), group=group, name=value)
 
 
+# dicts whose keys are the user's (a reasoning-gym generator's config fields): Hydra adds a
+# key it does not have yet only with ++, so task.config.max_terms=4 is passed on as that
+OPEN_DICTS = ("task.config.", "task.ood_config.")
+
+
+def open_dict_overrides(overrides: list[str]) -> list[str]:
+    """``task.config.<knob>=v`` (and ``task.ood_config.``) as ``++task.config.<knob>=v``:
+    set the knob whether or not the dict has it yet."""
+    return [f"++{text}" if text.startswith(OPEN_DICTS) else text for text in overrides]
+
+
 def hydra_overrides(overrides: list[str]) -> list[str]:
     """``overrides`` as Hydra composes them: ``model=<folder>`` becomes a catalog choice
-    whose every field is then set from the folder's entry (Hydra only knows YAML files)."""
+    whose every field is then set from the folder's entry (Hydra only knows YAML files),
+    and the knobs of open dicts are set with ``++`` (:func:`open_dict_overrides`)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     out = []
+    overrides = open_dict_overrides(overrides)
     for text, o in zip(overrides, OverridesParser.create().parse_overrides(overrides)):
         if (o.key_or_group != "model" or o.is_sweep_override() or o.is_delete()
                 or not catalog.is_model_folder(str(o.value()))):
@@ -435,6 +455,7 @@ def compose_many(fixed: list[str], variants: list[list[str]]) -> list[RaceConfig
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     check_group_choices(fixed + [o for variant in variants for o in variant])
+    variants = [open_dict_overrides(variant) for variant in variants]  # through Hydra
     register_configs()
     with initialize_config_dir(config_dir=str(catalog.conf_dir()), version_base="1.3"):
         base = compose(config_name="config", overrides=hydra_overrides(fixed))
@@ -540,17 +561,24 @@ ARITH_FIELDS = ("digits", "first_digits", "min_ops", "max_ops", "ood_min_ops", "
 
 
 def task_entry(task: TaskConfig) -> dict[str, Any]:
-    """What the pilot's task reads of ``task`` (the embedded task's knobs, or a data
-    task's files and prompt format)."""
+    """What the pilot's task reads of ``task`` (the embedded task's knobs, a data task's
+    files and prompt format, or a reasoning-gym generator with its knobs as JSON text)."""
     from dataclasses import asdict
 
-    keys = ("name", *ARITH_FIELDS) if task.name == "arith" else (
-        "name", "source", "ood_source", "system_prompt", "answer_format")
-    return {k: v for k, v in asdict(task).items() if k in keys and v != ""}
+    if task.name == "reasoning-gym":
+        values = asdict(task) | {"config": as_text(task.config),
+                                 "ood_config": as_text(task.ood_config)}
+        keys = ("name", "dataset", "config", "ood_config", "system_prompt", "answer_format")
+    else:
+        values = asdict(task)
+        keys = ("name", *ARITH_FIELDS) if task.name == "arith" else (
+            "name", "source", "ood_source", "system_prompt", "answer_format")
+    return {k: v for k, v in values.items() if k in keys and v != ""}
 
 
 def testbed_problems(cfg: RaceConfig) -> list[str]:
-    """What is wrong with the embedded task, the warm start and the learning rule."""
+    """What is wrong with the task's knobs (the embedded task's, a reasoning-gym
+    generator's), the warm start and the learning rule."""
     from race.rewards.rule import CHECKS
     from race.specs import AGGREGATIONS
 
@@ -564,6 +592,8 @@ def testbed_problems(cfg: RaceConfig) -> list[str]:
             ArithTask(**entry)
         except UsageError as error:
             problems.append(str(error))
+    if cfg.task.name == "reasoning-gym":
+        problems += config_problems(cfg.task.dataset, cfg.task.config, cfg.task.ood_config)
     if cfg.reward.check not in CHECKS:
         problems.append(f"reward.check={cfg.reward.check!r}: use one of {list(CHECKS)}")
     elif cfg.reward.check != "answer" and cfg.task.name != "arith":
@@ -676,7 +706,7 @@ def eval_targets(cfg: RaceConfig) -> tuple[str, ...]:
     task has (:func:`race.tasks.task_targets`)."""
     if cfg.pilot.eval_targets is not None:
         return tuple(cfg.pilot.eval_targets)
-    return task_targets(cfg.task.name, cfg.task.ood_source)
+    return task_targets(task_entry(cfg.task))
 
 
 def schema_problems(cfg: RaceConfig) -> list[str]:
@@ -717,7 +747,7 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
     need(all(0 < c <= 1 for c in checkpoints) and checkpoints == sorted(set(checkpoints)),
          "pilot.checkpoints", checkpoints, "need ascending, distinct budget fractions in "
          "(0, 1], e.g. pilot.checkpoints=[0.25,0.5,0.75,1.0]")
-    has = task_targets(cfg.task.name, cfg.task.ood_source)
+    has = task_targets(task_entry(cfg.task))
     if pilot.eval_targets is not None:
         targets = list(pilot.eval_targets)
         shown = f"[{','.join(map(str, targets))}]"
@@ -734,10 +764,13 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
             problems.append(f"pilot.eval_targets={shown}: a target listed twice; list each "
                             f"once")
         elif "ood" in targets and "ood" not in has:
+            give = ("task.ood_config.<knob>=<harder value>" if cfg.task.name ==
+                    "reasoning-gym" else "task.ood_source=<a GSM8K-format file>")
+            why = ("its generator has no harder setting" if cfg.task.name == "reasoning-gym"
+                   else "task.ood_source is unset")
             problems.append(f"pilot.eval_targets={shown}: task={cfg.task.name} has no ood "
-                            f"problems (task.ood_source is unset); give task.ood_source=<a "
-                            f"GSM8K-format file>, or drop ood, e.g. pilot.eval_targets="
-                            f"[{','.join(t for t in targets if t != 'ood')}]")
+                            f"problems ({why}); give {give}, or drop ood, e.g. "
+                            f"pilot.eval_targets=[{','.join(t for t in targets if t != 'ood')}]")
     need(pilot.select_target in ("val", "test", "ood"), "pilot.select_target",
          pilot.select_target, "use val (selection reads a held-out split; never select "
          "on test)")
@@ -918,6 +951,11 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True,
     if runnable and cfg.task.name == "gsm8k" and not cfg.task.source:
         raise UsageError("task.source=: GSM8K-format pilots read a local data file; give "
                          "task.source=<file.jsonl|.json|.parquet> (question, answer '#### N')")
+    if runnable and cfg.task.name == "reasoning-gym" and cfg.model.tokenizer == "race-char":
+        raise UsageError(f"model={cfg.model.name}: the embedded tiny policies read and write "
+                         f"only the arithmetic task's {cfg.model.vocab_size} characters, "
+                         f"not task=reasoning-gym's questions; give model=<a Hugging Face "
+                         f"policy folder> (race.standin.build_standin writes a small one)")
     # trust_remote_code only when set, so that cells without it keep their ids
     reward = {k: v for k, v in asdict(cfg.reward).items()
               if v is not None and not (k == "trust_remote_code" and not v)}

@@ -251,9 +251,10 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
                                          greedy=True)
             ledger.add("eval", out.flops_model, out.flops_executed, out.flops_measured or 0.0)
             answers = [ex.answer for ex in examples]
-            rewards = score(spec, parts, ledger, "eval", out,
-                            [ex.problem for ex in examples], answers)
-            correct = [parts.task.verify(t, a) for t, a in zip(out.texts, answers)]
+            problems = [ex.problem for ex in examples]
+            rewards = score(spec, parts, ledger, "eval", out, problems, answers)
+            correct = [parts.task.verify(t, a, p)
+                       for t, a, p in zip(out.texts, answers, problems)]
             rows.append({"kind": "eval", "checkpoint": fraction, "target": target,
                          "problems": problem_set_id(prompts),
                          "accuracy": sum(correct) / len(correct),
@@ -597,9 +598,9 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
             ledger.add("rollout", out.flops_model, out.flops_executed,
                        out.flops_measured or 0.0)
             answers = [examples[i].answer for i in out.prompt_index]
+            problems = [examples[i].problem for i in out.prompt_index]
             with meter.phase("feedback", ledger.wall_s):
-                rewards = score(spec, parts, ledger, "feedback", out,
-                                [examples[i].problem for i in out.prompt_index], answers)
+                rewards = score(spec, parts, ledger, "feedback", out, problems, answers)
             advantages = group_advantages(torch.tensor(rewards), spec.group_size,
                                           scale=spec.scale_rewards)
             before = dict(parts.learner.flops)
@@ -615,7 +616,8 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
                 if parts.backend.name != "hf":  # hf samples from the live model already
                     parts.backend.load_adapter(parts.learner.save_adapter(cell_dir / "adapter"))
             steps += 1
-            correct = [parts.task.verify(t, a) for t, a in zip(out.texts, answers)]
+            correct = [parts.task.verify(t, a, p)
+                       for t, a, p in zip(out.texts, answers, problems)]
             row = {"kind": "step", "step": steps, "train_reward": sum(rewards) / len(rewards),
                    "train_accuracy": sum(correct) / len(correct),
                    "completion_tokens": out.completion_tokens, "max_new_tokens": cap,
