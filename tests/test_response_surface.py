@@ -1,5 +1,6 @@
 """The update fraction rho (race.response) and the response surface of pilot score in rho,
-on hand-made ledgers and synthetic surfaces whose optimum is known."""
+with its leave-one-config-out regime check (race.regime_check), on hand-made ledgers and
+synthetic surfaces whose optimum is known."""
 
 import json
 import math
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from race.grid import Cell
+from race.regime_check import regime_check
 from race.response import (
     HIGH,
     LOW,
@@ -257,3 +259,43 @@ def test_surfaces_per_group_and_json_ready():
     record = json.loads(json.dumps(surfaces[("tiny-m", "rule", "val")].to_dict(),
                                    allow_nan=False))
     assert record["regime"] == HIGH and record["stable"] and record["line"].startswith(HIGH)
+
+
+# ---------------------------------------------------------------- the bank check
+
+BANK_RHO = dict(zip(NAMES, RHO))
+
+
+def test_regime_check_counts_folds_whose_regime_holds_the_best_config():
+    pilot = {c: [peak(0.72)(r) + e, peak(0.72)(r) - e] for c, r, e in zip(NAMES, RHO, NOISE)}
+    truth = {c: peak(0.78)(r) for c, r in BANK_RHO.items()}  # best at F: c5, rho 0.8
+    check = regime_check(BANK_RHO, pilot, truth, boot=100)
+    assert check.best == "c5" and check.best_rho == 0.8
+    assert [f.regime for f in check.folds] == [HIGH] * 7 and check.full_hit
+    assert check.rate == 1.0 and check.regime_rate == 1.0 and math.isnan(check.fallback_rate)
+    # thresholds: 0.65 without c0 (range 0.4-0.9), 0.55 without c6, else 0.6. Configs above
+    # them: 3 of 6 in five folds; 2 of 6 leaving out c4 or c5 (0.6 is not above 0.6)
+    assert [f.threshold for f in check.folds] == pytest.approx([0.65] + [0.6] * 5 + [0.55])
+    assert check.mean_share == pytest.approx((5 * 3 / 6 + 2 * 2 / 6) / 7)
+    # the truth's best in the low half: every regime misses
+    truth_low = {c: peak(0.4)(r) for c, r in BANK_RHO.items()}
+    missed = regime_check(BANK_RHO, pilot, truth_low, boot=100)
+    assert missed.best == "c1" and missed.rate == 0.0 and not missed.full_hit
+
+
+def test_regime_check_on_a_flat_bank_scores_the_fallback_pick():
+    pilot = {c: [0.4 + e, 0.4 + e / 2] for c, e in zip(NAMES, NOISE)}  # best pilot: c0
+    truth = {c: 0.5 - abs(r - 0.3) for c, r in BANK_RHO.items()}  # best at F: c0 too
+    check = regime_check(BANK_RHO, pilot, truth, boot=50)
+    assert check.n_regime == 0 and [f.pick for f in check.folds][:2] == ["c4", "c0"]
+    # every fold but the one leaving out c0 picks c0
+    assert check.rate == pytest.approx(6 / 7) and check.fallback_rate == pytest.approx(6 / 7)
+    assert check.mean_share == pytest.approx(1 / 6) and check.full_hit
+    assert check.line().startswith("regime check: the recommendation holds the bank's best "
+                                   "config at F (c0, rho 0.30) in 6 of 7 leave-one-config-out")
+    json.dumps(check.to_dict(), allow_nan=False)
+
+
+def test_regime_check_names_configs_missing_from_an_input():
+    with pytest.raises(ValueError, match=r"missing from one of them: \['c9'\]"):
+        regime_check({"c0": 0.3, "c9": 0.5}, {"c0": 0.4}, {"c0": 0.5, "c9": 0.6})
