@@ -208,10 +208,11 @@ def _beats(cells: list[dict], where: tuple, winner: str, loser: str) -> bool:
     size, reward, target, f = where
     mine = [c for c in cells if c["model"] == size and c["reward"] == reward]
     groups = configs(mine)
-    pick = lambda name: next(s for g in groups.values()  # noqa: E731
-                             if allocation(g[0], with_reward=False) == name
-                             and (s := score(g, target, f)) is not None)
-    lead, se = paired(pick(winner), pick(loser))
+    scores = {allocation(g[0], with_reward=False): s for g in groups.values()
+              if (s := score(g, target, f)) is not None}
+    if winner not in scores or loser not in scores:
+        return False
+    lead, se = paired(scores[winner], scores[loser])
     return lead - Z90 * se > 0
 
 

@@ -35,11 +35,17 @@ def names(group: str) -> list[str]:
     return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
 
 
+def closest(name: str, valid: list[str]) -> str | None:
+    """The valid name closest to ``name`` (difflib's ratio >= 0.4), or None."""
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.4)
+    return close[0] if close else None
+
+
 def did_you_mean(group: str, name: str) -> str:
     """A one-line registry miss: the valid names and the closest match."""
     valid = names(group)
-    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.4)
-    hint = f"; did you mean {group}={close[0]}?" if close else ""
+    match = closest(name, valid)
+    hint = f"; did you mean {group}={match}?" if match else ""
     return f"{group}={name}: unknown {group}; valid names: {', '.join(valid)}{hint}"
 
 

@@ -35,6 +35,24 @@ class UnknownName(UsageError, KeyError):
         return str(self.args[0])
 
 
+class MissingExtra(UsageError):
+    """An optional component that is not installed, with the extra that installs it.
+
+    Attributes:
+        key: what needs it, as the user typed it (``task=reasoning-gym``).
+        package: the missing package.
+        extra: what to install (``race[tasks]``).
+    """
+
+    def __init__(self, key: str, package: str, extra: str):
+        self.key, self.package, self.extra = key, package, extra
+        super().__init__(f"{key}: needs the {package} package, which is not installed; "
+                         f"install it with `pip install '{extra}'`")
+
+    def __reduce__(self):  # raised in pilot processes, pickled back to the sweep
+        return (MissingExtra, (self.key, self.package, self.extra))
+
+
 class BudgetTooSmall(UsageError):
     """A budget that cannot buy one worst-case GRPO step of a cell.
 

@@ -24,6 +24,9 @@ def _reward_tokenizer(reward: str) -> str | None:
 
 @pytest.mark.parametrize("model, reward, task", PAIRS)
 def test_every_combination_composes(model, reward, task):
+    if task == "reasoning-gym":
+        pytest.importorskip("reasoning_gym", reason="task=reasoning-gym needs reasoning-gym: "
+                                                    "pip install 'race[tasks]'")
     cfg = compose_config([f"model={model}", f"reward={reward}", f"task={task}"])
     policy = catalog.load_model_shape(model)
     check = catalog.load_entry("reward", reward).get("check", "answer")

@@ -142,14 +142,26 @@ def check_group_choices(overrides: Overrides) -> None:
                 raise UnknownName(catalog.did_you_mean(group, value), group=group, name=value)
 
 
+# dicts whose keys are the user's (a reasoning-gym generator's config fields): Hydra adds a
+# key it does not have yet only with ++, so task.config.max_terms=4 is passed on as that
+OPEN_DICTS = ("task.config.", "task.ood_config.")
+
+
+def open_dict_overrides(overrides: list[str]) -> list[str]:
+    """``task.config.<knob>=v`` (and ``task.ood_config.``) as ``++task.config.<knob>=v``:
+    set the knob whether or not the dict has it yet."""
+    return [f"++{text}" if text.startswith(OPEN_DICTS) else text for text in overrides]
+
+
 def hydra_overrides(overrides: Overrides) -> list[str]:
     """``overrides`` as Hydra composes them: ``model=<folder>`` becomes a catalog choice
-    whose every field is then set from the folder's entry (Hydra only knows YAML files)."""
+    whose every field is then set from the folder's entry (Hydra only knows YAML files),
+    and the knobs of open dicts are set with ``++`` (:func:`open_dict_overrides`)."""
     out = []
     for text, o in overrides.items():
         if (o.key_or_group != "model" or o.is_sweep_override() or o.is_delete()
                 or not catalog.is_model_folder(str(o.value()))):
-            out.append(text)
+            out += open_dict_overrides([text])
             continue
         entry = catalog.folder_entry(str(o.value()))
         out.append(f"model={catalog.names('model')[0]}")
@@ -192,6 +204,7 @@ def compose_many(fixed: Overrides | list[str], variants: list[list[str]]) -> lis
     (tested).
     """
     fixed = Overrides.of(fixed)
+    variants = [open_dict_overrides(variant) for variant in variants]  # open dicts: ++
     cells = Overrides(dict.fromkeys(o for variant in variants for o in variant))  # parsed once
     check_group_choices(fixed + cells)
     base = _compose(fixed)

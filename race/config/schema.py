@@ -26,6 +26,7 @@ from race.core.specs import RunSpec
 from race.core.stats import REPORT
 from race.pilot.state import CHECKPOINT_EVERY
 from race.tasks.arith import ArithTask
+from race.tasks.reasoning_gym import as_text
 from race.warmstart.policies import WarmStartRecipe
 
 GROUPS = ("model", "reward", "task", "grid", "launcher")
@@ -117,10 +118,16 @@ class TaskConfig:
     source: str = ""
     # GSM8K-format: a file of out-of-distribution problems (the ood target; "": none)
     ood_source: str = ""
-    # GSM8K-format prompts in the policy's chat template: a system message ("": none) and
-    # the instruction after each question
+    # GSM8K-format and reasoning-gym prompts in the policy's chat template: a system
+    # message ("": none) and the instruction after each question ("": the task's own)
     system_prompt: str = ""
     answer_format: str = ""
+    # reasoning-gym (pip install 'race[tasks]'): the generator's name, its config fields
+    # (size, seed, difficulty knobs: task.config.max_terms=4) for train/val/test, and
+    # those the ood split changes ({}: the generator's curriculum one level above training)
+    dataset: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    ood_config: dict[str, Any] = field(default_factory=dict)
     # embedded task (arith): digits per operand, digits of the first number (0: digits),
     # operations per chain in train/val/test, and in ood (longer chains: a real shift)
     digits: int = _ARITH.digits
@@ -368,8 +375,14 @@ GROUP_SCHEMAS = {"model": ModelConfig, "reward": RewardConfig, "task": TaskConfi
 
 
 def task_entry(task: TaskConfig) -> dict[str, Any]:
-    """What the pilot's task reads of ``task`` (the embedded task's knobs, or a data
-    task's files and prompt format)."""
-    keys = ("name", *ARITH_FIELDS) if task.name == "arith" else (
-        "name", "source", "ood_source", "system_prompt", "answer_format")
-    return {k: v for k, v in asdict(task).items() if k in keys and v != ""}
+    """What the pilot's task reads of ``task`` (the embedded task's knobs, a data task's
+    files and prompt format, or a reasoning-gym generator with its knobs as JSON text)."""
+    if task.name == "reasoning-gym":
+        values = asdict(task) | {"config": as_text(task.config),
+                                 "ood_config": as_text(task.ood_config)}
+        keys = ("name", "dataset", "config", "ood_config", "system_prompt", "answer_format")
+    else:
+        values = asdict(task)
+        keys = ("name", *ARITH_FIELDS) if task.name == "arith" else (
+            "name", "source", "ood_source", "system_prompt", "answer_format")
+    return {k: v for k, v in values.items() if k in keys and v != ""}

@@ -30,7 +30,7 @@ def eval_targets(cfg: RaceConfig) -> tuple[str, ...]:
     task has (:func:`race.tasks.task_targets`)."""
     if cfg.pilot.eval_targets is not None:
         return tuple(cfg.pilot.eval_targets)
-    return task_targets(cfg.task.name, cfg.task.ood_source)
+    return task_targets(task_entry(cfg.task))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +104,12 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True,
     if runnable and cfg.task.name == "gsm8k" and not cfg.task.source:
         raise UsageError("task.source=: GSM8K-format pilots read a local data file; give "
                          "task.source=<file.jsonl|.json|.parquet> (question, answer '#### N')")
+    if runnable and cfg.task.name == "reasoning-gym" and in_family(cfg.model.tokenizer):
+        raise UsageError(f"model={cfg.model.name}: the embedded tiny policies read and write "
+                         f"only the arithmetic task's {cfg.model.vocab_size} characters, "
+                         f"not task=reasoning-gym's questions; give model=<a Hugging Face "
+                         f"policy folder> (race.warmstart.standin.build_standin writes a "
+                         f"small one)")
     # trust_remote_code only when set (the id contract: cells without it keep their ids)
     reward = {k: v for k, v in asdict(cfg.reward).items()
               if v is not None and not (k == "trust_remote_code" and not v)}

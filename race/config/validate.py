@@ -28,6 +28,7 @@ from race.rewards import REWARD_KINDS as BUILT_REWARDS
 from race.rewards.rule import CHECKS
 from race.tasks import task_targets
 from race.tasks.arith import ArithTask
+from race.tasks.reasoning_gym import config_problems
 
 
 def _finite_problems(cfg: RaceConfig) -> list[str]:
@@ -85,7 +86,8 @@ def selection_problems(selection: SelectionConfig) -> list[str]:
 
 
 def testbed_problems(cfg: RaceConfig) -> list[str]:
-    """What is wrong with the embedded task, the warm start and the learning rule."""
+    """What is wrong with the task's knobs (the embedded task's, a reasoning-gym
+    generator's), the warm start and the learning rule."""
     problems = []
     if cfg.task.name == "arith":
         entry = task_entry(cfg.task)
@@ -94,6 +96,8 @@ def testbed_problems(cfg: RaceConfig) -> list[str]:
             ArithTask(**entry)
         except UsageError as error:
             problems.append(str(error))
+    if cfg.task.name == "reasoning-gym":
+        problems += config_problems(cfg.task.dataset, cfg.task.config, cfg.task.ood_config)
     if cfg.reward.check not in CHECKS:
         problems.append(f"reward.check={cfg.reward.check!r}: use one of {list(CHECKS)}")
     elif cfg.reward.check != "answer" and cfg.task.name != "arith":
@@ -239,7 +243,7 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
     need(all(0 < c <= 1 for c in checkpoints) and checkpoints == sorted(set(checkpoints)),
          "pilot.checkpoints", checkpoints, "need ascending, distinct budget fractions in "
          "(0, 1], e.g. pilot.checkpoints=[0.25,0.5,0.75,1.0]")
-    has = task_targets(cfg.task.name, cfg.task.ood_source)
+    has = task_targets(task_entry(cfg.task))
     if pilot.eval_targets is not None:
         targets = list(pilot.eval_targets)
         shown = f"[{','.join(map(str, targets))}]"
@@ -256,10 +260,13 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
             problems.append(f"pilot.eval_targets={shown}: a target listed twice; list each "
                             f"once")
         elif "ood" in targets and "ood" not in has:
+            give = ("task.ood_config.<knob>=<harder value>" if cfg.task.name ==
+                    "reasoning-gym" else "task.ood_source=<a GSM8K-format file>")
+            why = ("its generator has no harder setting" if cfg.task.name == "reasoning-gym"
+                   else "task.ood_source is unset")
             problems.append(f"pilot.eval_targets={shown}: task={cfg.task.name} has no ood "
-                            f"problems (task.ood_source is unset); give task.ood_source=<a "
-                            f"GSM8K-format file>, or drop ood, e.g. pilot.eval_targets="
-                            f"[{','.join(t for t in targets if t != 'ood')}]")
+                            f"problems ({why}); give {give}, or drop ood, e.g. "
+                            f"pilot.eval_targets=[{','.join(t for t in targets if t != 'ood')}]")
     need(pilot.select_target in ("val", "test", "ood"), "pilot.select_target",
          pilot.select_target, "use val (selection reads a held-out split; never select "
          "on test)")

@@ -82,9 +82,10 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
                                          greedy=True)
             ledger.add("eval", out.flops_model, out.flops_executed, out.flops_measured or 0.0)
             answers = [ex.answer for ex in examples]
-            rewards = score(spec, parts, ledger, "eval", out,
-                            [ex.problem for ex in examples], answers)
-            correct = [parts.task.verify(t, a) for t, a in zip(out.texts, answers)]
+            problems = [ex.problem for ex in examples]
+            rewards = score(spec, parts, ledger, "eval", out, problems, answers)
+            correct = [parts.task.verify(t, a, p)
+                       for t, a, p in zip(out.texts, answers, problems)]
             rows.append({"kind": "eval", "checkpoint": fraction, "target": target,
                          "problems": problem_set_id(prompts),
                          "accuracy": sum(correct) / len(correct),

@@ -141,14 +141,14 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
             ledger.add("rollout", out.flops_model, out.flops_executed,
                        out.flops_measured or 0.0)
             answers = [examples[i].answer for i in out.prompt_index]
+            problems = [examples[i].problem for i in out.prompt_index]
             with meter.phase("feedback", ledger.wall_s):
-                rewards = score(spec, parts, ledger, "feedback", out,
-                                [examples[i].problem for i in out.prompt_index], answers)
+                rewards = score(spec, parts, ledger, "feedback", out, problems, answers)
             advantages = group_advantages(torch.tensor(rewards), spec.group_size,
                                           scale=spec.scale_rewards)
             with meter.phase("learning", ledger.wall_s):
                 stats = run.update(parts, out, tuple(advantages.tolist()))
-            row = run.log_step(parts, out, rewards, answers, cap, stats)
+            row = run.log_step(parts, out, rewards, answers, problems, cap, stats)
             asked_to_stop = stop is not None and stop()
             if asked_to_stop or (checkpoint_every and run.state.steps % checkpoint_every == 0):
                 run.save(parts)
@@ -262,14 +262,14 @@ class _Session:
         return stats
 
     def log_step(self, parts: Components, out, rewards: list[float], answers: list[str],
-                 cap: int, stats: dict) -> dict:
+                 problems: list[str], cap: int, stats: dict) -> dict:
         """Count the step, record its row (and its wall seconds), evaluate at every
         checkpoint it passed, and append what is new to the cell's files. Returns the
         step's row."""
         spec, state = self.spec, self.state
         ledger = state.ledger
         state.steps += 1
-        correct = [parts.task.verify(t, a) for t, a in zip(out.texts, answers)]
+        correct = [parts.task.verify(t, a, p) for t, a, p in zip(out.texts, answers, problems)]
         row = {"kind": "step", "step": state.steps,
                "train_reward": sum(rewards) / len(rewards),
                "train_accuracy": sum(correct) / len(correct),

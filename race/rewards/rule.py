@@ -6,7 +6,9 @@ Each costs no FLOPs; the pilot times its seconds under ``feedback``.
 
 - ``answer`` (``reward=rule``, sparse): 1 when the final answer is right, else 0. On the
   embedded task the verifier reads ``#### N``; on GSM8K-format data it compares numbers
-  with ``math-verify`` (:mod:`race.tasks.verify`).
+  with ``math-verify`` (:mod:`race.tasks.verify`); on a reasoning-gym task it is the
+  generator's own scorer, which some generators let give partial credit (the task's
+  ``score``).
 - ``structured`` (``reward=structured``): format and final answer,
   ``(1 - FORMAT_CREDIT) * right answer + FORMAT_CREDIT * well-formed trace``, so a
   well-formed wrong trace earns partial credit and a right answer in a malformed trace
@@ -32,8 +34,11 @@ CHECKS = ("answer", "structured", "steps")
 
 
 def answer_reward(task: Any, problem: str, completion: str, answer: str) -> float:
-    """1.0 when the final answer verifies against ``answer``, else 0.0 (sparse)."""
-    return float(task.verify(completion, answer))
+    """The task's own score of the final answer where it has one (reasoning-gym's
+    scorers, in [0, 1]), else 1.0 when it verifies against ``answer`` and 0.0 (sparse)."""
+    if hasattr(task, "score"):
+        return task.score(completion, answer, problem)
+    return float(task.verify(completion, answer, problem))
 
 
 def structured_reward(task: Any, problem: str, completion: str, answer: str) -> float:

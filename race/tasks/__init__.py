@@ -1,7 +1,11 @@
-"""Tasks: the embedded arithmetic chains and GSM8K-format data, behind one registry.
+"""Tasks: the embedded arithmetic chains, GSM8K-format data and reasoning-gym's
+generators, behind one registry.
 
-A task gives ``sample(split, n, seed) -> list[Example]``, ``verify(completion, answer)``
-and its evaluation targets (held-out splits).
+A task gives ``sample(split, n, seed) -> list[Example]``, ``verify(completion, answer,
+problem="")`` (the problem is :attr:`Example.problem`; only tasks that score against the
+problem's own entry read it) and its evaluation targets (held-out splits). A task whose
+answers earn partial credit also gives ``score(completion, answer, problem) -> float``,
+which the rule reward pays instead of ``verify``.
 
 Each task owns its answer checker (:mod:`~race.tasks.verify` for GSM8K-format answers).
 
@@ -23,6 +27,7 @@ from race.errors import UnknownName, UsageError
 from race.tasks.arith import ArithTask
 from race.tasks.base import Example
 from race.tasks.gsm8k import load_gsm8k
+from race.tasks.reasoning_gym import ReasoningGymTask, has_ood
 from race.tasks.verify import answers_match
 
 # GSM8K-format pilots: the instruction that follows the question (the rule verifier reads
@@ -90,7 +95,7 @@ class Gsm8kTask:
         random.Random(f"{self.name}/{split}/{seed}").shuffle(rows)
         return [rows[i % len(rows)] for i in range(n)]
 
-    def verify(self, completion: str, answer: str) -> bool:
+    def verify(self, completion: str, answer: str, problem: str = "") -> bool:
         return answers_match(completion, answer)
 
 
@@ -121,8 +126,14 @@ class ChatPrompts:
         return [dataclasses.replace(ex, prompt=self.format(ex.problem), question=ex.problem)
                 for ex in self.task.sample(split, n, seed)]
 
-    def verify(self, completion: str, answer: str) -> bool:
-        return self.task.verify(completion, answer)
+    def verify(self, completion: str, answer: str, problem: str = "") -> bool:
+        return self.task.verify(completion, answer, problem)
+
+    def score(self, completion: str, answer: str, problem: str = "") -> float:
+        """The task's own score where it has one, else 1.0 or 0.0 from ``verify``."""
+        if hasattr(self.task, "score"):
+            return self.task.score(completion, answer, problem)
+        return float(self.task.verify(completion, answer, problem))
 
 
 def prompt_bound(task: Any, tokenizer: Any, splits: tuple[str, ...], sample: int = 512) -> int:
@@ -141,22 +152,28 @@ def prompt_bound(task: Any, tokenizer: Any, splits: tuple[str, ...], sample: int
 
 def with_chat_template(task: Any, tokenizer: Any) -> Any:
     """``task`` with its prompts in the tokenizer's chat template, when the task asks for
-    one (GSM8K-format tasks) and the tokenizer has one; else ``task`` itself."""
+    one (GSM8K-format and reasoning-gym tasks) and the tokenizer has one; else ``task``
+    itself."""
     if not hasattr(task, "answer_format") or not getattr(tokenizer, "chat_template", None):
         return task
     return ChatPrompts(task, tokenizer, task.system_prompt, task.answer_format)
 
 
-TASKS: dict[str, Callable[..., Any]] = {"arith": ArithTask, "gsm8k": Gsm8kTask}
+TASKS: dict[str, Callable[..., Any]] = {"arith": ArithTask, "gsm8k": Gsm8kTask,
+                                        "reasoning-gym": ReasoningGymTask}
 
 
-def task_targets(name: str, ood_source: str = "") -> tuple[str, ...]:
-    """The evaluation targets (held-out splits) a task has: ``val`` and ``test``, and
-    ``ood`` where it has out-of-distribution problems (the embedded task always; a
-    GSM8K-format task when ``task.ood_source`` names a file). ``pilot.eval_targets=null``
-    evaluates all of them."""
+def task_targets(entry: Mapping[str, Any]) -> tuple[str, ...]:
+    """The evaluation targets (held-out splits) of a task entry (``name`` and the task's
+    fields): ``val`` and ``test``, and ``ood`` where it has out-of-distribution problems
+    (the embedded task always; a GSM8K-format task when ``task.ood_source`` names a file;
+    a reasoning-gym task when its generator has a harder setting). ``pilot.eval_targets=
+    null`` evaluates all of them."""
+    name = entry.get("name", "")
     if name == "gsm8k":
-        return ("val", "test", "ood") if ood_source else ("val", "test")
+        return ("val", "test", "ood") if entry.get("ood_source") else ("val", "test")
+    if name == "reasoning-gym":
+        return ("val", "test", "ood") if has_ood(entry) else ("val", "test")
     return ("val", "test", "ood")
 
 

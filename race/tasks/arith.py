@@ -135,8 +135,8 @@ class ArithTask:
                 out.append(example)
         return out
 
-    def verify(self, completion: str, answer: str) -> bool:
-        """Exact check of the final answer line (``#### N``)."""
+    def verify(self, completion: str, answer: str, problem: str = "") -> bool:
+        """Exact check of the final answer line (``#### N``); ``problem`` is not needed."""
         return final_answer(completion) == answer.strip()
 
     def step_labels(self, example: Example, completion: str) -> list[int]:

@@ -1,0 +1,135 @@
+"""Live validation of the embedded default sweep: is its pick worth the full run?
+
+Runs the default sweep (``race sweep``, no other arguments) into ``--out`` unless that
+folder already holds it (a rerun resumes it), then ``race validate`` of it with
+``validate.top_k=1``: the pick, run at the full budget F with every seed the sweep ran it
+with. Prints the pick's realized ``val`` accuracy at F against
+
+- its warm start: the same validation run's checkpoint 0, paired on the same problems
+  (SE over problems, and over seeds when the pick ran more than one);
+- the curve bank's best config of the pick's size at F (``bench/testbed.py``'s score: the
+  seed mean with its SE over seeds and problems), unpaired: the SE of the difference
+  combines the two SEs. The pick's own SE is over problems and seeds as above;
+  ``within_1se`` says whether the difference is at most one SE of the difference.
+
+``above`` says whether the gain over the warm start exceeds twice its paired SE.
+
+``val`` is the target the sweep selected on, so the comparison reads the numbers the pick
+was made from, at F instead of at the pilots' budgets.
+
+Usage: ``python bench/validate_default.py [--out /tmp/race-validate-default]
+[--bank bench/data/curve_bank_v3.json.gz]``.
+Last line: ``pick=... realized=R se=S bank_best=... bank_best_value=B bank_best_se=T
+diff_se=D within_1se=yes|no warm_start=W gain=G gain_se=H above=yes|no``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from testbed import DEFAULT_BANK, allocation, configs, load, score  # noqa: E402
+
+SWEEP_NAME = "default"
+TARGET = "val"
+
+
+def race(*args: str) -> None:
+    """Run one ``race`` command with this interpreter; its output goes to the terminal."""
+    command = [sys.executable, "-m", "race.cli", *args]
+    print("$ race " + " ".join(args), flush=True)
+    subprocess.run(command, check=True)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def validated(sweep: Path) -> tuple[dict, list[list[int]], list[list[int]]]:
+    """The pick's spec and, per seed, its per-problem ``val`` scores at 0 and at F."""
+    comparison = json.loads((sweep / "validate" / "comparison.json").read_text())
+    if comparison["failed"]:
+        sys.exit(f"{sweep}/validate: a validation run failed: {comparison['failed']}")
+    record = json.loads((sweep / "validate" / "validate.json").read_text())
+    spec, start, end = None, [], []
+    for cell_id in record["cells"]:
+        cell = sweep / "validate" / "cells" / cell_id
+        spec = json.loads((cell / "spec.json").read_text())
+        rows = [r for r in read_jsonl(cell / "metrics.jsonl")
+                if r["kind"] == "eval" and r["target"] == TARGET]
+        first = next(r for r in rows if r["checkpoint"] == 0.0)
+        last = max(rows, key=lambda r: r["checkpoint"])
+        if first["problems"] != last["problems"]:
+            sys.exit(f"{cell}: checkpoints 0 and F scored different problems; cannot pair")
+        start.append(first["correct"])
+        end.append(last["correct"])
+    return spec, start, end
+
+
+def seed_mean(per_seed: list[list[int]]) -> tuple[float, float, list[float]]:
+    """Mean over seeds and problems, its SE (seeds and problems), and per-problem means."""
+    n = min(map(len, per_seed))
+    problem = [sum(s[i] for s in per_seed) / len(per_seed) for i in range(n)]
+    means = [sum(s[:n]) / n for s in per_seed]
+    seed_var = statistics.variance(means) / len(means) if len(means) > 1 else 0.0
+    return (sum(means) / len(means), math.sqrt(seed_var + statistics.variance(problem) / n),
+            problem)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("/tmp/race-validate-default"))
+    parser.add_argument("--bank", type=Path, default=DEFAULT_BANK)
+    args = parser.parse_args()
+    sweep = args.out / SWEEP_NAME
+    race("sweep", f"sweep.out_dir={args.out}", f"sweep.name={SWEEP_NAME}")
+    race("validate", str(sweep), "validate.top_k=1")
+    spec, start, end = validated(sweep)
+    realized, realized_se, end_problem = seed_mean(end)
+    warm, _, start_problem = seed_mean(start)
+    diffs = [b - a for a, b in zip(start_problem, end_problem)]
+    gain = sum(diffs) / len(diffs)
+    gain_se = math.sqrt(statistics.variance(diffs) / len(diffs))
+
+    bank = [c for c in load(args.bank) if c["model"] == spec["model"]]
+    full = max(c["budget_flops"] for c in bank)
+    if abs(full - spec["budget_flops"]) > 1e-6 * full:
+        sys.exit(f"the bank's full budget {full:.3g} is not the sweep's {spec['budget_flops']:.3g}")
+    scored = sorted(((s, cells) for cells in configs(bank).values()
+                     if (s := score(cells, TARGET, 1.0)) is not None),
+                    key=lambda x: -x[0]["mean"])
+    best, best_cells = scored[0]
+    pick = allocation({"group_size": spec["group_size"], "update_epochs": spec["update_epochs"],
+                       "reward": spec["reward"]["name"]})
+    same = next((s for s, cells in scored if allocation(cells[0]) == pick), None)
+    diff_se = math.hypot(realized_se, best["se"])
+    within = abs(realized - best["mean"]) <= diff_se
+
+    print(f"\npick {spec['model']} {pick}: realized {TARGET} at F {realized:.3f} "
+          f"(SE {realized_se:.3f}, {len(end)} seed(s) x {len(end_problem)} problems)")
+    if same is not None:
+        print(f"  the bank's value of the same config: {same['mean']:.3f} (SE {same['se']:.3f},"
+              f" {same['seeds']} seeds x {same['n']} problems)")
+    print(f"  the bank's best config of {spec['model']}: {allocation(best_cells[0])} "
+          f"{best['mean']:.3f} (SE {best['se']:.3f}); difference "
+          f"{realized - best['mean']:+.3f} (SE {diff_se:.3f}): "
+          f"{'within' if within else 'outside'} one SE")
+    print(f"  warm start {warm:.3f}; gain {gain:+.3f} (paired SE {gain_se:.3f}, "
+          f"{gain / gain_se:.1f} SE)")
+    print(f"pick={spec['model']}/{pick.replace(' ', '/')} realized={realized:.4f} "
+          f"se={realized_se:.4f} bank_best={allocation(best_cells[0]).replace(' ', '/')} "
+          f"bank_best_value={best['mean']:.4f} bank_best_se={best['se']:.4f} "
+          f"diff_se={diff_se:.4f} within_1se={'yes' if within else 'no'} "
+          f"warm_start={warm:.4f} gain={gain:.4f} gain_se={gain_se:.4f} "
+          f"above={'yes' if gain - 2 * gain_se > 0 else 'no'}")
+
+
+if __name__ == "__main__":
+    main()
