@@ -140,7 +140,7 @@ def _latex_card(name: str, totals: dict, by_model: dict[str, tuple[float, float]
 def compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[str],
                   names: list[str], shapes: dict | None = None) -> tuple[str, str, dict]:
     """compute_card.md, its LaTeX block, and the sweep totals (``shapes``: the sweep's
-    model shapes by name, :func:`race.store.io.model_shapes`)."""
+    model shapes by name, :func:`race.analysis.load.model_shapes`)."""
     totals = _phase_totals(cells)
     charged = totals["total"]
     spent = cells[cells["total_flops"].fillna(0) > 0] if "total_flops" in cells else cells
