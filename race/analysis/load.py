@@ -15,6 +15,7 @@ from race.core.specs import ModelShape
 from race.store.cell import CellDir, cell_dirs
 from race.store.io import SWEEP_JSON_FIX, read_jsonl, read_result
 from race.store.pilots import pilot_row
+from race.store.sweep import SweepDir
 
 # step-row keys the guards read
 STEP_KEYS = ("step", "max_new_tokens", "train_reward", "entropy", "truncation_rate",
@@ -54,8 +55,8 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
     ``thresholds`` (a ``RegimeConfig``) defaults to the one in ``sweep.json``.
     """
     sweep_dir = Path(sweep_dir)
-    record = (read_result(sweep_dir / "sweep.json", SWEEP_JSON_FIX)
-              if (sweep_dir / "sweep.json").is_file() else {})
+    path = SweepDir(sweep_dir).record
+    record = read_result(path, SWEEP_JSON_FIX) if path.is_file() else {}
     if thresholds is None:
         thresholds = RegimeThresholds.from_dict(record.get("config", {}).get("regime", {}))
     rows, evals, examples, steps = [], [], [], []

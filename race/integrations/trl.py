@@ -49,6 +49,7 @@ from race.core.specs import LoraShape, ModelShape
 from race.integrations.trl_checks import check_trainer, lora_shape, model_shape, refuse
 from race.pilot.state import Ledger
 from race.store import io as results
+from race.store.cell import CellDir
 
 PHASES = ("rollout", "learning", "feedback", "eval")
 CHARGED = ("rollout", "learning", "feedback")
@@ -90,13 +91,14 @@ class RaceCallback(TrainerCallback):
         self.steps, self.rows, self.last_reward = 0, [], None
         self.completion_tokens = 0
         self.spec = self._spec(trainer, run_id)
-        self.cell_dir = Path(out_dir) / "cells" / self.spec["cell_id"]
+        self.cell = CellDir.of(out_dir, self.spec["cell_id"])
+        self.cell_dir = self.cell.path
         self._save_policy_config(base)
         self.started = time.perf_counter()
         self.status, self.error = "running", None
-        results.write_json(self.cell_dir / "spec.json", self.spec)
-        results.write_jsonl(self.cell_dir / "metrics.jsonl", [])
-        (self.cell_dir / "summary.json").unlink(missing_ok=True)
+        results.write_json(self.cell.spec, self.spec)
+        results.write_jsonl(self.cell.metrics, [])
+        (self.cell.summary).unlink(missing_ok=True)
 
     def _see_stream(self, module, args, kwargs=None):
         hidden = args[0] if args else None
@@ -165,9 +167,9 @@ class RaceCallback(TrainerCallback):
         self.status, self.error = status, error
         summary = self.summary()
         self.spec["budget_flops"] = summary["budget_flops"]
-        results.write_json(self.cell_dir / "spec.json", self.spec)
-        results.write_jsonl(self.cell_dir / "metrics.jsonl", self.rows)
-        results.write_json(self.cell_dir / "summary.json", summary)
+        results.write_json(self.cell.spec, self.spec)
+        results.write_jsonl(self.cell.metrics, self.rows)
+        results.write_json(self.cell.summary, summary)
         return summary
 
     def log_values(self) -> dict[str, float]:
@@ -190,7 +192,7 @@ class RaceCallback(TrainerCallback):
                "completion_tokens": self.completion_tokens,
                "charged_flops": self.ledger.charged("model"), "flops": self.ledger.snapshot()}
         self.rows.append(row)
-        results.append_jsonl(self.cell_dir / "metrics.jsonl", row)
+        results.append_jsonl(self.cell.metrics, row)
         if self.budget_flops and self.ledger.charged("model") >= self.budget_flops:
             control.should_training_stop = True
         return control
@@ -203,7 +205,7 @@ class RaceCallback(TrainerCallback):
                            if isinstance(v, (int, float))},
                "charged_flops": self.ledger.charged("model"), "flops": self.ledger.snapshot()}
         self.rows.append(row)
-        results.append_jsonl(self.cell_dir / "metrics.jsonl", row)
+        results.append_jsonl(self.cell.metrics, row)
         if self.status == "ok":
             self.finish("ok")
         return control

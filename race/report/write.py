@@ -25,13 +25,13 @@ from race.report.card import compute_card
 from race.report.leaderboard import leaderboard_markdown, summary_text
 from race.report.validation import validation_section
 from race.store.io import read_result, write_csv, write_json, write_text
-from race.store.sweep import SweepDir
+from race.store.sweep import SELECTION_JSON, SweepDir
 
 # every file a report writes, by key
 FILES = {"leaderboard_md": "leaderboard.md", "leaderboard_csv": "leaderboard.csv",
          "compute_card_md": "compute_card.md", "compute_card_tex": "compute_card.tex",
          "frontier_png": "frontier.png", "curves_png": "curves.png",
-         "phases_png": "phases.png", "selection_json": "selection.json"}
+         "phases_png": "phases.png", "selection_json": SELECTION_JSON}
 
 
 def write_report(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
