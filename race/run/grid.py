@@ -114,7 +114,7 @@ def grid_axes(overrides: Overrides | list[str]):
     if "budget" in cli_axes:
         raise UsageError(f"budget={','.join(cli_axes['budget'])}: one budget per plan "
                          f"(pilots of different budgets are not ranked together); split the "
-                         f"list with grid.budget_axis, as race plan and race sweep do")
+                         f"list with Overrides.budget_axis, as race plan and race sweep do")
     base = compose_config(fixed)
     given = fixed.keys()
     axes = {key: once(f"grid.axes.{key}", [str(v) for v in values])
