@@ -49,7 +49,14 @@ from race.report.card import cell_card_json, cell_card_text
 from race.report.validation import validation_section
 from race.report.write import write_failures, write_report
 from race.run.cells import held_text
-from race.run.grid import cell_label, cost_warning, plan_grid, plan_summary, plan_table
+from race.run.grid import (
+    cell_label,
+    cost_warning,
+    eval_budget_warning,
+    plan_grid,
+    plan_summary,
+    plan_table,
+)
 from race.run.launch.slurm import check_slurm
 from race.run.sweep import plan_budget_sweeps, plan_sweep, run_sweep
 from race.run.validate import run_validation
@@ -133,6 +140,8 @@ def cmd_plan(overrides: Overrides) -> int:
         print(plan_summary(plan))
         if cost_warning(plan):
             print(cost_warning(plan), file=sys.stderr)
+        if eval_budget_warning(plan):
+            print(eval_budget_warning(plan), file=sys.stderr)
         if budgets:
             print()
     return 0
@@ -166,6 +175,8 @@ def _sweep_one(plan, overrides: Overrides, sweep_dir: Path) -> int:
     print(f"race sweep: {plan_summary(plan)}", file=sys.stderr)
     if cost_warning(plan):
         print(f"race sweep: {cost_warning(plan)}", file=sys.stderr)
+    if eval_budget_warning(plan):
+        print(f"race sweep: {eval_budget_warning(plan)}", file=sys.stderr)
     for cell in (c for c in plan.cells if c.refused):
         print(f"race sweep: refused {cell_label(cell)} "
               f"({' '.join(f'{k}={v}' for k, v in cell.knobs)}): {cell.refused}",

@@ -138,7 +138,10 @@ def test_plan_warns_when_a_flat_grid_costs_more_than_one_full_run(capsys):
                      "selection.policy=flat"]) == 0
     assert "warning" not in capsys.readouterr().err  # 4 cells: a quarter of a run
     assert cli.main(args[:-1]) == 0  # the ladder spends at most one full run, whatever the grid
-    assert "warning" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "pilots cost" not in err
+    # charged fills selection.share=1, so its evaluation tips it past selection.pilot_budget
+    assert "with their evaluation cost 1.02 full-budget runs > selection.pilot_budget=1" in err
 
 
 def test_plan_of_a_budget_list_plans_one_ladder_per_budget(capsys):

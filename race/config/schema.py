@@ -312,6 +312,9 @@ class SelectionConfig:
     reduction: int = ladder.DEFAULT_REDUCTION
     # the ladder's total pilot compute, as a share of one full run (rungs shrink to fit)
     share: float = 1.0
+    # the pilots' total compute including their evaluation, as a share of one full run;
+    # race plan warns beyond it
+    pilot_budget: float = 1.0
     # promotion ranks by the next rung's predicted score minus z standard errors
     z: float = 1.0
     # when a config's guard fires (never promoted, extrapolated or preferred)

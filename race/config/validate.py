@@ -39,7 +39,8 @@ def _finite_problems(cfg: RaceConfig) -> list[str]:
               "pilot.clip_eps": cfg.pilot.clip_eps, "report.level": cfg.report.level,
               "launcher.poll_s": cfg.launcher.poll_s,
               "launcher.lost_after_s": cfg.launcher.lost_after_s,
-              "selection.share": cfg.selection.share, "selection.z": cfg.selection.z}
+              "selection.share": cfg.selection.share, "selection.z": cfg.selection.z,
+              "selection.pilot_budget": cfg.selection.pilot_budget}
     fields |= {f"selection.rungs[{i}]": v for i, v in enumerate(cfg.selection.rungs)}
     fields |= {f"pilot.checkpoints[{i}]": v for i, v in enumerate(cfg.pilot.checkpoints)}
     return [f"{key}={value}: "
@@ -74,6 +75,10 @@ def selection_problems(selection: SelectionConfig) -> list[str]:
     if not selection.share > 0:
         problems.append(f"selection.share={selection.share}: must be > 0 (the ladder's pilot "
                         f"compute as a share of one full run, e.g. 1.0)")
+    if not selection.pilot_budget > 0:
+        problems.append(f"selection.pilot_budget={selection.pilot_budget}: must be > 0 (the "
+                        f"pilots' compute with their evaluation as a share of one full run, "
+                        f"e.g. selection.pilot_budget=1.0)")
     if selection.z < 0:
         problems.append(f"selection.z={selection.z}: must be >= 0")
     g = selection.guards

@@ -432,6 +432,28 @@ def grpo_step_flops(policy: ModelShape, reward: RewardShape, *, prompts_per_step
     return PhaseFlops(rollout=float(rollout), learning=float(learning), feedback=float(feedback))
 
 
+def eval_flops(policy: ModelShape, reward: RewardShape, *, problems: int, prompt_tokens: int,
+               max_new_tokens: int, lora: LoraShape | None = None,
+               steps_per_trace: int | None = None, convention: Convention = "model") -> float:
+    """Held-out evaluation of ``problems`` problems at one checkpoint: one greedy
+    ``generate`` of each at ``prompt_tokens`` and ``max_new_tokens`` completion tokens,
+    and the reward scoring each trace (what the pilot charges to its eval phase).
+
+    The rollout's own terms (:func:`generate_flops`, :func:`reward_flops`, the adapter
+    the policy samples with), every completion at the cap: an upper-ish bound, since
+    greedy completions that stop at EOS cost less (``executed`` pads them to the longest
+    row of their batch, so it is near the bound).
+    """
+    if problems < 0:
+        raise UsageError(f"problems={problems}: must be >= 0 problems per evaluation")
+    per_problem = (generate_flops(policy, [prompt_tokens], [max_new_tokens],
+                                  convention=convention, lora=lora)
+                   + reward_flops(reward, [prompt_tokens + max_new_tokens],
+                                  [steps_per_trace if steps_per_trace is not None
+                                   else reward.steps_per_trace], convention=convention))
+    return float(problems * per_problem)
+
+
 def steps_for_budget(step: PhaseFlops, budget_flops: float) -> int:
     """Whole GRPO steps a budget buys (a run never overspends, so round down)."""
     if budget_flops <= 0:

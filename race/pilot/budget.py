@@ -89,6 +89,32 @@ def last_step_cap(spec: RunSpec, prompt_tokens: int, remaining_flops: float) -> 
     return low
 
 
+def eval_problems(spec: RunSpec) -> dict[str, int]:
+    """Problems each evaluation target scores at a checkpoint: the target selection reads
+    (``spec.select_target``) on ``max(select_examples, eval_examples)``, the others on
+    ``eval_examples``."""
+    return {target: (max(spec.select_examples, spec.eval_examples)
+                     if target == spec.select_target else spec.eval_examples)
+            for target in spec.eval_targets}
+
+
+def checkpoints_after(checkpoints: tuple[float, ...] | list[float], budget_flops: float,
+                      start_flops: float = 0.0) -> list[float]:
+    """The checkpoints (fractions of ``budget_flops``) a pilot that starts with
+    ``start_flops`` charged still evaluates: those above it (a continued ladder cell
+    starts at the budget of the cell below, whose end was evaluated already)."""
+    return [c for c in sorted(checkpoints) if c * budget_flops > start_flops * (1 + 1e-9)]
+
+
+def planned_evaluations(checkpoints: tuple[float, ...] | list[float], budget_flops: float,
+                        start_flops: float = 0.0) -> int:
+    """Evaluations of every target a pilot runs: its warm start (checkpoint 0) when it
+    starts fresh, then one per checkpoint after its start (a checkpoint the budget never
+    reaches folds into the final evaluation, so this is an upper bound)."""
+    fresh = 1 if start_flops == 0 else 0
+    return fresh + len(checkpoints_after(checkpoints, budget_flops, start_flops))
+
+
 def check_budget(spec: RunSpec, prompt_tokens: int, *, key: str = "budget") -> None:
     """Refuse a budget that cannot buy one worst-case step (:class:`BudgetTooSmall`)."""
     cheapest = worst_step_flops(spec, prompt_tokens)

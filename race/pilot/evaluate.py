@@ -12,7 +12,7 @@ import hashlib
 from race.core.specs import RunSpec
 from race.errors import PromptTooLong
 from race.nn.devices import PhaseMeter
-from race.pilot.budget import trace_token_limit
+from race.pilot.budget import eval_problems, trace_token_limit
 from race.pilot.components import Components
 from race.pilot.state import Ledger
 
@@ -72,9 +72,7 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
     """
     rows = []
     with (meter or PhaseMeter()).phase("eval", ledger.wall_s):
-        for target in spec.eval_targets:
-            n = (max(spec.select_examples, spec.eval_examples)
-                 if target == spec.select_target else spec.eval_examples)
+        for target, n in eval_problems(spec).items():
             examples = parts.task.sample(target, n, seed=10_000)
             prompts = [ex.prompt for ex in examples]
             longest_prompt(parts, spec, prompts)

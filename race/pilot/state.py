@@ -17,6 +17,7 @@ from pathlib import Path
 from race.core import flops
 from race.core.specs import RunSpec
 from race.errors import UsageError
+from race.pilot.budget import checkpoints_after
 from race.store.cell import SPEC, CellDir
 from race.store.io import read_json, read_jsonl, write_folder, write_json
 
@@ -280,6 +281,6 @@ def continued_state(spec: RunSpec, cell_dir: Path) -> PilotState | None:
         raise UsageError(f"cell {spec.cell_id} continues {spec.continues}, which has no "
                          f"final state (not finished ok, or run without keeping it); rerun "
                          f"the sweep: the rung below runs again first")
-    state.pending = [c for c in sorted(spec.checkpoints)
-                     if c * spec.budget_flops > earlier.budget_flops * (1 + 1e-9)]
+    state.pending = checkpoints_after(spec.checkpoints, spec.budget_flops,
+                                      earlier.budget_flops)
     return state

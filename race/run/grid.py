@@ -39,7 +39,7 @@ from race.core.memory import GIB, MemoryPlan, plan_memory
 from race.core.regime import regime_label
 from race.core.specs import LoraShape, PhaseFlops, RunSpec, pilot_flops
 from race.errors import RewardTokenizerMismatch, UsageError
-from race.pilot.budget import worst_step_flops
+from race.pilot.budget import eval_problems, planned_evaluations, worst_step_flops
 
 # the defaults' owner (a full fine-tuning cell's memory is planned at the default rank)
 _CELL = RunSpec(model="", reward=(), task=(), budget_flops=0.0)
@@ -61,6 +61,8 @@ class Cell:
         regime: the regime label from the planned shares.
         refused: why the cell cannot run ("" when it can).
         memory: its estimated pilot memory (:func:`race.core.memory.plan_memory`).
+        eval_each_flops: one evaluation of every target at one checkpoint, FLOPs
+            (:func:`race.core.flops.eval_flops`: every completion at the cap).
     """
 
     knobs: tuple[tuple[str, str], ...]
@@ -71,6 +73,16 @@ class Cell:
     regime: str
     refused: str = ""
     memory: MemoryPlan | None = None
+    eval_each_flops: float = 0.0
+
+    @property
+    def eval_flops(self) -> float:
+        """Its pilot's planned eval FLOPs, started fresh at its budget (checkpoint 0 and
+        every one of ``spec.checkpoints``; uncharged)."""
+        if self.spec is None:
+            return 0.0
+        return self.eval_each_flops * planned_evaluations(self.spec.checkpoints,
+                                                          self.spec.budget_flops)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +112,33 @@ class Plan:
     def share_of_full_run(self) -> float:
         """The grid's pilot FLOPs as a share of one full-budget run."""
         return self.pilot_flops / self.budget_flops
+
+    @property
+    def eval_flops(self) -> float:
+        """The runnable cells' planned eval FLOPs in all (uncharged; an upper-ish bound,
+        :func:`race.core.flops.eval_flops`).
+
+        A ladder, like :attr:`pilot_flops`, counts ``counts[i] x seeds`` cells at rung
+        ``i``, each at the runnable cells' mean cost: a fresh first-rung cell evaluates
+        checkpoint 0 and all its checkpoints, a continued cell only its checkpoints
+        above the rung below (:func:`race.pilot.budget.checkpoints_after`, as the pilot).
+        """
+        cells = self.runnable
+        if self.ladder is None:
+            return sum(c.eval_flops for c in cells)
+        total, below = 0.0, 0.0
+        for rung, count in zip(self.ladder.rungs, self.ladder.counts):
+            budget, start = rung * self.budget_flops, below * self.budget_flops
+            each = sum(c.eval_each_flops * planned_evaluations(c.spec.checkpoints, budget, start)
+                       for c in cells) / len(cells)
+            total += count * self.ladder.seeds * each
+            below = rung
+        return total
+
+    @property
+    def share_with_eval(self) -> float:
+        """Charged and planned eval FLOPs together, as a share of one full-budget run."""
+        return (self.pilot_flops + self.eval_flops) / self.budget_flops
 
 
 def _axis_key(key: str) -> tuple[int, str]:
@@ -232,6 +271,11 @@ def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True,
     planned = step.scale(steps)
     regime = regime_label(step.shares(), cfg.regime)
     memory = cell_memory(cfg, specs)
+    each = sum(flops.eval_flops(specs.policy, specs.reward, problems=n,
+                                prompt_tokens=cfg.task.prompt_tokens,
+                                max_new_tokens=spec.max_new_tokens, lora=specs.lora,
+                                convention=cfg.convention)
+               for n in eval_problems(spec).values())
     limit = cfg.launcher.gpu_mem_gb
     if limit and not refused and memory.peak / GIB > limit:
         refused = (f"estimated peak GPU memory {memory.peak / GIB:.1f} GiB > "
@@ -239,7 +283,7 @@ def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True,
                    f"grid.group_size, or use a larger GPU")
         steps = 0
     return Cell(tuple(knobs), tuple(overrides), spec, steps, planned, regime, refused,
-                memory)
+                memory, each)
 
 
 def uses_gpus(cfg) -> bool:
@@ -325,6 +369,19 @@ def cost_warning(plan: Plan) -> str:
             f"pilot.fraction<={1 / n:.3g} or fewer cells")
 
 
+def eval_budget_warning(plan: Plan) -> str:
+    """A warning when the pilots' charged and planned eval FLOPs together exceed
+    ``selection.pilot_budget`` full-budget runs ("" otherwise)."""
+    limit = plan.base.selection.pilot_budget if plan.base else 1.0
+    if plan.share_with_eval <= limit:
+        return ""
+    return (f"warning: these pilots with their evaluation cost {plan.share_with_eval:.2f} "
+            f"full-budget runs > selection.pilot_budget={limit:g}; score fewer problems "
+            f"(pilot.select_examples, pilot.eval_examples), fewer checkpoints "
+            f"(pilot.checkpoints) or targets (pilot.eval_targets), or raise "
+            f"selection.pilot_budget")
+
+
 def ladder_text(ladder: LadderPlan) -> str:
     """``16 configs at F/48 -> 8 at F/24 -> 4 at F/12 -> 2 at F/6``, with seeds."""
     rungs = " -> ".join(f"{count} at {fmt_fraction(rung)}"
@@ -338,14 +395,16 @@ def plan_summary(plan: Plan) -> str:
     axes = " x ".join(f"{k}[{len(v)}]" for k, v in plan.axes) or "one cell"
     head = (f"grid {axes} = {len(plan.cells)} cell(s), {len(plan.runnable)} runnable; "
             f"full-run budget F = {fmt_flops(plan.budget_flops)} FLOPs")
+    charged = (f"{fmt_flops(plan.pilot_flops)} FLOPs charged = {plan.share_of_full_run:.1%} "
+               f"of one full-budget run, eval ~{fmt_flops(plan.eval_flops)} "
+               f"({plan.eval_flops / plan.budget_flops:.1%}), {plan.share_with_eval:.1%} "
+               f"with eval")
     if plan.ladder is not None:
         shrunk = (f"; rungs shrunk x{plan.ladder.scaled:.3g} to fit selection.share="
                   f"{plan.base.selection.share:g}" if plan.ladder.scaled < 1 else "")
-        return (f"{head}; ladder {ladder_text(plan.ladder)}, pilots "
-                f"{fmt_flops(plan.pilot_flops)} FLOPs = {plan.share_of_full_run:.1%} of one "
-                f"full-budget run (a flat grid at pilot.fraction={plan.base.pilot.fraction:g}"
-                f": {flat_share(plan):.1%}){shrunk}")
+        return (f"{head}; ladder {ladder_text(plan.ladder)}, pilots {charged} (a flat grid "
+                f"at pilot.fraction={plan.base.pilot.fraction:g}: {flat_share(plan):.1%} "
+                f"charged){shrunk}")
     each = fmt_flops(plan.budget_flops * plan.pilot_fraction)
     return (f"{head}, pilots {plan.pilot_fraction:g} x budget = {each} each; all pilots "
-            f"{fmt_flops(plan.pilot_flops)} FLOPs = "
-            f"{plan.share_of_full_run:.1%} of one full-budget run")
+            f"{charged}")

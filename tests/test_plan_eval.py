@@ -1,0 +1,79 @@
+"""The plan's eval estimate (issue 25 item 3): evaluations x problems x one greedy
+generation per problem, the warning against ``selection.pilot_budget``, and its validation."""
+
+import subprocess
+import sys
+
+from race import cli
+from race.core import flops
+from race.core.fmt import fmt_flops
+from race.core.specs import LoraShape, ModelShape, RewardShape
+from race.pilot.budget import checkpoints_after, planned_evaluations
+from race.run.grid import plan_grid, plan_summary
+
+# tests/test_flops.py's shape: 2304 body FLOPs per token, 160 per head output, 64 per pair
+G = ModelShape(name="g", hidden_size=8, intermediate_size=16, num_layers=2, num_heads=2,
+               num_kv_heads=1, head_dim=4, vocab_size=10, tied_embeddings=True,
+               tokenizer="tok")
+RULE = RewardShape(name="rule", kind="rule")
+# one cell: every axis of the default grid fixed, two targets, two checkpoints
+TINY = ["selection.policy=flat", "model=tiny-s", "reward=rule", "grid.group_size=4",
+        "grid.update_epochs=1", "pilot.eval_targets=[val,test]", "pilot.select_examples=10",
+        "pilot.eval_examples=3", "pilot.checkpoints=[0.5,1.0]"]
+
+
+def test_eval_flops_golden():
+    # prompt 3, cap 4: 6 positions through the body, 4 head outputs, 1+...+6 = 21 pairs
+    one = 2304 * 6 + 160 * 4 + 64 * 21
+    assert one == 15808
+    assert flops.eval_flops(G, RULE, problems=5, prompt_tokens=3, max_new_tokens=4) == 5 * one
+
+
+def test_a_continued_cell_evaluates_only_its_checkpoints_above_the_rung_below():
+    # rung F/24 continued from F/48: 0.25 and 0.5 of its budget were the cell below's
+    assert checkpoints_after([0.25, 0.5, 0.75, 1.0], 2.0, 1.0) == [0.75, 1.0]
+    assert planned_evaluations([0.25, 0.5, 0.75, 1.0], 2.0, 1.0) == 2
+    assert planned_evaluations([0.25, 0.5, 0.75, 1.0], 2.0) == 5  # fresh: checkpoint 0 too
+
+
+def test_plan_eval_of_a_tiny_plan_equals_the_hand_count():
+    plan = plan_grid(TINY)
+    (cell,) = plan.runnable
+    spec = cell.spec
+    per_sequence = flops.generate_flops(spec.policy, [plan.base.task.prompt_tokens],
+                                        [spec.max_new_tokens],
+                                        lora=LoraShape(spec.lora_rank, spec.lora_targets))
+    # checkpoints 0, 0.5, 1.0 x (val on max(10, 3) + test on 3) problems, a rule reward
+    expected = 3 * (10 + 3) * per_sequence
+    assert spec.eval_targets == ("val", "test") and spec.max_new_tokens == 40
+    assert cell.eval_flops == plan.eval_flops == expected
+    assert plan.share_with_eval == (plan.pilot_flops + expected) / plan.budget_flops
+    assert (f"eval ~{fmt_flops(expected)} ({expected / plan.budget_flops:.1%}), "
+            f"{plan.share_with_eval:.1%} with eval") in plan_summary(plan)
+
+
+def test_default_ladder_counts_every_rung_with_its_checkpoints():
+    plan = plan_grid([])
+    each = sum(c.eval_each_flops for c in plan.runnable) / len(plan.runnable)
+    # 16 fresh cells x 5 evaluations, then 8 + 4 + 2 continued cells x 2 evaluations
+    assert plan.eval_flops == 16 * 5 * each + (8 + 4 + 2) * 2 * each
+
+
+def test_plan_warns_beyond_pilot_budget_naming_the_key(capsys):
+    assert cli.main(["plan", *TINY, "selection.pilot_budget=0.001"]) == 0
+    err = capsys.readouterr().err
+    share = plan_grid(TINY).share_with_eval
+    assert share > 0.001
+    assert (f"warning: these pilots with their evaluation cost {share:.2f} full-budget runs "
+            f"> selection.pilot_budget=0.001") in err
+    assert cli.main(["plan", *TINY, "selection.pilot_budget=100"]) == 0
+    assert "selection.pilot_budget" not in capsys.readouterr().err
+
+
+def test_pilot_budget_zero_is_bad_input():
+    out = subprocess.run([sys.executable, "-m", "race.cli", "plan", "selection.pilot_budget=0"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "selection.pilot_budget=0.0: must be > 0" in lines[0], lines[0]
