@@ -25,16 +25,16 @@ The drivers call the libraries' own scheduling code:
   ``on_trial_complete``, as ``syne_tune.Tuner`` calls them. The simulator backend
   (``UserBlackboxBackend`` on the one-seed blackbox, ``SimulatorCallback``) runs the same
   calls, with a thread pool, files and a wall-clock stop criterion a per-replicate
-  replay does not need (about 25 times slower here); ``simulator_asha`` runs it, and a
-  test checks that both read the same checkpoints of the same configs.
+  replay does not need (0.25 s a replicate against 7 ms here); ``simulator_asha`` runs it,
+  and a test checks that both read the same checkpoints of the same configs.
 - ``hyperband``: the same class with every bracket of Hyperband
   (``brackets = floor(log_eta(max_t / grace)) + 1``): Syne Tune 0.16's asynchronous
   Hyperband (its synchronous ``SyncHyperband`` and ``HyperbandScheduler`` were removed
   in 0.16; 0.14, the last release with them, needs numpy < 1.27).
 - ``pasha``: PASHA (Bohdal et al. 2023). Syne Tune 0.16 no longer ships it, so
-  ``PASHA`` here is Syne Tune 0.14.2's ``PASHARungSystem`` (promotion-type ASHA whose
-  maximum resource grows only when the ranking of the top two rungs changes, beyond an
-  epsilon estimated from noisy pairs) ported onto 0.16's ``TrialScheduler`` API.
+  ``bench/pasha.py`` is Syne Tune 0.14.2's ``PASHARungSystem`` (promotion-type ASHA
+  whose maximum resource grows only when the ranking of the top two rungs changes,
+  beyond an epsilon estimated from noisy pairs) ported onto 0.16's ``TrialScheduler``.
 - ``optuna-sh``, ``optuna-hyperband``: an Optuna study over the grid's categorical
   configs (every config enqueued once, in a random order), each trial calling
   ``trial.report(value, step)`` at every checkpoint and stopping when
@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from blackbox import AXES, FIDELITY, BankBlackbox
+from pasha import pasha_scheduler
 
 METRIC = "val_accuracy"
 
@@ -329,149 +330,14 @@ def rung_levels(c: Curves, grace: int, reduction: float, max_t: int) -> list[int
     return levels
 
 
-def pasha_scheduler(points, *, levels, max_t, reduction, seed):
-    """PASHA on Syne Tune 0.16's ``TrialScheduler`` API (see ``PASHA``)."""
-    from syne_tune.optimizer.scheduler import (
-        SchedulerDecision,
-        TrialScheduler,
-        TrialSuggestion,
-    )
-
-    class PASHA(TrialScheduler):
-        """Promotion-type ASHA with PASHA's progressive maximum resource, ported from
-        Syne Tune 0.14.2 (``legacy_hyperband_promotion.PromotionRungSystem`` and
-        ``legacy_hyperband_pasha.PASHARungSystem``): a trial pauses at each rung level; a
-        free worker resumes the best paused trial in the top 1/eta of its rung (numpy's
-        linear quantile) below the current maximum, else starts a new config. The
-        maximum starts at the second rung and moves up one rung whenever the top rung's
-        order differs from the previous rung's beyond epsilon, the 90th percentile of the
-        gaps of pairs that swapped and swapped back (0.14.2's ``_update_epsilon``, its
-        epochs read as the bank's checkpoints)."""
-
-        def __init__(self):
-            super().__init__(random_seed=seed)
-            self.points = list(points)
-            self.rungs = {level: {} for level in levels}  # level -> {trial: [value, promoted]}
-            self.milestone: dict[int, int] = {}
-            self.index = min(len(levels) - 1, 2)  # current top rung, 1 = the lowest
-            self.current_max_t = levels[self.index - 1]
-            self.epsilon = 0.0
-            self.per_epoch: dict[int, dict[int, float]] = {}
-            self.epoch_trials: dict[int, set[int]] = {}
-            self.max_epoch = -1
-
-        def suggest(self):
-            for level in reversed(levels):
-                if level >= self.current_max_t:
-                    continue
-                rung = self.rungs[level]
-                values = [v for v, _ in rung.values()]
-                if len(values) < 2:
-                    continue
-                cutoff = np.quantile(values, 1 - 1 / reduction)
-                waiting = [(v, t) for t, (v, promoted) in rung.items() if not promoted]
-                if waiting:
-                    value, trial = max(waiting, key=lambda x: (x[0], -x[1]))
-                    if value >= cutoff:
-                        rung[trial][1] = True
-                        above = [lv for lv in levels if lv > level]
-                        self.milestone[trial] = above[0] if above else max_t
-                        return TrialSuggestion.resume_suggestion(trial)
-            if self.points:
-                return TrialSuggestion.start_suggestion(self.points.pop(0))
-            return None
-
-        def on_trial_add(self, trial):
-            self.milestone[trial.trial_id] = levels[0]
-
-        def on_trial_result(self, trial, result):
-            tid, resource, value = trial.trial_id, result[FIDELITY], result[METRIC]
-            decision = SchedulerDecision.CONTINUE
-            if resource >= self.milestone[tid]:
-                if resource in self.rungs:
-                    self.rungs[resource][tid] = [value, False]
-                decision = SchedulerDecision.PAUSE
-            self.per_epoch.setdefault(tid, {})[resource] = value
-            self.epoch_trials.setdefault(resource, set()).add(tid)
-            self.max_epoch = max(self.max_epoch, resource)
-            self._update_epsilon()
-            if self._ranking_changed():
-                if self.index < len(levels):
-                    self.index += 1
-                    self.current_max_t = levels[self.index - 1]
-                else:
-                    self.current_max_t = max_t
-            return decision
-
-        def on_trial_complete(self, trial, result):
-            pass
-
-        def _top_two(self):
-            return levels[self.index - 1], levels[self.index - 2]
-
-        def _ranking_changed(self) -> bool:
-            top, previous = (self.rungs[lv] for lv in self._top_two())
-            if not top or not previous:
-                return False
-            top_sorted = sorted(top, key=lambda t: -top[t][0])
-            prev_sorted = sorted((t for t in previous if t in top),
-                                 key=lambda t: -previous[t][0])
-            epsilon = self.epsilon if len(prev_sorted) >= 2 else 0.0
-            groups = []
-            for i, t in enumerate(prev_sorted):
-                group = {t}
-                for u in prev_sorted[i + 1:]:
-                    if previous[u][0] < previous[t][0] - epsilon:
-                        break
-                    group.add(u)
-                for u in reversed(prev_sorted[:i]):
-                    if previous[u][0] > previous[t][0] + epsilon:
-                        break
-                    group.add(u)
-                groups.append(group)
-            return any(t not in groups[i] for i, t in enumerate(top_sorted))
-
-        def _update_epsilon(self):
-            top, bottom = (min(self.max_epoch, lv) for lv in self._top_two())
-            epochs = sorted(self.epoch_trials)
-            gaps, seen = [], set()
-            for epoch in reversed([e for e in epochs if bottom < e <= top]):
-                if len(self.epoch_trials[epoch]) < 2:
-                    continue
-                for c1, c2 in itertools.combinations(sorted(self.epoch_trials[epoch]), 2):
-                    if (c1, c2) in seen:
-                        continue
-                    seen.add((c1, c2))
-                    p1, p2 = self.per_epoch[c1][epoch], self.per_epoch[c2][epoch]
-                    opposite = again = False
-                    for prev in reversed([e for e in epochs if e < epoch]):
-                        order = self.per_epoch[c1][prev] > self.per_epoch[c2][prev]
-                        if order == (not p1 > p2):
-                            opposite = True
-                        if opposite and order == (p1 > p2):
-                            again = True
-                            break
-                    if opposite and again:
-                        gaps.append(abs(p1 - p2))
-            if gaps:
-                self.epsilon = float(np.percentile(gaps, 90))
-
-        def metric_names(self):
-            return [METRIC]
-
-        def metric_mode(self):
-            return "max"
-
-    return PASHA()
-
-
 def pasha(c, rows, seed, *, grace, reduction, max_t) -> SyneTuneDriver:
     levels = rung_levels(c, grace, reduction, max_t)
-    if len(levels) < 3:
-        raise ValueError(f"pasha needs at least 3 rung levels below max_t; grace={grace}, "
+    if len(levels) < 2:
+        raise ValueError(f"pasha needs at least 2 rung levels below max_t; grace={grace}, "
                          f"reduction={reduction}, max_t={max_t} give {levels}")
-    scheduler = pasha_scheduler([dict(c.knobs[r]) for r in rows], levels=levels,
-                                max_t=max_t, reduction=reduction, seed=seed)
+    scheduler = pasha_scheduler([dict(c.knobs[r]) for r in rows], levels=levels, max_t=max_t,
+                                reduction=reduction, seed=seed, metric=METRIC,
+                                time_attr=FIDELITY)
     return SyneTuneDriver(scheduler, c, rows, max_t, resumes=True)
 
 
@@ -595,29 +461,23 @@ def _grid(defaults: dict, **alternatives) -> tuple[dict, ...]:
     return tuple(sorted(grid, key=lambda s: s != defaults))  # the defaults first, kept
 
 
-SCHEDULER_TUNING = {"grace": (None, 1 / 48), "max": (1.0, 1 / 6)}
+SCHEDULER = {"grace": None, "reduction": 3, "max": 1.0}  # Syne Tune's defaults, max_t = F
+TUNED_GRACE = 1 / 48  # the alternative to one unit: about RACE's first rung
 PEERS = {
-    "asha": Peer(asha, {"grace": None, "reduction": 3, "max": 1.0},
-                 _grid({"grace": None, "reduction": 3, "max": 1.0}, reduction=(3, 2),
-                       **SCHEDULER_TUNING)),
-    "hyperband": Peer(hyperband, {"grace": None, "reduction": 3, "max": 1.0},
-                      _grid({"grace": None, "reduction": 3, "max": 1.0}, reduction=(3, 2),
-                            **SCHEDULER_TUNING)),
-    "pasha": Peer(pasha, {"grace": None, "reduction": 3, "max": 1.0},
-                  _grid({"grace": None, "reduction": 3, "max": 1.0}, reduction=(3, 2),
-                        **SCHEDULER_TUNING)),
+    "asha": Peer(asha, SCHEDULER, _grid(SCHEDULER, grace=(None, TUNED_GRACE), reduction=(3, 2))),
+    "hyperband": Peer(hyperband, SCHEDULER,
+                      _grid(SCHEDULER, grace=(None, TUNED_GRACE), reduction=(3, 2))),
+    "pasha": Peer(pasha, SCHEDULER, _grid(SCHEDULER, grace=(None, TUNED_GRACE), reduction=(3, 2))),
     # Optuna's SuccessiveHalvingPruner: min_resource "auto", reduction_factor 4
-    "optuna-sh": Peer(optuna_sh, {"grace": "auto", "reduction": 4, "max": 1.0},
-                      _grid({"grace": "auto", "reduction": 4, "max": 1.0}, reduction=(4, 2),
-                            grace=("auto", 1 / 48), max=(1.0, 1 / 6))),
+    "optuna-sh": Peer(optuna_sh, SCHEDULER | {"grace": "auto", "reduction": 4},
+                      _grid(SCHEDULER | {"grace": "auto", "reduction": 4},
+                            grace=("auto", TUNED_GRACE), reduction=(4, 2))),
     # Optuna's HyperbandPruner: min_resource 1, max_resource "auto", reduction_factor 3
-    "optuna-hyperband": Peer(optuna_hyperband, {"grace": None, "reduction": 3, "max": 1.0},
-                             _grid({"grace": None, "reduction": 3, "max": 1.0},
-                                   reduction=(3, 2), **SCHEDULER_TUNING)),
-    # short: None = the ladder's first rung; long: F
+    "optuna-hyperband": Peer(optuna_hyperband, SCHEDULER,
+                             _grid(SCHEDULER, grace=(None, TUNED_GRACE), reduction=(3, 2))),
+    # short None: the ladder's first rung; long: F
     "top-k": Peer(None, {"short": None, "long": 1.0},
-                  _grid({"short": None, "long": 1.0}, short=(None, 1 / 16),
-                        long=(1.0, 1 / 2, 1 / 6))),
+                  _grid({"short": None, "long": 1.0}, short=(None, 1 / 16), long=(1.0, 1 / 6))),
 }
 
 
