@@ -11,7 +11,48 @@ F, averaged over the seeds (1,000 problems per seed). Before the policies it pri
 four best configs' ``val`` by window of the budget (seed means, F itself apart): whether
 their order at F can be seen at all at the budgets pilots read.
 
-Policies:
+The peers (``bench/peers.py``) replay the same replicates through the bank exported as a
+Syne Tune tabular blackbox (``bench/blackbox.py``: the grid's axes as its configuration
+space, the checkpoints in units of F/D as its fidelity, FLOPs and ``val`` per checkpoint
+as its objectives, the bank's seeds as its seed axis), cut per replicate to a one-seed
+blackbox that holds each config's drawn seed (Syne Tune's simulator draws one seed per
+trial, or one for all: never one per config):
+
+- ``asha``, ``hyperband``, ``pasha`` (Syne Tune), ``optuna-sh``, ``optuna-hyperband``
+  (Optuna's ``SuccessiveHalvingPruner``, ``HyperbandPruner``) and ``top-k`` (Egele et al.
+  2023: every config to a short budget, the best K on to a long one).
+- How they run: the schedulers' own ``suggest`` / ``on_trial_result`` (Syne Tune) and
+  ``trial.report`` / ``should_prune`` (Optuna) are driven directly over the replicate's
+  curves by an event loop: one worker per config, time in FLOPs, a report at every
+  checkpoint of the bank, each config run at most once. Syne Tune's simulator backend
+  (``Tuner`` with ``UserBlackboxBackend`` and ``SimulatorCallback``) can replay a
+  one-seed blackbox too, and on one worker it reads exactly the same checkpoints
+  (``peers.simulator_asha``, checked by a test). It is not the default for three
+  reasons: it is some 30 times slower; it stops on wall-clock time, which with parallel
+  workers is not total compute; and its searcher repeats configs once the grid is done.
+- Syne Tune 0.16 (the release that installs beside numpy 2) has no ``PASHA`` and no
+  synchronous Hyperband. ``hyperband`` is its ``ASHA`` with all of Hyperband's brackets
+  (asynchronous Hyperband). ``pasha`` is Syne Tune 0.14.2's PASHA rung system ported onto
+  0.16's scheduler API.
+- Equal cost: on each replicate a peer is given ladder+guards' pilot compute on that
+  replicate, eval included (``matched_budget``: its charged share plus RACE's pilot eval
+  plan). Its workers stop when their total compute, charged and eval, reaches that
+  budget. So a peer's cost with eval is never above the ladder's, and ``best_peer``
+  needs no further filter (it checks anyway).
+- A peer's charged compute is the training of the checkpoints it ran to, counted as
+  fractions of F, as the ladder's is. Its eval is the ``val`` problems it scored at the
+  checkpoints it read (the bank's 300, or 1,000 at F), at the same eval FLOPs per
+  problem as RACE's pilots. It pays nothing for ``test`` or ``ood``, which RACE's pilot
+  plan scores for the report.
+- Knobs: the libraries' documented defaults (grace period / min resource one unit, the
+  bank's first checkpoint; Optuna's ``min_resource="auto"`` as it resolves after a run to
+  F; reduction 3, Optuna's SH pruner 4; max resource F). Top-k's defaults: the short
+  budget is the ladder's first rung, the long one F. On the tuning half, each peer also
+  tries a few settings (``peers.PEERS``: grace F/48 and reduction 2; top-k: short F/16,
+  long F/6), under the rule RACE's thresholds follow: the lowest regret on the tuning
+  half, ties to the earlier setting, the defaults first.
+
+RACE's policies:
 - ``flat``: every config piloted to F/16; pick the best last value (val at F/16).
 - ``flat+sigmoid``: the same pilots; a sigmoid fitted to each curve and extrapolated to
   F when its interval is at most 0.3 wide, else the last value (RACE's flat default).
@@ -35,22 +76,27 @@ Kendall and Spearman between the policy's ranking and the truth's
 *within each policy size* (averaged over sizes and replicates, with a 90% bootstrap
 interval over configs), the rate of catastrophic picks (the pick ends at F below its
 warm start), the pilot compute as a share of one full run, charged FLOPs only and
-with the evaluation a real pilot of that policy runs (``eval``: RACE's pilot eval plan,
-costed at the bank's measured eval FLOPs per problem), and how often each config was
-picked.
+with the evaluation a real pilot of that policy runs (``+eval``: RACE's pilot eval plan,
+costed at the bank's measured eval FLOPs per problem; a peer's own ``val`` reads), and
+how often each config was picked.
 
 Tuned on half of the configs, reported on the other half (beside the all-config table
-with RACE's defaults): first the ladder's geometry (``GEOMETRIES``: 2 to 4 rungs, each
-2 to 4 times the one before, every config halved, thirded or quartered at each; the
-first rung as late as the flat grid's compute allows), then the guard thresholds with
-that geometry. The halves: by group size when the bank has two (tuned on the larger G,
+with RACE's defaults and the peers' documented defaults): first the ladder's geometry
+(``GEOMETRIES``: 2 to 4 rungs, each 2 to 4 times the one before, every config halved,
+thirded or quartered at each; the first rung as late as the flat grid's compute allows),
+then the guard thresholds with that geometry, then each peer's knobs at that ladder's
+budget on the tuning half. The halves: by group size when the bank has two (tuned on the larger G,
 whose configs ran first), else the configs in the order of a hash of their ids,
 alternating.
 
-Usage: ``python bench/selection_replay.py [--bank PATH] [--boot 2000]``.
-Last lines: the held-out half's ``held-out: policy=ladder+guards ...``, then all
-configs at RACE's defaults, ``policy=ladder+guards top1_regret=R se=S
-within_size_kendall=K catastrophes=C pilot_cost_share=P``.
+Usage: ``python bench/selection_replay.py [--bank PATH] [--boot 2000] [--replicates
+512]`` (needs the ``bench`` extra, ``pip install 'race[bench]'``; ``--replicates 32``
+for a quick look). Last lines: the held-out half's ``held-out: policy=ladder+guards
+...``, then all configs at the defaults, ``policy=ladder+guards top1_regret=R se=S
+within_size_kendall=K catastrophes=C pilot_cost_share=P cost_with_eval=E best_peer=NAME
+best_peer_regret=R2``. ``best_peer`` is the peer (``asha``, ``hyperband``, ``pasha``,
+``optuna-sh``, ``optuna-hyperband``, ``top-k``) with the lowest regret among those whose
+cost with eval is at most the ladder's.
 """
 
 from __future__ import annotations
@@ -58,6 +104,7 @@ from __future__ import annotations
 import argparse
 import collections
 import gzip
+import importlib.util
 import itertools
 import json
 import math
@@ -65,7 +112,9 @@ import zlib
 from dataclasses import replace
 from pathlib import Path
 
+import blackbox
 import numpy as np
+import peers
 from scipy import stats
 
 from race.analysis.curves import fit_curve
@@ -241,11 +290,15 @@ def ladder_plan(configs, *, rungs, reduction, share, fill):
                        rungs=rungs, reduction=reduction, share=share, fill=fill)
 
 
+def replicate_seed(draw: dict) -> int:
+    """A seed of the replicate (CRC32 of its draw), for what a policy draws at random: fed
+    to a generator, since CRC32 keys of similar strings are far from uniform."""
+    return zlib.crc32(",".join(f"{c}:{draw[c]}" for c in sorted(draw)).encode())
+
+
 def random_policy(configs, draw, **_):
-    # one uniformly random order per replicate (a generator seeded by the replicate: CRC32
-    # keys of similar strings are far from uniform)
-    key = ",".join(f"{c}:{draw[c]}" for c in sorted(draw))
-    order = np.random.default_rng(zlib.crc32(key.encode())).permutation(sorted(configs))
+    # one uniformly random order per replicate
+    order = np.random.default_rng(replicate_seed(draw)).permutation(sorted(configs))
     return [str(c) for c in order], 0.0, {}
 
 
@@ -253,16 +306,62 @@ def oracle(configs, draw, **_):
     return sorted(configs, key=lambda c: (-configs[c]["truth"], c)), 0.0, {}
 
 
-POLICIES = {
+LADDER_KEYS = ("thresholds", "z", "rungs", "reduction", "share", "fill")
+_MATCHED: dict = {}  # (replicate, ladder knobs) -> (budget, first rung)
+
+
+def matched_budget(configs, draw, **kw) -> tuple[float, float]:
+    """What the peers are given on a replicate: ladder+guards' pilot compute there with its
+    eval (share of F, as scored below), and its first rung as read on the bank."""
+    knobs = {k: v for k, v in kw.items() if k in LADDER_KEYS}
+    key = (tuple(sorted(draw.items())),
+           tuple(sorted((k, repr(tuple(v) if isinstance(v, list) else v))
+                        for k, v in knobs.items())))
+    if key not in _MATCHED:
+        _, charged, pilots = ladder(configs, draw, use_guards=True, **knobs)
+        _MATCHED[key] = charged + pilot_eval_share(configs, draw, pilots), min(pilots)
+    return _MATCHED[key]
+
+
+_CURVES: dict = {}  # replicate -> its curves as the peers read them
+
+
+def replicate_curves(exported, configs, draw) -> peers.Curves:
+    """The replicate's curves, cut from the bank's blackbox (``blackbox.one_seed``)."""
+    key = (id(exported), tuple(sorted(draw.items())))
+    if key not in _CURVES:
+        _CURVES[key] = peers.curves(blackbox.one_seed(exported, draw),
+                                    eval_flops_per_problem(configs, draw))
+    return _CURVES[key]
+
+
+def peer_policy(name: str):
+    """Peer ``name`` (``bench/peers.py``) on the replicate's one-seed blackbox, at
+    ``matched_budget``, with ``peer_knobs[name]`` (default: its documented defaults)."""
+    def policy(configs, draw, *, exported=None, peer_knobs=None, **kw):
+        if exported is None:
+            raise ValueError(f"policy {name!r} replays the bank's Syne Tune blackbox: pass "
+                             "exported=blackbox.bank_blackbox(bank) to score_policy")
+        budget, first = matched_budget(configs, draw, **kw)
+        run = peers.replay(name, replicate_curves(exported, configs, draw), budget=budget,
+                           seed=replicate_seed(draw), first_rung=first,
+                           knobs=(peer_knobs or {}).get(name))
+        return run.ranking, run.charged, {}, run.eval
+    return policy
+
+
+PEER_POLICIES = {name: peer_policy(name) for name in peers.PEERS}
+OWN_POLICIES = {
+    "random": random_policy,
+    "oracle": oracle,
     "flat": flat,
     "flat+sigmoid": lambda configs, draw, **kw: flat(configs, draw, sigmoid=True, **kw),
     "ladder": ladder,
     "ladder+guards": lambda configs, draw, **kw: ladder(configs, draw, use_guards=True, **kw),
     "ladder+guards@1": lambda configs, draw, **kw: ladder(configs, draw, use_guards=True,
                                                          share=1.0, **kw),
-    "random": random_policy,
-    "oracle": oracle,
 }
+POLICIES = PEER_POLICIES | OWN_POLICIES
 
 
 # ------------------------------------------------------------------ scoring
@@ -298,6 +397,80 @@ def _within_size(configs, ranking, method) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def within_size_counts(configs: dict, rankings: list[list[str]],
+                       counts: np.ndarray) -> dict[str, np.ndarray]:
+    """``_within_size`` Kendall and Spearman of resamples of the configs, given as counts.
+
+    A resample holds ``counts[s, i]`` copies of config ``list(configs)[i]`` (each with its
+    truth); a ranking orders the copies of a config together, where the config stands.
+    Per resample: the mean over ``rankings`` of ``_within_size`` (nan where it is None for
+    every ranking); the same numbers as building each resample and ranking it, computed
+    from pair counts: copies of one config tie on the truth, so only pairs of configs
+    ``a`` before ``b`` count, ``counts[a] * counts[b]`` times.
+
+    Args:
+        counts: (resamples, configs) copies of each config.
+
+    Returns:
+        {"kendall": (resamples,), "spearman": (resamples,)}.
+    """
+    ids = list(configs)
+    truth = np.array([configs[c]["truth"] for c in ids])
+    sizes = sorted({configs[c]["model"] for c in ids})
+    totals = {key: np.zeros(len(counts)) for key in ("kendall", "spearman")}
+    seen = {key: np.zeros(len(counts)) for key in totals}
+    for ranking in rankings:
+        position = {c: i for i, c in enumerate(ranking)}
+        order = sorted(range(len(ids)), key=lambda i: position[ids[i]])
+        values = {key: [] for key in totals}
+        for size in sizes:
+            members = [i for i in order if configs[ids[i]]["model"] == size]
+            k, y = counts[:, members], -truth[members]  # y: as _within_size ranks the truth
+            m = k.sum(axis=1)
+            before = np.triu(np.ones((len(members), len(members))), 1)  # a before b
+            # Kendall's tau-b: the policy's ranks never tie; sign(x_a - x_b) = -1
+            concordant = np.einsum("sa,ab,sb->s", k, -np.sign(y[:, None] - y[None, :])
+                                   * before, k)
+            untied = np.einsum("sa,ab,sb->s", k, (y[:, None] != y[None, :]) * before, k)
+            norm = np.sqrt(m * (m - 1) / 2 * untied)
+            tau = np.divide(concordant, norm, out=np.full(len(k), np.nan), where=norm > 0)
+            # Spearman: the copies of a config take consecutive policy ranks; average ranks
+            # of y (ties: the copies, and configs of equal truth)
+            start = np.cumsum(k, axis=1) - k
+            x_sum = k * start + k * (k + 1) / 2
+            rank_y = (k @ (y[:, None] < y[None, :]) + (k @ (y[:, None] == y[None, :]) + 1) / 2)
+            mean = (m + 1) / 2
+            cov = np.sum(x_sum * rank_y, axis=1) - m * mean ** 2
+            var_x = m * (m + 1) * (2 * m + 1) / 6 - m * mean ** 2
+            var_y = np.sum(k * rank_y ** 2, axis=1) - m * mean ** 2
+            norm = np.sqrt(np.clip(var_x * var_y, 0, None))
+            rho = np.divide(cov, norm, out=np.full(len(k), np.nan),
+                            where=norm > 1e-9 * (m + 1) ** 3)
+            for key, value in (("kendall", tau), ("spearman", rho)):
+                values[key].append(np.where(m >= 3, value, np.nan))
+        for key, per_size in values.items():
+            per_size = np.array(per_size)
+            n = np.sum(~np.isnan(per_size), axis=0)
+            mean_of_sizes = np.divide(np.nansum(per_size, axis=0), n,
+                                      out=np.full(len(counts), np.nan), where=n > 0)
+            totals[key] += np.nan_to_num(mean_of_sizes)
+            seen[key] += n > 0
+    return {key: np.divide(totals[key], seen[key], out=np.full(len(counts), np.nan),
+                           where=seen[key] > 0) for key in totals}
+
+
+def bootstrap_within_size(configs: dict, rankings: list[list[str]], boot: int,
+                          seed: int = 0) -> dict[str, list[float]]:
+    """``within_size_counts`` on ``boot`` resamples of the configs (with replacement, each
+    with its curves' truth; the replicates' rankings kept), the resamples with a value."""
+    rng = np.random.default_rng(seed)
+    counts = np.zeros((boot, len(configs)))
+    for row in counts:
+        np.add.at(row, rng.integers(0, len(configs), len(configs)), 1)
+    values = within_size_counts(configs, rankings, counts)
+    return {key: [float(v) for v in value if not np.isnan(v)] for key, value in values.items()}
+
+
 def replicates(configs: dict, *, most: int = 512, seed: int = 0) -> list[dict]:
     """One-seed sweeps to replay: each config's curve from one of its seeds, drawn
     independently per config (the configs' runs are independent). Every combination when
@@ -310,19 +483,34 @@ def replicates(configs: dict, *, most: int = 512, seed: int = 0) -> list[dict]:
     return [{c: int(rng.choice(s)) for c, s in zip(ids, seeds)} for _ in range(most)]
 
 
+def eval_flops_per_problem(configs, draw) -> float:
+    """The replicate's eval FLOPs per problem: the mean over configs of each curve's
+    measured eval FLOPs over the problems it scored."""
+    return float(np.mean([c["curves"][draw[cid]].eval_flops_per_problem
+                          for cid, c in configs.items()]))
+
+
+def pilot_eval_share(configs, draw, pilots) -> float:
+    """The eval compute (share of F) of RACE's pilot eval plan for ``pilots`` ({budget:
+    pilots run to it}): ``EVAL_PROBLEMS_PER_PILOT`` per pilot, and the warm start scored
+    by each pilot of the first budget."""
+    problems = (sum(pilots.values()) * EVAL_PROBLEMS_PER_PILOT
+                + (pilots[min(pilots)] * EVAL_PROBLEMS_AT_START if pilots else 0))
+    return problems * eval_flops_per_problem(configs, draw) / bank_full(configs)
+
+
 def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
     best = max(configs, key=lambda c: configs[c]["truth"])
     regrets, ses, kendalls, spearmans, catastrophes = [], [], [], [], []
     best_test = max(c["truth_test"] for c in configs.values())
     test_regrets = []
     charged_shares, eval_shares, rankings = [], [], []
-    full = bank_full(configs)
     # a uniformly random pick, in expectation over the configs
     anyone = {"regret": configs[best]["truth"] - np.mean([c["truth"] for c in configs.values()]),
               "catastrophe": np.mean([c["truth"] < c["start"] for c in configs.values()]),
               "test": best_test - np.mean([c["truth_test"] for c in configs.values()])}
     for draw in draws:
-        ranking, charged, pilots = POLICIES[name](configs, draw, **kw)
+        ranking, charged, pilots, *spent = POLICIES[name](configs, draw, **kw)
         rankings.append(ranking)
         pick = configs[ranking[0]]
         if name == "random":
@@ -337,29 +525,11 @@ def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
         kendalls.append(_within_size(configs, ranking, kendall))
         spearmans.append(_within_size(configs, ranking, spearman))
         charged_shares.append(charged)
-        per_problem = np.mean([c["curves"][draw[cid]].eval_flops_per_problem
-                               for cid, c in configs.items()])
-        problems = (sum(pilots.values()) * EVAL_PROBLEMS_PER_PILOT
-                    + (pilots[min(pilots)] * EVAL_PROBLEMS_AT_START if pilots else 0))
-        eval_flops = problems * per_problem
-        eval_shares.append(charged + eval_flops / full)
-    rng = np.random.default_rng(0)
-    ids = list(configs)
-    boots = {"kendall": [], "spearman": []}
-    few = rankings[::max(1, len(rankings) // BOOT_RANKINGS)]
-    for _ in range(boot):  # resample configs (with their curves), keep the replicates
-        drawn = [ids[i] for i in rng.integers(0, len(ids), len(ids))]
-        sample = {f"{c}#{j}": configs[c] for j, c in enumerate(drawn)}
-        for key, method in (("kendall", kendall), ("spearman", spearman)):
-            values = []
-            for ranking in few:
-                order = {c: i for i, c in enumerate(ranking)}
-                resampled = sorted(sample, key=lambda k: order[k.split("#")[0]])
-                value = _within_size(sample, resampled, method)
-                if value is not None:
-                    values.append(value)
-            if values:
-                boots[key].append(np.mean(values))
+        # a peer returns the eval it spent; RACE's policies are costed by the pilot plan
+        eval_shares.append(charged + (spent[0] if spent
+                                      else pilot_eval_share(configs, draw, pilots)))
+    boots = bootstrap_within_size(configs, rankings[::max(1, len(rankings) // BOOT_RANKINGS)],
+                                  boot)
     mean = lambda xs: float(np.mean([x for x in xs if x is not None])) if any(  # noqa: E731
         x is not None for x in xs) else float("nan")
     interval = {k: (np.percentile(v, [5, 95]) if v else (math.nan, math.nan))
@@ -462,15 +632,44 @@ def tune_guards(configs, draws, **kw) -> guards.GuardThresholds:
     return grid[min(scored)[-1]]
 
 
+def tune_peers(configs, draws, exported, **kw) -> tuple[dict, list[dict]]:
+    """Each peer's knobs (of its ``peers.PEERS`` grid, the defaults first) with the lowest
+    regret on ``configs`` (the tuning half), at the budget of ladder+guards with ``kw``
+    there; ties to fewer catastrophes, then to the earlier setting. Returns {peer: knobs}
+    and every candidate's scores."""
+    chosen, rows = {}, []
+    for name, peer in peers.PEERS.items():
+        scored = []
+        for i, knobs in enumerate(peer.grid):
+            row = score_policy(name, configs, draws, boot=1, exported=exported,
+                               peer_knobs={name: knobs}, **kw)
+            scored.append((round(row["top1_regret"], 6), row["catastrophes"], i))
+            rows.append(row | {"knobs": knobs})
+        chosen[name] = peer.grid[min(scored)[-1]]
+    return chosen, rows
+
+
+def fmt_knobs(knobs: dict) -> str:
+    """Peer knobs, shares of F as ``F/48`` (``grace`` None: one resource unit; top-k's
+    ``short`` None: the ladder's first rung)."""
+    def value(k, v):
+        if k == "reduction" or isinstance(v, str):
+            return str(v)
+        if v is None:
+            return "1st rung" if k == "short" else "1 unit"
+        return "F" if v == 1 else fmt_fraction(v).replace(" ", "")
+    return ", ".join(f"{k} {value(k, v)}" for k, v in knobs.items())
+
+
 def table(rows: list[dict], configs: dict) -> str:
-    lines = [f"{'policy':<16}{'regret':>8}{'se':>7}{'test':>7}{'kendall [90% CI]':>24}"
+    lines = [f"{'policy':<18}{'regret':>8}{'se':>8}{'test':>8}{'kendall [90% CI]':>24}"
              f"{'spearman [90% CI]':>24}{'catastr.':>10}{'cost':>7}{'+eval':>7}  picks"]
     for r in rows:
         counts = collections.Counter(configs[p]["label"] for p in r["picks"])
         picks = ", ".join(f"{label} {n / len(r['picks']):.0%}"
                           for label, n in counts.most_common())
-        lines.append(f"{r['policy']:<16}{r['top1_regret']:>8.3f}{r['se']:>7.3f}"
-                     f"{r['test_regret']:>7.3f}"
+        lines.append(f"{r['policy']:<18}{r['top1_regret']:>8.4f}{r['se']:>8.4f}"
+                     f"{r['test_regret']:>8.4f}"
                      f"{r['kendall']:>8.2f} [{r['kendall_ci'][0]:5.2f},{r['kendall_ci'][1]:5.2f}]"
                      f"{r['spearman']:>8.2f} [{r['spearman_ci'][0]:5.2f},"
                      f"{r['spearman_ci'][1]:5.2f}]{r['catastrophes']:>10.2f}"
@@ -478,18 +677,38 @@ def table(rows: list[dict], configs: dict) -> str:
     return "\n".join(lines)
 
 
-def summary(row: dict) -> str:
+def best_peer(rows: list[dict], ladder_row: dict) -> dict | None:
+    """The peer row (of ``peers.PEERS``) with the lowest regret among those whose cost with
+    eval is at most ``ladder_row``'s (each is given the ladder's budget, so all are)."""
+    fair = [r for r in rows if r["policy"] in peers.PEERS
+            and r["with_eval"] <= ladder_row["with_eval"] + 1e-9]
+    return min(fair, key=lambda r: (r["top1_regret"], r["policy"])) if fair else None
+
+
+def summary(rows: list[dict], name: str = "ladder+guards") -> str:
+    """The table's line for ``name``, with the best peer at equal or lower cost."""
+    row = next(r for r in rows if r["policy"] == name)
+    peer = best_peer(rows, row)
     return (f"policy={row['policy']} top1_regret={row['top1_regret']:.4f} se={row['se']:.4f} "
             f"within_size_kendall={row['kendall']:.3f} catastrophes={row['catastrophes']:.2f} "
-            f"pilot_cost_share={row['pilot_cost_share']:.4f}")
+            f"pilot_cost_share={row['pilot_cost_share']:.4f} "
+            f"cost_with_eval={row['with_eval']:.4f} "
+            f"best_peer={peer['policy'] if peer else 'none'} "
+            f"best_peer_regret={peer['top1_regret'] if peer else math.nan:.4f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bank", type=Path, default=BANK)
     parser.add_argument("--boot", type=int, default=2000)
+    parser.add_argument("--replicates", type=int, default=512,
+                        help="most replicates per table (fewer: a quick look)")
     args = parser.parse_args()
+    missing = [m for m in ("syne_tune", "optuna") if importlib.util.find_spec(m) is None]
+    if missing:
+        parser.exit(2, f"the peers need {', '.join(missing)}: pip install 'race[bench]'\n")
     bank, configs = load_bank(args.bank)
+    exported = blackbox.bank_blackbox(bank)
     seeds = collections.Counter(len(c["curves"]) for c in configs.values())
     sizes = sorted({c["model"] for c in configs.values()})
     print(f"bank: {len(configs)} configs ("
@@ -511,16 +730,21 @@ def main() -> None:
     for row in order:
         print(f"  {row['label']:<24}" + "".join(f"{v:>12.4f}" for v in row["windows"])
               + f"{row['truth']:>8.4f}")
-    draws = replicates(configs)
+    draws = replicates(configs, most=args.replicates)
     rungs = " -> ".join(f"{r:g}" for r in DEFAULTS.rungs)
+    print(f"\nthe bank as a Syne Tune blackbox: {exported.blackbox}; resource unit F/"
+          f"{exported.units}")
+    budget = np.mean([matched_budget(configs, d)[0] for d in draws])
     print(f"\nall configs, RACE's defaults (rungs {rungs} F, reduction {DEFAULTS.reduction}, "
-          f"default guard thresholds; {len(draws)} replicates: one-seed sweeps, each "
-          f"config's seed drawn independently)")
-    rows = [score_policy(name, configs, draws, boot=args.boot) for name in POLICIES]
+          f"default guard thresholds), the peers' documented defaults at ladder+guards' "
+          f"pilot compute with eval ({budget:.3f} of F), one worker per config; "
+          f"{len(draws)} replicates: one-seed sweeps, each config's seed drawn independently")
+    rows = [score_policy(name, configs, draws, boot=args.boot, exported=exported)
+            for name in POLICIES]
     print(table(rows, configs))
 
     tune, held = halves(configs)
-    tune_draws = replicates(tune)
+    tune_draws = replicates(tune, most=args.replicates)
     chosen, candidates = tune_ladder(tune, tune_draws)
     print(f"\nladder geometry tuned on {len(tune)} configs ("
           + ", ".join(sorted({f"G{configs[c]['group_size']}" for c in tune}))
@@ -536,15 +760,24 @@ def main() -> None:
     thresholds = tune_guards(tune, tune_draws, **chosen)
     print(f"guard thresholds tuned on the same configs with that geometry: floor "
           f"{thresholds.floor}, z {thresholds.z}, reward_rise {thresholds.reward_rise}")
-    held_draws = replicates(held)
-    print(f"\nthe held-out {len(held)} configs, tuned geometry and thresholds "
+    tuned, candidates = tune_peers(tune, tune_draws, exported, thresholds=thresholds,
+                                   **chosen)
+    print("peers' knobs tuned on the same configs, at ladder+guards' pilot compute with eval "
+          "there (regret on them; defaults first):")
+    for name in peers.PEERS:
+        tried = [r for r in candidates if r["policy"] == name]
+        print(f"  {name:<18}" + "; ".join(
+            f"{fmt_knobs(r['knobs'])} {r['top1_regret']:.4f}"
+            + (" <- chosen" if r["knobs"] == tuned[name] else "") for r in tried))
+    held_draws = replicates(held, most=args.replicates)
+    print(f"\nthe held-out {len(held)} configs, tuned geometry, thresholds and peer knobs "
           f"({len(held_draws)} replicates):")
-    held_rows = [score_policy(name, held, held_draws, boot=args.boot,
-                              thresholds=thresholds, **chosen)
+    held_rows = [score_policy(name, held, held_draws, boot=args.boot, exported=exported,
+                              peer_knobs=tuned, thresholds=thresholds, **chosen)
                  for name in POLICIES]
     print(table(held_rows, configs))
-    print("\nheld-out: " + summary(next(r for r in held_rows if r["policy"] == "ladder+guards")))
-    print(summary(next(r for r in rows if r["policy"] == "ladder+guards")))
+    print("\nheld-out: " + summary(held_rows))
+    print(summary(rows))
 
 
 if __name__ == "__main__":

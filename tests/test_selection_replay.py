@@ -1,19 +1,27 @@
 """bench/selection_replay.py on a synthetic curve bank whose answer is known: a config
 that leads at F/16 and collapses after it (visible by F/8), a steady one that is best at
-F, a slow one. The flat 1/16 pilots pick the early leader; the guarded ladder does not."""
+F, a slow one. The flat 1/16 pilots pick the early leader; the guarded ladder does not.
+The peers (bench/peers.py: Syne Tune's and Optuna's schedulers, top-k) replay the same
+curves through the bank's Syne Tune blackbox (bench/blackbox.py)."""
 
 import gzip
 import importlib.util
 import json
 import math
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-SPEC = importlib.util.spec_from_file_location(
-    "selection_replay", Path(__file__).parents[1] / "bench" / "selection_replay.py")
+BENCH = Path(__file__).parents[1] / "bench"
+sys.path.insert(0, str(BENCH))  # the bench scripts import their siblings
+SPEC = importlib.util.spec_from_file_location("selection_replay", BENCH / "selection_replay.py")
 replay = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(replay)
+import blackbox  # noqa: E402
+import peers  # noqa: E402
 
 FULL = 1e12
 CHECKPOINTS = sorted({k / 256 for k in range(1, 4)} | {1 / 64, 3 / 64}
@@ -34,7 +42,7 @@ def slow(f):  # 0.30 -> 0.45
     return 0.30 + 0.15 * f
 
 
-def cell(config, model, seed, curve, offset):
+def cell(config, model, seed, curve, offset, update_epochs=1):
     evals = [{"checkpoint": f, "target": "val", "flops": f * FULL, "eval_flops": 1e6 * (i + 1),
               "accuracy": min(1.0, max(0.0, curve(f) + offset)), "n": 1000,
               "mean_reward": curve(f) + offset}
@@ -42,18 +50,20 @@ def cell(config, model, seed, curve, offset):
     steps = [{"step": i + 1, "flops": f * FULL, "entropy": 1.0, "truncation_rate": 0.0,
               "max_new_tokens": 40, "train_reward": 0.5} for i, f in enumerate(CHECKPOINTS)]
     return {"cell_id": f"{config}-{seed}", "config": config, "model": model, "reward": "rule",
-            "group_size": 8, "update_epochs": 1, "seed": seed, "budget_flops": FULL,
+            "group_size": 8, "update_epochs": update_epochs, "seed": seed, "budget_flops": FULL,
             "evals": evals, "steps": steps}
+
+
+CURVES = {"steady": (steady, 1), "collapse": (leader_then_collapse, 2), "slow": (slow, 4)}
 
 
 @pytest.fixture()
 def bank(tmp_path):
     cells = []
     for model, shift in (("tiny-s", 0.0), ("tiny-m", 0.05)):
-        for name, curve in (("steady", steady), ("collapse", leader_then_collapse),
-                            ("slow", slow)):
+        for name, (curve, mu) in CURVES.items():  # the knob that tells them apart: mu
             for seed, noise in ((0, 0.004), (1, -0.004)):
-                cells.append(cell(f"{model}-{name}", model, seed, curve, shift + noise))
+                cells.append(cell(f"{model}-{name}", model, seed, curve, shift + noise, mu))
     path = tmp_path / "bank.json.gz"
     with gzip.open(path, "wt") as f:
         json.dump({"command": "race sweep ...", "git_sha": "0" * 40, "versions": {},
@@ -76,7 +86,7 @@ def test_replay_scores_policies_against_the_full_budget_truth(bank):
     assert len(replay.replicates(uneven)) == 2 ** 5
     assert all(d["tiny-s-slow"] == 0 for d in replay.replicates(uneven, most=4))
     rows = {name: replay.score_policy(name, configs, draws, boot=50)
-            for name in replay.POLICIES}
+            for name in replay.OWN_POLICIES}  # the peers: below
     assert rows["oracle"]["top1_regret"] == 0 and rows["oracle"]["kendall"] == 1.0
     # flat 1/16 pilots read 0.65 for tiny-m-collapse at F/16 (0.60 + shift): its pick
     assert set(rows["flat"]["picks"]) == {"tiny-m-collapse"}
@@ -151,3 +161,156 @@ def test_the_random_policy_picks_each_config_about_equally_often(bank):
     assert sorted(replay.random_policy(configs, draws[0])[0]) == sorted(configs)
     fair = len(draws) / len(configs)
     assert all(0.4 * fair <= picks.count(c) <= 1.8 * fair for c in configs), picks
+
+
+# ------------------------------------------------------------------ the peers
+
+
+@pytest.fixture()
+def bench_extra():
+    for module in ("syne_tune", "optuna"):
+        pytest.importorskip(module, reason="the peers need the bench extra: "
+                                           "pip install 'race[bench]' (CI installs it)")
+
+
+def read_bank(path):
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def test_the_bank_round_trips_through_a_syne_tune_blackbox(bank, tmp_path, bench_extra):
+    raw = read_bank(bank)
+    exported = blackbox.bank_blackbox(raw)
+    blackbox.save(exported, tmp_path / "bb")
+    loaded = blackbox.load(tmp_path / "bb")  # Syne Tune's serialize / deserialize
+    ids = sorted({c["config"] for c in raw["cells"]})
+    assert loaded.config_ids == exported.config_ids == tuple(ids)
+    assert loaded.seeds == (0, 1) and loaded.units == 256 and loaded.full_flops == FULL
+    bb = loaded.blackbox
+    assert bb.fidelity_values.tolist() == [round(f * 256) for f in CHECKPOINTS]
+    assert set(bb.configuration_space) == set(blackbox.AXES)
+    for cid, knobs in zip(ids, bb.hyperparameters.to_dict("records")):
+        model, name = cid.split("-", 2)[:2], cid.split("-", 2)[2]
+        assert knobs == {"model": "-".join(model), "reward": "rule", "group_size": 8,
+                         "update_epochs": CURVES[name][1]}
+    # through Syne Tune's own query: tiny-m-steady, seed 1 (offset 0.05 - 0.004), at F/8
+    knobs = bb.hyperparameters.iloc[ids.index("tiny-m-steady")].to_dict()
+    got = bb.objective_function(knobs, fidelity={"resource": 32}, seed=1)
+    assert got["val_accuracy"] == pytest.approx(steady(1 / 8) + 0.046, abs=1e-6)
+    assert got["val_problems"] == 1000 and got["charged_flops"] == pytest.approx(FULL / 8)
+    assert math.isnan(got["test_accuracy"])  # the synthetic bank scores val only
+    # a replicate's one-seed cut: each config from its own seed
+    draw = {c: i % 2 for i, c in enumerate(ids)}
+    one = blackbox.one_seed(exported, draw)
+    values = one.blackbox.objectives_evaluations[:, 0, :, 0]
+    for row, cid in enumerate(one.config_ids):
+        seed = exported.seeds.index(draw[cid])
+        assert values[row].tolist() == exported.blackbox.objectives_evaluations[
+            exported.config_ids.index(cid), seed, :, 0].tolist()
+
+
+def test_each_peer_spends_at_most_the_ladders_budget_and_picks_a_bank_config(bank, bench_extra):
+    _, configs = replay.load_bank(bank)
+    exported = blackbox.bank_blackbox(read_bank(bank))
+    draws = replay.replicates(configs, most=6)
+    for draw in draws:
+        budget, first = replay.matched_budget(configs, draw)
+        assert first == 1 / 64  # the shrunk ladder's first rung, read at F/64
+        for name in peers.PEERS:
+            ranking, charged, pilots, spent = replay.POLICIES[name](configs, draw,
+                                                                    exported=exported)
+            assert charged + spent <= budget + 1e-9, name
+            assert sorted(ranking) == sorted(configs) and pilots == {}
+    rows = {name: replay.score_policy(name, configs, draws, boot=20, exported=exported)
+            for name in [*peers.PEERS, "oracle", "ladder+guards"]}
+    assert rows["oracle"]["top1_regret"] == 0
+    for name in peers.PEERS:
+        assert set(rows[name]["picks"]) <= set(configs)
+        assert rows[name]["with_eval"] <= rows["ladder+guards"]["with_eval"] + 1e-9
+    # a budget that runs out mid-run is spent to the end, no further
+    curves = peers.curves(blackbox.one_seed(exported, draws[0]), 1e3)
+    run = peers.replay("asha", curves, budget=0.2, seed=0, first_rung=1 / 64)
+    assert run.charged + run.eval == pytest.approx(0.2)
+    assert all(f / 256 <= 0.2 for _, f in run.reads)
+
+
+def test_top_k_keeps_as_many_as_the_budget_pays_for(bank, bench_extra):
+    _, configs = replay.load_bank(bank)
+    exported = blackbox.bank_blackbox(read_bank(bank))
+    draw = replay.replicates(configs)[0]
+    curves = peers.curves(blackbox.one_seed(exported, draw), 1e3)  # eval: 1e-9 F a problem
+    # all six to F/16 (collapse leads there: 0.65 and 0.60, then tiny-m steady 0.55), then
+    # three on to F: room for exactly three long runs
+    budget = 6 / 16 + 3 * 15 / 16 + 0.01
+    run = peers.replay("top-k", curves, budget=budget, seed=0, first_rung=1 / 64,
+                       knobs={"short": 1 / 16, "long": 1.0})
+    assert sum(1 for _, r in run.reads if r == 256) == 3
+    assert run.ranking[0] == "tiny-m-steady" and run.charged + run.eval <= budget
+    two = peers.replay("top-k", curves, budget=budget - 15 / 16, seed=0, first_rung=1 / 64,
+                       knobs={"short": 1 / 16, "long": 1.0})
+    assert two.ranking[0] == "tiny-m-collapse"  # the steady config was not kept
+
+
+def test_the_asha_replay_reads_what_syne_tunes_simulator_reads(bank, bench_extra):
+    _, configs = replay.load_bank(bank)
+    exported = blackbox.bank_blackbox(read_bank(bank))
+    draw = replay.replicates(configs)[5]
+    one = blackbox.one_seed(exported, draw)
+    curves = peers.curves(one, 1e6)
+    rows = peers.grid_order(curves, 3)
+    state = peers.np.random.get_state()
+    try:
+        peers.np.random.seed(3)
+        driver = peers.asha(curves, rows, 3, grace=1, reduction=3, max_t=256)
+        ours = peers.simulate(driver, curves, 2.0, workers=1)
+        peers.np.random.seed(3)
+        # to where ours ends, its grid done (Syne Tune's searcher would go on to repeats)
+        theirs = peers.simulator_asha(one, curves, until=ours.wall + 1e-3, seed=3, poll=1e-4)
+    finally:
+        peers.np.random.set_state(state)
+    assert ours.wall < 2.0 and len({c for c, _ in ours.reads}) == len(configs)
+    assert len(ours.reads) > 20 and ours.reads == theirs
+
+
+def test_the_replay_prints_every_row_and_the_summary_last(bank, bench_extra):
+    out = subprocess.run([sys.executable, str(BENCH / "selection_replay.py"), "--bank",
+                          str(bank), "--replicates", "4", "--boot", "5"],
+                         capture_output=True, text=True, check=True).stdout
+    lines = out.strip().splitlines()
+    for name in ["asha", "hyperband", "pasha", "optuna-sh", "optuna-hyperband", "top-k",
+                 "random", "oracle", "flat", "flat+sigmoid", "ladder", "ladder+guards"]:
+        rows = [line for line in lines if re.match(rf"{re.escape(name)} +\d", line)]
+        assert len(rows) == 2, name  # the all-config table and the held-out one
+    number = r"-?\d+\.\d+"
+    assert re.fullmatch(
+        rf"policy=ladder\+guards top1_regret={number} se={number} "
+        rf"within_size_kendall={number} catastrophes={number} pilot_cost_share={number} "
+        rf"cost_with_eval={number} best_peer=(asha|hyperband|pasha|optuna-sh|"
+        rf"optuna-hyperband|top-k) best_peer_regret={number}", lines[-1]), lines[-1]
+    assert lines[-2].startswith("held-out: policy=ladder+guards ")
+
+
+def test_the_bootstrap_from_counts_equals_ranking_each_resample(bank):
+    _, configs = replay.load_bank(bank)
+    draws = replay.replicates(configs, most=8)
+    rankings = [replay.POLICIES[p](configs, d)[0] for p in ("flat", "random") for d in draws]
+    rng = replay.np.random.default_rng(1)
+    ids = list(configs)
+    counts = replay.np.zeros((60, len(ids)))
+    for row in counts:
+        drawn = rng.integers(0, len(ids), len(ids))
+        replay.np.add.at(row, drawn, 1)
+        sample = {f"{ids[i]}#{j}": configs[ids[i]] for j, i in enumerate(drawn)}
+        got = replay.within_size_counts(configs, rankings, row[None])
+        for key, method in (("kendall", replay.kendall), ("spearman", replay.spearman)):
+            values = []
+            for ranking in rankings:
+                order = {c: i for i, c in enumerate(ranking)}
+                resampled = sorted(sample, key=lambda k: order[k.split("#")[0]])
+                value = replay._within_size(sample, resampled, method)
+                if value is not None:
+                    values.append(value)
+            if values:
+                assert got[key][0] == pytest.approx(sum(values) / len(values), abs=1e-12)
+            else:  # every size of the resample has fewer than 3 configs, or one truth
+                assert math.isnan(got[key][0])
