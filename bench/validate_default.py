@@ -18,7 +18,7 @@ with. Prints the pick's realized ``val`` accuracy at F against
 was made from, at F instead of at the pilots' budgets.
 
 Usage: ``python bench/validate_default.py [--out /tmp/race-validate-default]
-[--bank bench/data/curve_bank_v3.json.gz]``.
+[--name default] [--bank bench/data/curve_bank_v3.json.gz]``.
 Last line: ``pick=... realized=R se=S bank_best=... bank_best_value=B bank_best_se=T
 diff_se=D within_1se=yes|no warm_start=W gain=G gain_se=H above=yes|no``.
 """
@@ -86,10 +86,13 @@ def seed_mean(per_seed: list[list[int]]) -> tuple[float, float, list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/race-validate-default"))
+    parser.add_argument("--name", default=SWEEP_NAME,
+                        help="the sweep's folder name under --out (an existing default "
+                             "sweep there is resumed, not rerun)")
     parser.add_argument("--bank", type=Path, default=DEFAULT_BANK)
     args = parser.parse_args()
-    sweep = args.out / SWEEP_NAME
-    race("sweep", f"sweep.out_dir={args.out}", f"sweep.name={SWEEP_NAME}")
+    sweep = args.out / args.name
+    race("sweep", f"sweep.out_dir={args.out}", f"sweep.name={args.name}")
     race("validate", str(sweep), "validate.top_k=1")
     spec, start, end = validated(sweep)
     realized, realized_se, end_problem = seed_mean(end)
