@@ -15,7 +15,7 @@ and spec agree).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from omegaconf import MISSING
@@ -296,8 +296,8 @@ class GuardConfig:
     max_truncation: float = guards.DEFAULT.max_truncation
 
     def thresholds(self) -> guards.GuardThresholds:
-        return guards.GuardThresholds(**{f: getattr(self, f) for f in (
-            "floor", "z", "reward_rise", "window", "entropy_floor", "max_truncation")})
+        return guards.GuardThresholds(**{f.name: getattr(self, f.name)
+                                          for f in fields(guards.GuardThresholds)})
 
 
 @dataclass
