@@ -118,7 +118,7 @@ import peers
 from scipy import stats
 
 from race.analysis.curves import fit_curve
-from race.config import SelectionConfig
+from race.config import PilotConfig, SelectionConfig
 from race.core import guards
 from race.core.ladder import (
     final_ranking,
@@ -133,14 +133,17 @@ from race.core.ladder import (
 BANK = Path(__file__).parent / "data" / "curve_bank.json.gz"
 TARGET = "val"
 FLAT = 1 / 16
-# RACE's pilot evaluation plan: val, test and ood on 128 problems at 0.25/0.5/0.75 of the
-# pilot budget, val on 1,000 at the end (test, ood on 128); and a pilot that starts from
-# the warm start (not a ladder rung continuing one below) scores it the same way first
-EVAL_PROBLEMS_PER_PILOT = 3 * 3 * 128 + 1000 + 2 * 128
-EVAL_PROBLEMS_AT_START = 1000 + 2 * 128
 SIGMOID_MAX_WIDTH = 0.3
 BOOT_RANKINGS = 16  # replicates' rankings the bootstrap of Kendall/Spearman resamples
 DEFAULTS = SelectionConfig()  # the ladder `race sweep` runs
+# RACE's pilot evaluation plan (race.config's defaults): at each checkpoint, val on
+# pilot.select_examples problems and test, ood on pilot.eval_examples each; a ladder's
+# pilot scores its rung's end (selection.rung_checkpoints), a flat pilot each of
+# pilot.checkpoints; a pilot that starts from the warm start (not a ladder rung
+# continuing one below) scores it the same way first
+EVAL_PROBLEMS_PER_CHECKPOINT = PilotConfig().select_examples + 2 * PilotConfig().eval_examples
+LADDER_EVALS = len(DEFAULTS.rung_checkpoints)
+FLAT_EVALS = len(PilotConfig().checkpoints)
 # ladder geometries tuned on the tuning half: (rungs, reduction), each rung `reduction`
 # times the one before, the first as late as the flat grid's compute allows
 GEOMETRIES = [(n, r) for r in (4, 3, 2) for n in (3, 2, 4)]
@@ -176,10 +179,17 @@ class Curve:
     def at(self, fraction: float) -> float:
         return float(self.accuracy[self.upto(fraction)][-1])
 
-    def guard(self, fraction: float, t: guards.GuardThresholds) -> str | None:
-        if (fraction, t) not in self._guards:
-            self._guards[fraction, t] = self._guard(fraction, t)
-        return self._guards[fraction, t]
+    def at_rungs(self, reads: tuple[float, ...]) -> np.ndarray:
+        """The warm start and the checkpoints at the rung ends ``reads`` (what a ladder's
+        pilots score: ``selection.rung_checkpoints`` is the rung's end by default)."""
+        return np.isin(self.fraction, (0.0, *reads)) if LADDER_EVALS == 1 else self.upto(
+            max(reads))
+
+    def guard(self, fraction: float, t: guards.GuardThresholds,
+              reads: tuple[float, ...] | None = None) -> str | None:
+        if (fraction, t, reads) not in self._guards:
+            self._guards[fraction, t, reads] = self._guard(fraction, t, reads)
+        return self._guards[fraction, t, reads]
 
     def flat_score(self, sigmoid: bool) -> float:
         """A flat 1/16 pilot's score: its last value, or (``sigmoid``) the fitted
@@ -194,8 +204,9 @@ class Curve:
             self._scores[sigmoid] = score
         return self._scores[sigmoid]
 
-    def _guard(self, fraction: float, t: guards.GuardThresholds) -> str | None:
-        keep = self.upto(fraction)
+    def _guard(self, fraction: float, t: guards.GuardThresholds,
+               reads: tuple[float, ...] | None) -> str | None:
+        keep = self.upto(fraction) if reads is None else self.at_rungs(reads)
         steps = [s for s in self.steps if s["flops"] <= fraction * self.full * (1 + 1e-9)]
         caps = [s["max_new_tokens"] for s in steps]
         entropy, truncated = (guards.at_full_cap([s[key] for s in steps], caps)
@@ -252,8 +263,13 @@ def flat(configs, draw, *, sigmoid=False, **_):
 def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFAULTS.z,
            rungs=tuple(DEFAULTS.rungs), reduction=DEFAULTS.reduction, share=None,
            fill=False, **_):
-    plan = ladder_plan(configs, rungs=rungs, reduction=reduction,
-                       share=len(configs) * FLAT if share is None else share, fill=fill)
+    share = len(configs) * FLAT if share is None else share
+    plan = ladder_plan(configs, rungs=rungs, reduction=reduction, share=share, fill=fill)
+    # as race plan does: the rungs shrink until charged and eval fit selection.pilot_budget
+    room = DEFAULTS.pilot_budget - pilot_eval_share(configs, draw,
+                                                    dict(zip(plan.rungs, plan.counts)))
+    if 0 < room < plan.cost_share:
+        plan = ladder_plan(configs, rungs=rungs, reduction=reduction, share=room, fill=fill)
     first = next(iter(configs))
     checkpoints = configs[first]["curves"][draw[first]].fraction
     read = [float(checkpoints[checkpoints <= r + 1e-9].max()) for r in plan.rungs]
@@ -267,14 +283,15 @@ def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFA
         candidates = []
         for cid in alive:
             curve = configs[cid]["curves"][draw[cid]]
-            keep = curve.upto(fraction)
+            keep = curve.at_rungs(tuple(read[:index + 1]))
             nxt = read[index + 1] if index + 1 < len(read) else fraction
             bound = next_rung_bound(curve.flops[keep].tolist(), curve.accuracy[keep].tolist(),
                                     curve.n[keep].astype(int).tolist(), nxt * curve.full, z=z)
             candidates.append({"config": cid, "model": configs[cid]["model"],
                                "lcb": bound["lcb"], "score": bound["score"],
-                               "guard": curve.guard(fraction, thresholds) if use_guards
-                               else None})
+                               "guard": curve.guard(fraction, thresholds,
+                                                    tuple(read[:index + 1]))
+                               if use_guards else None})
         if index + 1 == len(read):
             ranked_rungs.append(rank_last_rung(candidates))
             break
@@ -490,12 +507,12 @@ def eval_flops_per_problem(configs, draw) -> float:
                           for cid, c in configs.items()]))
 
 
-def pilot_eval_share(configs, draw, pilots) -> float:
+def pilot_eval_share(configs, draw, pilots, evaluations: int = LADDER_EVALS) -> float:
     """The eval compute (share of F) of RACE's pilot eval plan for ``pilots`` ({budget:
-    pilots run to it}): ``EVAL_PROBLEMS_PER_PILOT`` per pilot, and the warm start scored
-    by each pilot of the first budget."""
-    problems = (sum(pilots.values()) * EVAL_PROBLEMS_PER_PILOT
-                + (pilots[min(pilots)] * EVAL_PROBLEMS_AT_START if pilots else 0))
+    pilots run to it}): ``evaluations`` checkpoints per pilot, and the warm start scored
+    by each pilot of the first budget, each on ``EVAL_PROBLEMS_PER_CHECKPOINT``."""
+    problems = EVAL_PROBLEMS_PER_CHECKPOINT * (
+        sum(pilots.values()) * evaluations + (pilots[min(pilots)] if pilots else 0))
     return problems * eval_flops_per_problem(configs, draw) / bank_full(configs)
 
 
@@ -526,8 +543,9 @@ def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
         spearmans.append(_within_size(configs, ranking, spearman))
         charged_shares.append(charged)
         # a peer returns the eval it spent; RACE's policies are costed by the pilot plan
-        eval_shares.append(charged + (spent[0] if spent
-                                      else pilot_eval_share(configs, draw, pilots)))
+        evaluations = FLAT_EVALS if name.startswith("flat") else LADDER_EVALS
+        eval_shares.append(charged + (spent[0] if spent else
+                                      pilot_eval_share(configs, draw, pilots, evaluations)))
     boots = bootstrap_within_size(configs, rankings[::max(1, len(rankings) // BOOT_RANKINGS)],
                                   boot)
     mean = lambda xs: float(np.mean([x for x in xs if x is not None])) if any(  # noqa: E731

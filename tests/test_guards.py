@@ -2,6 +2,7 @@
 the numbers that say so, and stays quiet on a clean rising curve; selection demotes a
 guarded config and never extrapolates it."""
 
+import functools
 import math
 
 import pandas as pd
@@ -164,17 +165,25 @@ def test_drawdown_margin_is_the_standard_error_of_the_difference():
     assert guards.drawdown(curve, [1000, 1000, 1000]).fired
 
 
-def _default_sweep_curves(rng, accuracy) -> list[list[tuple[list[float], int]]]:
-    """Each rung of the default ladder: for every config still running, its curve so far
-    (the start, then each rung's checkpoints above the rung below) with binomial noise on
-    the same ``n`` problems at every checkpoint (``pilot.select_examples``)."""
+@functools.cache
+def _default_rungs() -> tuple[float, ...]:
+    from race.run.grid import plan_grid
 
-    from race.config import PilotConfig
+    return plan_grid([]).ladder.rungs
+
+
+def _default_sweep_curves(rng, accuracy) -> list[list[tuple[list[float], int]]]:
+    """Each rung of the default ladder as planned (its rungs shrunk to fit the pilot
+    budget): for every config still running, its curve so far (the start, then each
+    rung's checkpoints above the rung below, ``selection.rung_checkpoints``) with binomial
+    noise on the same ``n`` problems at every checkpoint (``pilot.select_examples``)."""
+
+    from race.config import PilotConfig, SelectionConfig
     from race.core import ladder
 
     n = PilotConfig().select_examples
-    rungs, configs = list(ladder.DEFAULT_RUNGS), 16
-    checkpoints = sorted(PilotConfig().checkpoints)
+    rungs, configs = list(_default_rungs()), 16
+    checkpoints = sorted(SelectionConfig().rung_checkpoints)
     points = [0.0]
     out = []
     for i, rung in enumerate(rungs):
@@ -201,12 +210,20 @@ def test_drawdown_still_fires_on_a_real_collapse():
     import numpy as np
 
     rng = np.random.default_rng(1)
-    # rises to 0.5 by F/24, then collapses to 0.3 by F/6 (a late overshoot)
-    def collapse(f):
-        return 0.4 + 0.1 * min(1.0, f * 24) - 0.2 * max(0.0, (f - 1 / 24) / (1 / 6 - 1 / 24))
-    caught = sum(guards.drawdown(*_default_sweep_curves(rng, collapse)[-1][0]).fired
-                 for _ in range(100))
-    assert caught >= 95
+    second, last = _default_rungs()[1], _default_rungs()[-1]
+
+    # rises to 0.5 by the second rung, then collapses by ``drop`` by the last (a late
+    # overshoot); the default's 200 problems per checkpoint and z=3.5 put the margin near
+    # 0.17: a 0.3 collapse is caught nearly always, a 0.2 one about 4 times in 5
+    def caught(drop: float) -> int:
+        def collapse(f):
+            return (0.4 + 0.1 * min(1.0, f / second)
+                    - drop * max(0.0, (f - second) / (last - second)))
+        return sum(guards.drawdown(*_default_sweep_curves(rng, collapse)[-1][0]).fired
+                   for _ in range(100))
+
+    assert caught(0.3) >= 95
+    assert 70 <= caught(0.2) < 95
 
 
 def test_the_report_reads_the_guard_thresholds_the_sweep_ran_with(tmp_path):

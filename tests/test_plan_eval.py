@@ -4,12 +4,14 @@ generation per problem, the warning against ``selection.pilot_budget``, and its 
 import subprocess
 import sys
 
+import pytest
+
 from race import cli
 from race.core import flops
 from race.core.fmt import fmt_flops
 from race.core.specs import LoraShape, ModelShape, RewardShape
 from race.pilot.budget import checkpoints_after, planned_evaluations
-from race.run.grid import plan_grid, plan_summary
+from race.run.grid import eval_budget_warning, plan_grid, plan_summary
 
 # tests/test_flops.py's shape: 2304 body FLOPs per token, 160 per head output, 64 per pair
 G = ModelShape(name="g", hidden_size=8, intermediate_size=16, num_layers=2, num_heads=2,
@@ -55,8 +57,35 @@ def test_plan_eval_of_a_tiny_plan_equals_the_hand_count():
 def test_default_ladder_counts_every_rung_with_its_checkpoints():
     plan = plan_grid([])
     each = sum(c.eval_each_flops for c in plan.runnable) / len(plan.runnable)
-    # 16 fresh cells x 5 evaluations, then 8 + 4 + 2 continued cells x 2 evaluations
-    assert plan.eval_flops == 16 * 5 * each + (8 + 4 + 2) * 2 * each
+    # rung ends only: 16 fresh cells x 2 evaluations (warm start, end), then 8 + 4 + 2
+    # continued cells x 1
+    assert all(c.spec.checkpoints == (1.0,) for c in plan.runnable)
+    assert plan.eval_flops == pytest.approx(16 * 2 * each + (8 + 4 + 2) * 1 * each)
+    within = plan_grid(["selection.rung_checkpoints=[0.25,0.5,0.75,1.0]",
+                        "selection.pilot_budget=100"])
+    # 16 fresh cells x 5 evaluations, then 8 + 4 + 2 continued cells x 2 (0.75, 1.0 of a
+    # rung twice the one below)
+    assert within.eval_flops == pytest.approx(16 * 5 * each + (8 + 4 + 2) * 2 * each)
+
+
+def test_default_ladder_shrinks_its_rungs_until_charged_and_eval_fit_the_pilot_budget():
+    plan = plan_grid([])
+    loose = plan_grid(["selection.pilot_budget=100"])
+    assert loose.ladder.scaled == 1.0 and loose.share_of_full_run == pytest.approx(5 / 6)
+    assert loose.share_with_eval > 1.0  # the default rungs and their eval exceed one run
+    # the same evaluations (eval does not scale with a rung), fewer charged FLOPs
+    assert plan.eval_flops == pytest.approx(loose.eval_flops)
+    assert plan.share_with_eval == pytest.approx(1.0)
+    assert plan.ladder.scaled == pytest.approx(
+        (1.0 - plan.eval_flops / plan.budget_flops) / (5 / 6))
+    assert plan.ladder.rungs[0] == pytest.approx(plan.ladder.scaled / 48)
+    assert "rungs shrunk x" in plan_summary(plan) and "selection.pilot_budget=1" in \
+        plan_summary(plan)
+    # a pilot budget the eval alone exceeds: the rungs stay, and the plan warns
+    starved = plan_grid(["selection.pilot_budget=0.1"])
+    assert starved.ladder.scaled == 1.0
+    assert eval_budget_warning(starved).startswith(
+        "warning: these pilots with their evaluation cost")
 
 
 def test_plan_warns_beyond_pilot_budget_naming_the_key(capsys):

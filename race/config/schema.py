@@ -202,16 +202,19 @@ class PilotConfig:
     tis_cap: float = _CELL.tis_cap
     # evaluate when these fractions of the pilot budget are spent (0 is always evaluated)
     checkpoints: list[float] = field(default_factory=lambda: list(_CELL.checkpoints))
-    # held-out problems per evaluation target and checkpoint
-    eval_examples: int = _CELL.eval_examples
+    # held-out problems per evaluation target and checkpoint (the targets selection does
+    # not read: reported only)
+    eval_examples: int = 64
     # evaluation targets (held-out splits of the task): val is what selection reads;
     # test and ood are only reported (null: every target the task has; ood only where
     # the task has out-of-distribution problems, e.g. task.ood_source for GSM8K)
     eval_targets: list[str] | None = None
     # the target rankings and selection read (tuning and selection on val, never on test)
     select_target: str = _CELL.select_target
-    # its problems at the start and the final checkpoint: SE sqrt(p(1-p)/n) <= 0.016 at n=1000
-    select_examples: int = _CELL.select_examples
+    # its problems at every checkpoint, the same ones each time (paired comparisons):
+    # SE sqrt(p(1-p)/n) <= 0.035 at n=200, within the pilot budget's eval share (race
+    # validate scores validate.select_examples at the full budget)
+    select_examples: int = 200
     # random seed of the pilot (rollouts, prompt order, adapter init)
     seed: int = _CELL.seed
     # auto (CUDA when visible) | cpu | cuda
@@ -312,9 +315,13 @@ class SelectionConfig:
     reduction: int = ladder.DEFAULT_REDUCTION
     # the ladder's total pilot compute, as a share of one full run (rungs shrink to fit)
     share: float = 1.0
-    # the pilots' total compute including their evaluation, as a share of one full run;
-    # race plan warns beyond it
+    # the pilots' total compute including their evaluation, as a share of one full run:
+    # a ladder's rungs shrink until its charged and planned eval FLOPs fit; race plan
+    # warns when they cannot (or when a flat grid exceeds it)
     pilot_budget: float = 1.0
+    # a ladder's checkpoints within each rung, fractions of the rung's budget: promotions
+    # read the rung's end, so by default only that is evaluated (with the warm start)
+    rung_checkpoints: list[float] = field(default_factory=lambda: [1.0])
     # promotion ranks by the next rung's predicted score minus z standard errors
     z: float = 1.0
     # when a config's guard fires (never promoted, extrapolated or preferred)
@@ -337,6 +344,9 @@ class ReportConfig:
 class ValidateConfig:
     # validate this many of selection.json's cells (null: all of them)
     top_k: int | None = None
+    # problems of the selection target each validation run scores (at least the pilots'):
+    # SE sqrt(p(1-p)/n) <= 0.016 at n=1000; eval is not charged to the budget
+    select_examples: int = 1000
 
 
 @dataclass

@@ -42,6 +42,8 @@ def _finite_problems(cfg: RaceConfig) -> list[str]:
               "selection.share": cfg.selection.share, "selection.z": cfg.selection.z,
               "selection.pilot_budget": cfg.selection.pilot_budget}
     fields |= {f"selection.rungs[{i}]": v for i, v in enumerate(cfg.selection.rungs)}
+    fields |= {f"selection.rung_checkpoints[{i}]": v
+               for i, v in enumerate(cfg.selection.rung_checkpoints)}
     fields |= {f"pilot.checkpoints[{i}]": v for i, v in enumerate(cfg.pilot.checkpoints)}
     return [f"{key}={value}: "
             + ("not a number" if math.isnan(value) else
@@ -69,6 +71,11 @@ def selection_problems(selection: SelectionConfig) -> list[str]:
     if not rungs or rungs != sorted(set(rungs)) or not 0 < rungs[0] or rungs[-1] >= 1:
         problems.append(f"selection.rungs={rungs}: need ascending, distinct fractions of "
                         f"the full budget in (0, 1), e.g. selection.rungs=[0.015625,0.0625,0.25]")
+    within = list(selection.rung_checkpoints)
+    if not within or within != sorted(set(within)) or not 0 < within[0] or within[-1] != 1:
+        problems.append(f"selection.rung_checkpoints={within}: need ascending, distinct "
+                        f"fractions of a rung's budget in (0, 1] ending at 1 (the rung's end, "
+                        f"which promotions read), e.g. selection.rung_checkpoints=[1.0]")
     if selection.reduction < 2:
         problems.append(f"selection.reduction={selection.reduction}: must be >= 2 (each rung "
                         f"keeps 1/reduction of the configs)")
@@ -302,6 +309,8 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
          "select at least 1 config for validation")
     need(cfg.validate.top_k is None or cfg.validate.top_k >= 1, "validate.top_k",
          cfg.validate.top_k, "must be >= 1 (null: every selected config)")
+    need(cfg.validate.select_examples >= 1, "validate.select_examples",
+         cfg.validate.select_examples, "must be >= 1, e.g. validate.select_examples=1000")
     problems += sweep_name_problems(cfg.sweep)
     return problems
 

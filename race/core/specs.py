@@ -282,11 +282,11 @@ class RunSpec:
     seed: int = 0
     backend: str = "hf"
     checkpoints: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
-    eval_examples: int = 128
+    eval_examples: int = 64
     eval_targets: tuple[str, ...] = ("test", "ood")
     # the target selection reads, and its problems at the final checkpoint (SE ~0.015)
     select_target: str = "val"
-    select_examples: int = 1000
+    select_examples: int = 200
     measure: bool = False
     # where the policy's weights load from ("": the tiny family's cached warm start)
     policy_path: str = ""

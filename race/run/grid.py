@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from race import preflight
@@ -180,24 +180,39 @@ def plan_grid(overrides: Overrides | list[str], *, runnable: bool = True) -> Pla
     problems = selection_problems(base.selection)  # before the ladder is planned from it
     if problems:
         raise UsageError("; ".join(problems))
-    cells = []
     ladder = grid_ladder(base, axes)
-    fraction = ladder.rungs[0] if ladder else base.pilot.fraction
     from_conf = {k for k in axes if k in base.grid.axes} - set(overrides.split()[1])
     products = list(itertools.product(*axes.values()))
     variants = [[f"{k}={v}" for k, v in zip(axes, values)] for values in products]
-    for values, cfg in zip(products, compose_many(fixed, variants)):
-        knobs = tuple(zip(axes, values))
-        cell_overrides = tuple(fixed) + tuple(f"{k}={v}" for k, v in knobs)
-        try:
-            cells.append(solve_cell(cfg, budget, knobs, cell_overrides, runnable=runnable,
-                                    fraction=fraction))
-        except RewardTokenizerMismatch as error:
-            # The conf grid's reward axis may hold a PRM of another tokenizer family than
-            # a policy the user chose: that cell cannot exist; refuse it, keep the rest.
-            if "reward" not in from_conf:
-                raise
-            cells.append(Cell(knobs, cell_overrides, None, 0, PhaseFlops(), "", error.reason))
+    composed = list(zip(products, compose_many(fixed, variants)))
+
+    def solve_all(fraction: float) -> list[Cell]:
+        cells = []
+        for values, cfg in composed:
+            knobs = tuple(zip(axes, values))
+            cell_overrides = tuple(fixed) + tuple(f"{k}={v}" for k, v in knobs)
+            try:
+                cells.append(solve_cell(cfg, budget, knobs, cell_overrides,
+                                        runnable=runnable, fraction=fraction,
+                                        ladder=ladder is not None))
+            except RewardTokenizerMismatch as error:
+                # The conf grid's reward axis may hold a PRM of another tokenizer family
+                # than a policy the user chose: that cell cannot exist; refuse it, keep
+                # the rest.
+                if "reward" not in from_conf:
+                    raise
+                cells.append(Cell(knobs, cell_overrides, None, 0, PhaseFlops(), "",
+                                  error.reason))
+        return cells
+
+    fraction = ladder.rungs[0] if ladder else base.pilot.fraction
+    cells = solve_all(fraction)
+    if ladder is not None:  # its evaluation comes out of selection.pilot_budget too
+        fitted = fit_ladder_to_eval(ladder, cells, base, axes, budget)
+        shrunk = solve_all(fitted.rungs[0]) if fitted != ladder else cells
+        # rungs so short that cells cannot buy a step: keep them (the plan warns instead)
+        if sum(not c.refused for c in shrunk) == sum(not c.refused for c in cells):
+            ladder, fraction, cells = fitted, fitted.rungs[0], shrunk
     _check_distinct(cells)
     if not any(not c.refused for c in cells):
         if all(c.spec is None for c in cells):
@@ -217,8 +232,10 @@ def plan_grid(overrides: Overrides | list[str], *, runnable: bool = True) -> Pla
                 tuple(cells), base.task.name, base, ladder)
 
 
-def grid_ladder(base, axes: Mapping[str, list[str]]) -> LadderPlan | None:
-    """The ladder of a grid under ``selection.policy=ladder`` (None: flat).
+def grid_ladder(base, axes: Mapping[str, list[str]], *,
+                share: float | None = None) -> LadderPlan | None:
+    """The ladder of a grid under ``selection.policy=ladder`` (None: flat), costing at
+    most ``share`` full runs (default ``selection.share``).
 
     Configs are the grid's cells with the seeds folded together; every size on the
     ``model`` axis keeps a config to the last rung.
@@ -232,7 +249,27 @@ def grid_ladder(base, axes: Mapping[str, list[str]]) -> LadderPlan | None:
         configs *= 1 if key == "pilot.seed" else len(values)
     return plan_ladder(configs, seeds=seeds, n_sizes=len(axes.get("model", [None])),
                        rungs=selection.rungs, reduction=selection.reduction,
-                       share=selection.share)
+                       share=selection.share if share is None else share)
+
+
+def fit_ladder_to_eval(ladder: LadderPlan, cells: list[Cell], base, axes,
+                       budget: float) -> LadderPlan:
+    """The ladder with its rungs shrunk until its charged FLOPs and its planned eval
+    FLOPs together fit ``selection.pilot_budget`` full runs (``ladder`` itself when they
+    fit already, or when the eval alone exceeds it: :func:`eval_budget_warning` says so).
+
+    A rung's eval does not depend on its budget (every checkpoint scores the same
+    problems), so the eval share is read once, at the requested rungs.
+    """
+    runnable = [c for c in cells if not c.refused]
+    if not runnable:
+        return ladder
+    selection = base.selection
+    provisional = Plan(budget, ladder.rungs[0], (), tuple(runnable), "", base, ladder)
+    room = selection.pilot_budget - provisional.eval_flops / budget
+    if room <= 0 or ladder.cost_share <= room * (1 + 1e-9):
+        return ladder
+    return grid_ladder(base, axes, share=min(selection.share, room))
 
 
 def _check_distinct(cells: list[Cell]) -> None:
@@ -251,14 +288,17 @@ def _check_distinct(cells: list[Cell]) -> None:
 
 
 def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True,
-               fraction: float | None = None) -> Cell:
+               fraction: float | None = None, ladder: bool = False) -> Cell:
     """Freeze one composed cell and solve its steps at ``fraction x budget`` (default:
-    ``pilot.fraction``; a ladder's cells: its first rung)."""
+    ``pilot.fraction``; a ladder's cells: its first rung, evaluated at
+    ``selection.rung_checkpoints`` of it)."""
     fraction = cfg.pilot.fraction if fraction is None else fraction
     if runnable:
         check_reward_built(cfg)
     specs = to_specs(cfg)  # validated once, for the spec and the step alike
     spec = to_run_spec(cfg, pilot_flops(budget, fraction), runnable=runnable, specs=specs)
+    if ladder:
+        spec = replace(spec, checkpoints=tuple(float(c) for c in cfg.selection.rung_checkpoints))
     step = flops.grpo_step_flops(specs.policy, specs.reward, convention=cfg.convention,
                                  lora=specs.lora, **specs.kwargs())
     steps = int(spec.budget_flops // step.total)
@@ -400,8 +440,10 @@ def plan_summary(plan: Plan) -> str:
                f"({plan.eval_flops / plan.budget_flops:.1%}), {plan.share_with_eval:.1%} "
                f"with eval")
     if plan.ladder is not None:
+        selection = plan.base.selection
         shrunk = (f"; rungs shrunk x{plan.ladder.scaled:.3g} to fit selection.share="
-                  f"{plan.base.selection.share:g}" if plan.ladder.scaled < 1 else "")
+                  f"{selection.share:g} and, with eval, selection.pilot_budget="
+                  f"{selection.pilot_budget:g}" if plan.ladder.scaled < 1 else "")
         return (f"{head}; ladder {ladder_text(plan.ladder)}, pilots {charged} (a flat grid "
                 f"at pilot.fraction={plan.base.pilot.fraction:g}: {flat_share(plan):.1%} "
                 f"charged){shrunk}")

@@ -19,11 +19,13 @@ from race.store.io import REPORT_FIX, SWEEP_JSON_FIX, read_json, read_result, wr
 from race.store.sweep import SELECTION_JSON, SweepDir
 
 
-def full_budget_spec(spec_dict: dict, full_budget_flops: float):
+def full_budget_spec(spec_dict: dict, full_budget_flops: float, select_examples: int = 0):
     """The pilot's :class:`RunSpec` again, at the full budget from the warm start (a new
-    cell id; a ladder rung's continuation is dropped)."""
-    return replace(RunSpec.from_dict(spec_dict), budget_flops=float(full_budget_flops),
-                   continues="")
+    cell id; a ladder rung's continuation is dropped), scoring its selection target on at
+    least ``select_examples`` problems (pilots score few: their eval is in their budget)."""
+    spec = RunSpec.from_dict(spec_dict)
+    return replace(spec, budget_flops=float(full_budget_flops), continues="",
+                   select_examples=max(spec.select_examples, select_examples))
 
 
 def _cell_spec(cell: CellDir) -> dict:
@@ -58,7 +60,8 @@ def run_validation(sweep_dir: Path, cfg, top_k: int | None = None) -> dict:
     specs, config_of = [], {}
     for choice in chosen:
         for cell_id in choice["cell_ids"]:
-            spec = full_budget_spec(_cell_spec(CellDir.of(sweep_dir, cell_id)), full)
+            spec = full_budget_spec(_cell_spec(CellDir.of(sweep_dir, cell_id)), full,
+                                    cfg.validate.select_examples)
             config_of[spec.cell_id] = choice["config_id"]
             specs.append(spec)
     write_json(out_dir / "validate.json", {
