@@ -41,7 +41,8 @@ def summary_text(result: SweepAnalysis, ok: pd.DataFrame, totals: dict, paths: d
 def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) -> str:
     header = ["rank", "config", "model", "reward", "G", "mu", "regime", "seeds",
               f"mean [{level:.0%} CI]", "SE", "CI over",
-              f"predicted at {fmt_flops(full_flops)} FLOPs [lo, hi]", "fit"]
+              f"predicted at {fmt_flops(full_flops)} FLOPs [lo, hi]", "fit",
+              "rho planned / realized"]
     rows, notes = [], []
     for _, row in configs.iterrows():
         method = row.get("fit_method")
@@ -56,8 +57,9 @@ def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) ->
                      _interval(row["mean"], row["lo"], row["hi"]), _acc(row.get("se")),
                      row["interval_source"],
                      _interval(row.get("prediction"), row.get("prediction_lo"),
-                               row.get("prediction_hi")), fit])
-    text = _md_table(header, rows, "rlllrrlrrrlrl")
+                               row.get("prediction_hi")), fit,
+                     f"{_acc(row.get('rho_planned'), 2)} / {_acc(row.get('rho_realized'), 2)}"])
+    text = _md_table(header, rows, "rlllrrlrrrlrlr")
     if notes:
         text += ("\n\n\\* fallback (\"last\"): the prediction is the last observed accuracy "
                  "+- max(spread, 0.05), because\n" + "\n".join(notes))
