@@ -1,5 +1,8 @@
-"""The update fraction rho of every cell in a sweep's report (race.analysis.surfaces,
-race.report), on hand-made sweep folders built with tests/test_report.py's helpers."""
+"""The update fraction rho of every cell and the response surface's recommendation in a
+sweep's report (race.analysis.surfaces, race.report), on hand-made sweep folders built
+with tests/test_report.py's helpers."""
+
+import json
 
 import pandas as pd
 import pytest
@@ -114,3 +117,85 @@ def test_selection_json_carries_every_cells_rho(report):
     # the keys other code reads are all still there
     assert {"target", "basis", "k", "selected", "by_target", "excluded", "warm_starts",
             "guards_fired"} <= set(selection)
+
+
+def _surfaces(selection):
+    return {(s["model"], s["reward"]): s for s in selection["response_surface"]}
+
+
+def _surface_rows(text):
+    rows = _md_tables(text, "## Response surface in rho", "## Response surface in rho")
+    return {(row[0], row[1]): row for row in rows}
+
+
+def test_an_interior_peak_recommends_its_regime(report):
+    _, text, selection = report
+    entry = _surfaces(selection)[("tiny-m", "rule")]
+    fit = entry["surface"]
+    assert entry["target"] == "test"
+    # the points lie on the quadratic exactly: every fit and resample finds its vertex
+    assert fit["model"] == "quadratic" and fit["stable"] and fit["reasons"] == []
+    assert fit["rho_opt"] == pytest.approx(0.75) and fit["edge"] == ""
+    assert fit["interval"] == pytest.approx([0.75, 0.75])
+    assert fit["threshold"] == pytest.approx(0.60)  # the midpoint of 0.30-0.90
+    assert fit["regime"] == "high-update" and fit["score_opt"] == pytest.approx(0.45)
+    assert fit["coefficients"] == pytest.approx([0.45 - 20 / 9 * 0.75 ** 2, 40 / 9 * 0.75,
+                                                 -20 / 9], abs=1e-9)
+    assert entry["recommendation"] == ("high-update (rho* 0.75, 90% interval 0.75-0.75; "
+                                       "threshold 0.60)")
+    assert _surface_rows(text)[("tiny-m", "rule")] == [
+        "tiny-m", "rule", "5", "5", "0.30-0.90", "quadratic", "0.75 [0.75, 0.75]", "-",
+        entry["recommendation"]]
+
+
+def test_a_peak_on_the_edge_falls_back_to_the_best_pilot_cell(report):
+    _, text, selection = report
+    entry = _surfaces(selection)[("tiny-m", "prm-tiny-s")]
+    fit = entry["surface"]
+    assert fit["model"] == "quadratic" and fit["rho_opt"] == pytest.approx(0.90)
+    assert fit["edge"] == "high" and fit["reasons"] == ["edge"] and fit["regime"] is None
+    assert (fit["best_config"], fit["best_rho"], fit["best_score"]) == (
+        "m-prm-4", pytest.approx(0.90), pytest.approx(0.80))
+    assert entry["recommendation"] == ("no stable fit (edge): the best pilot cell is m-prm-4 "
+                                       "(rho 0.90, pilot score 0.800)")
+    row = _surface_rows(text)[("tiny-m", "prm-tiny-s")]
+    assert row[6].startswith("0.90") and row[7] == "high"
+    assert row[8] == entry["recommendation"]
+    assert "- tiny-m/prm-tiny-s: its optimum sits on the grid's high edge (rho 0.90 of " \
+           "0.30-0.90)" in text
+
+
+def test_a_flat_surface_falls_back_as_constant(report):
+    _, text, selection = report
+    entry = _surfaces(selection)[("tiny-s", "rule")]
+    fit = entry["surface"]
+    assert fit["model"] == "constant" and fit["reasons"] == ["constant"]
+    assert fit["rho_opt"] is None and fit["interval"] is None
+    assert fit["coefficients"] == pytest.approx([0.40])
+    # every config ties at 0.40: the first in sorted order stands
+    assert (fit["best_config"], fit["best_score"]) == ("s-rule-0", pytest.approx(0.40))
+    assert entry["recommendation"] == ("no stable fit (constant): the best pilot cell is "
+                                       "s-rule-0 (rho 0.30, pilot score 0.400)")
+    assert _surface_rows(text)[("tiny-s", "rule")][5:] == ["constant", "-", "-",
+                                                          entry["recommendation"]]
+
+
+def test_two_rho_levels_fall_back_as_few_rho(report):
+    _, text, selection = report
+    entry = _surfaces(selection)[("tiny-s", "prm-tiny-s")]
+    # with 2 configs no fold of a moving model keeps 2 levels: few-rho alone, not constant
+    assert entry["surface"]["reasons"] == ["few-rho"] and entry["surface"]["n_rho"] == 2
+    assert entry["recommendation"] == ("no stable fit (few-rho): the best pilot cell is "
+                                       "s-prm-1 (rho 0.84, pilot score 0.350)")
+    assert _surface_rows(text)[("tiny-s", "prm-tiny-s")][2:5] == ["2", "2", "0.68-0.84"]
+    assert "- tiny-s/prm-tiny-s: 2 level(s) of rho more than 0.02 apart, a surface needs 3" \
+        in text
+
+
+def test_one_surface_line_per_model_and_reward_and_json_without_nan(report):
+    sweep, text, selection = report
+    assert set(_surface_rows(text)) == {(c["model"], c["reward"]) for c in CONFIGS}
+    assert [(s["model"], s["reward"]) for s in selection["response_surface"]] == sorted(
+        {(c["model"], c["reward"]) for c in CONFIGS})
+    json.loads((sweep / "selection.json").read_text(),
+               parse_constant=lambda name: pytest.fail(f"selection.json holds {name}"))

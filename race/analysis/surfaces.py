@@ -1,8 +1,10 @@
-"""A sweep's cells with their update fraction rho: the pandas side of
-:mod:`race.analysis.response`.
+"""A sweep's cells with their update fraction rho, and the response surfaces of the pilot
+score in rho fitted to them: the pandas side of :mod:`race.analysis.response`.
 
 - :func:`with_update_fractions`: every cell's ``rho_planned`` (from the plan's FLOPs by
   phase, as ``sweep.json`` records them) and ``rho_realized`` (from its ledger).
+- :func:`response_surfaces`: one surface per (policy model, reward) on one target, fitted
+  to the ok cells' realized rho and final score there.
 
 Pure pandas: no IO (:mod:`race.analysis.load` reads), no plotting.
 """
@@ -15,7 +17,17 @@ from typing import Any
 
 import pandas as pd
 
-from race.analysis.response import realized_update_fraction, update_fraction
+from race.analysis.response import (
+    BOOT,
+    LEVEL,
+    ResponseSurface,
+    fit_surfaces,
+    realized_update_fraction,
+    update_fraction,
+)
+
+# the group a surface is fitted to: a policy size and a reward system on one target
+SURFACE_KEYS = ("model", "reward", "target")
 
 
 def with_update_fractions(cells: pd.DataFrame,
@@ -55,3 +67,45 @@ def with_update_fractions(cells: pd.DataFrame,
     out["rho_realized"] = ([realized_update_fraction(row) for row in cells.to_dict("records")]
                            if "flops_learning" in cells else math.nan)
     return out
+
+
+def surface_points(ok: pd.DataFrame, evals: pd.DataFrame, *, target: str) -> list[dict]:
+    """The points a surface is fitted to: one per ok cell with a finite realized rho and
+    a final score on ``target`` (``final_<target>``), with its config, group keys and
+    ``n``, the problems its last checkpoint on ``target`` was scored on (0: unknown)."""
+    column = f"final_{target}"
+    if column not in ok or "rho_realized" not in ok:
+        return []
+    last = (evals[evals["target"] == target].sort_values("checkpoint")
+            .groupby("cell_id")["n"].last() if len(evals) else pd.Series(dtype=int))
+    return [{"model": r["model"], "reward": r["reward"], "target": target,
+             "config": str(r["config_id"]), "rho": float(r["rho_realized"]),
+             "score": float(r[column]), "n": int(last.get(r["cell_id"], 0))}
+            for _, r in ok.iterrows()
+            if pd.notna(r["rho_realized"]) and pd.notna(r[column])]
+
+
+def response_surfaces(ok: pd.DataFrame, evals: pd.DataFrame, *, target: str,
+                      level: float = LEVEL, boot: int = BOOT
+                      ) -> dict[tuple, ResponseSurface]:
+    """One :class:`~race.analysis.response.ResponseSurface` per (model, reward, target)
+    of the ok cells (seeds are a config's points; points weighted by 1 / binomial SE^2
+    when every cell's problem count is known), keyed by those three values.
+
+    Args:
+        ok: the ranked ok cells, with ``rho_realized`` (:func:`with_update_fractions`).
+        evals: ``load_results``'s checkpoint evals (each cell's last ``n`` on ``target``).
+        target: the selection target.
+        level, boot: the optimum's interval coverage and its bootstrap resamples.
+    """
+    points = surface_points(ok, evals, target=target)
+    return fit_surfaces(points, keys=SURFACE_KEYS, level=level, boot=boot) if points else {}
+
+
+def surface_records(surfaces: Mapping[tuple, ResponseSurface]) -> list[dict]:
+    """``selection.json``'s ``response_surface``: one dict per group, its keys (``model``
+    is the policy) beside the surface's own fields (``surface``, whose ``model`` is the
+    fitted one)."""
+    return [dict(zip(SURFACE_KEYS, key)) | {"recommendation": fit.recommendation(),
+                                             "surface": fit.to_dict()}
+            for key, fit in surfaces.items()]
