@@ -231,6 +231,27 @@ def test_the_default_grids_two_rho_levels_cannot_carry_a_surface():
                                  "pilot score 0.330; 2 level(s) of rho more than 0.02 apart")
 
 
+def test_a_surface_no_moving_model_can_fit_is_few_rho_not_constant():
+    # two configs: leaving one out leaves one level, so only the constant could be fitted;
+    # it was not chosen over anything, so its reason would mislead
+    fit = fit_response_surface([0.68, 0.84], [0.30, 0.35], ["G4 mu1", "G4 mu2"], boot=50)
+    assert fit.model == "constant" and fit.loco["log-linear"] == math.inf
+    assert fit.reasons == ("few-rho",)
+    assert fit.recommendation() == ("no stable fit (few-rho): the best pilot cell is G4 mu2 "
+                                    "(rho 0.84, pilot score 0.350)")
+
+
+def test_the_recommendation_is_the_regime_with_its_interval_or_the_fallback_with_codes():
+    fit = fit_response_surface(*two_seeds(peak(0.72)), boot=300)
+    lo, hi = fit.interval
+    assert fit.recommendation() == (f"high-update (rho* 0.72, 90% interval {lo:.2f}-{hi:.2f}; "
+                                    f"threshold 0.60)")
+    edge = fit_response_surface(*two_seeds(peak(1.1)), boot=100)
+    assert edge.recommendation() == (f"no stable fit (edge): the best pilot cell is c6 (rho "
+                                     f"0.90, pilot score {edge.best_score:.3f})")
+    assert edge.to_dict()["recommendation"] == edge.recommendation()
+
+
 def test_binomial_weights_make_the_constant_a_weighted_mean():
     score, n = [0.2, 0.5, 0.3], [1000, 100, 400]
     fit = fit_response_surface([0.3, 0.6, 0.9], score, list("abc"), n_problems=n, boot=50)

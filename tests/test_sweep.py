@@ -64,6 +64,14 @@ def test_inline_launcher_runs_in_process(tmp_path, policy):
     assert list(frame.status) == ["ok"]
     summary = json.loads(next(Path(tmp_path, "s", "cells").glob("*/summary.json")).read_text())
     assert summary["final_eval"]["test"]["checkpoint"] == 1.0
+    # rho = learning / charged FLOPs: planned from sweep.json's plan, realized from the ledger
+    planned = json.loads((tmp_path / "s" / "sweep.json").read_text())["cells"][0]
+    planned, spent = planned["planned_flops"], summary["flops"]
+    assert frame.rho_planned[0] == pytest.approx(planned["learning"] / (
+        planned["rollout"] + planned["learning"] + planned["feedback"]))
+    assert frame.rho_realized[0] == pytest.approx(spent["learning"] / (
+        spent["rollout"] + spent["learning"] + spent["feedback"]))
+    assert 0 < frame.rho_realized[0] < 1
 
 
 def test_race_pilot_multirun_through_hydra_submitit_launcher(tmp_path, policy):

@@ -22,7 +22,7 @@ from race.errors import UnknownName, UsageError
 # Knob columns copied from a config's first seed (they are shared by its seeds).
 CONFIG_COLUMNS = ("model", "params", "reward", "task", "group_size", "prompts_per_step",
                   "max_new_tokens", "update_epochs", "lr", "lora_rank", "budget_flops",
-                  "full_budget_flops")
+                  "full_budget_flops", "rho_planned")
 LEVEL, N_BOOT = REPORT.level, REPORT.n_boot  # when a caller gives none
 REGIME_KEYS = ["model", "reward", "regime"]
 
@@ -122,7 +122,9 @@ def rank_regimes(cells: pd.DataFrame, examples: pd.DataFrame, *, target: str,
         n_boot, seed, level: bootstrap resamples, generator seed, interval coverage.
 
     Returns:
-        (configs, regimes). configs: one row per config_id: knobs, ``regime`` (most common
+        (configs, regimes). configs: one row per config_id: knobs (and ``rho_planned``),
+        ``rho_realized`` (the seeds' mean; both when the cells carry them, see
+        :func:`race.analysis.surfaces.with_update_fractions`), ``regime`` (most common
         among seeds), ``target``, ``n_seeds``, ``mean`` accuracy, its standard error
         ``se`` (seeds' spread / sqrt(seeds), or binomial over one seed's problems),
         percentile-bootstrap ``lo``/``hi`` with ``interval_source`` "seeds" (>= 2 seeds),
@@ -148,6 +150,8 @@ def rank_regimes(cells: pd.DataFrame, examples: pd.DataFrame, *, target: str,
         values = group[column].dropna().to_numpy(dtype=float)
         row = {"config_id": config_id}
         row.update({k: group[k].iloc[0] for k in CONFIG_COLUMNS if k in group})
+        if "rho_realized" in group:  # seeds spend slightly different shares
+            row["rho_realized"] = float(group["rho_realized"].mean())
         row.update(regime=_mode(group["regime"]), target=target, n_seeds=len(values),
                    mean=float(values.mean()) if len(values) else math.nan)
         flags = ex.loc[ex["cell_id"] == group["cell_id"].iloc[0], "correct"].to_numpy(float)

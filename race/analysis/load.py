@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from race.analysis.surfaces import with_update_fractions
 from race.catalog import load_model_shape
 from race.core.regime import RegimeThresholds, regime_label
 from race.core.specs import ModelShape
@@ -43,7 +44,8 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
     """A sweep folder as the aggregator's three DataFrames: ``(cells, evals, examples)``.
 
     - ``cells``: one row per cell (``pilots.csv``'s columns plus ``params``,
-      ``full_budget_flops`` and the ``regime`` named from its realized shares).
+      ``full_budget_flops`` and the ``regime`` named from its realized shares; with
+      ``rho_planned`` and ``rho_realized``, as ``pilots.csv``, read afresh).
     - ``evals``: one row per (cell, target, checkpoint): FLOPs spent then, accuracy, and
       the problems ``n`` it was scored on.
     - ``examples``: the final checkpoint's per-problem correctness (prompt bootstrap).
@@ -91,7 +93,8 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
         for target, correct in finals.items():
             examples += [{"cell_id": row["cell_id"], "target": target, "example": i,
                           "correct": c} for i, c in enumerate(correct)]
-    frames = (pd.DataFrame(rows), pd.DataFrame(evals), pd.DataFrame(examples))
+    cells = with_update_fractions(pd.DataFrame(rows), record.get("cells", []))
+    frames = (cells, pd.DataFrame(evals), pd.DataFrame(examples))
     if with_steps:
         return (*frames, pd.DataFrame(steps, columns=["cell_id", *STEP_KEYS]))
     return frames

@@ -28,12 +28,12 @@ recommendation says which half of the grid the user can choose from holds the op
 (a fixed 0.5 would call every cell of a grid spanning 0.68-0.85 high-update). A fit is
 stable unless (each a reason code): fewer than 3 levels of rho (``few-rho``: values more
 than ``RHO_TOL`` apart, since seeds' realized rho and configs that differ only in G or
-LoRA rank differ by less), the
-constant model is chosen (``constant``), its optimum is on the edge (``edge``: the
-score still rises toward the edge, so the best rho may lie beyond the grid), the interval
-spans both regimes (``wide``), or fewer than half the resamples could be fitted
-(``bootstrap``). An unstable fit recommends the best pilot cell (the config with the
-highest mean pilot score) instead.
+LoRA rank differ by less), the constant model is chosen over one that could be fitted
+(``constant``), its optimum is on the edge (``edge``: the score still rises toward the
+edge, so the best rho may lie beyond the grid), the interval spans both regimes
+(``wide``), or fewer than half the resamples could be fitted (``bootstrap``). An
+unstable fit recommends the best pilot cell (the config with the highest mean pilot
+score) instead.
 
 Pure: numpy only; no IO, pandas or torch.
 """
@@ -338,6 +338,15 @@ class ResponseSurface:
                 f"(rho {self.best_rho:.2f}, pilot score {self.best_score:.3f}; {self.why()}; "
                 f"{fit})")
 
+    def recommendation(self) -> str:
+        """What to do, short: the regime and its optimum, or the fallback and why (codes)."""
+        if self.stable:
+            return (f"{self.regime} (rho* {self.rho_opt:.2f}, {self.level:.0%} interval "
+                    f"{_span(self.interval)}; threshold {self.threshold:.2f})")
+        return (f"no stable fit ({', '.join(self.reasons)}): the best pilot cell is "
+                f"{self.best_config} (rho {self.best_rho:.2f}, pilot score "
+                f"{self.best_score:.3f})")
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (inf as None), for ``selection.json`` and the leaderboard."""
         return {"model": self.model, "coefficients": list(self.coefficients),
@@ -351,7 +360,8 @@ class ResponseSurface:
                 "stable": self.stable,
                 "reasons": list(self.reasons), "regime": self.regime,
                 "best_config": self.best_config, "best_rho": self.best_rho,
-                "best_score": self.best_score, "line": self.line()}
+                "best_score": self.best_score, "line": self.line(),
+                "recommendation": self.recommendation()}
 
 
 def _span(interval: tuple[float, float] | None) -> str:
@@ -413,8 +423,8 @@ def fit_response_surface(rho: Sequence[float], score: Sequence[float],
     reasons = []
     if n_rho < 3:
         reasons.append("few-rho")
-    if model == "constant":
-        reasons.append("constant")
+    if model == "constant" and any(map(math.isfinite, (loco[m] for m in MODELS[1:]))):
+        reasons.append("constant")  # it beat a model that could move (else: few-rho)
     if edge:
         reasons.append("edge")
     if fitted < 0.5:

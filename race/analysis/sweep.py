@@ -24,12 +24,14 @@ from race.analysis.aggregate import (
 )
 from race.analysis.curves import fit_cells
 from race.analysis.load import load_results
+from race.analysis.response import ResponseSurface
 from race.analysis.select import (
     ladder_guards,
     ladder_selection,
     select_for_validation,
     warm_starts,
 )
+from race.analysis.surfaces import response_surfaces
 from race.core.guards import DEFAULT, GuardThresholds
 from race.core.stats import BASES, REPORT
 from race.errors import UsageError
@@ -49,6 +51,8 @@ class SweepAnalysis:
     on the primary target; ``basis``: what selection read (``ladder``, or the flat
     ``extrapolated`` / ``observed``); ``checks``: every guard on every cell (flat only:
     the ladder checked its rungs as it ran); ``guards_fired``: the guards that fired.
+    ``surfaces``: the response surface of the pilot score in rho per (model, reward,
+    primary target), fitted to the ranked ok cells (:mod:`race.analysis.surfaces`).
     ``card_only``: runs of another trainer, with RACE's ledger but none of its evals
     (nothing to rank: the compute card only).
     """
@@ -75,6 +79,7 @@ class SweepAnalysis:
     guards_fired: list = field(default_factory=list)
     selected: list = field(default_factory=list)
     order: list = field(default_factory=list)
+    surfaces: dict[tuple, ResponseSurface] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -146,6 +151,7 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
         result.fronts[target] = frontier(evals, cells, target=target)
     result.by_target = best_by_target(raw)
     result.starts = warm_starts(evals, cells, target=primary)
+    result.surfaces = response_surfaces(ok, evals, target=primary, level=level, boot=n_boot)
     _select(result, raw[primary], evals, examples, steps, basis)
     config_order = {cid: i for i, cid in enumerate(result.primary_configs["config_id"])}
     result.order = ok.assign(_o=ok["config_id"].map(config_order)).sort_values(

@@ -25,6 +25,7 @@ def leaderboard_markdown(result: SweepAnalysis) -> str:
     text = _leaderboard_markdown(result.name, result.ranked, primary, result.ok,
                                  result.excluded, result.by_target, result.level,
                                  ladder is not None)
+    text += _surfaces_markdown(result.surfaces, primary, result.level)
     if ladder is not None:
         text += _ladder_markdown(ladder, primary, result.selected, result.starts)
     return text + _guards_markdown(result.checks, primary, len(result.ok), ladder)
@@ -41,7 +42,8 @@ def summary_text(result: SweepAnalysis, ok: pd.DataFrame, totals: dict, paths: d
 def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) -> str:
     header = ["rank", "config", "model", "reward", "G", "mu", "regime", "seeds",
               f"mean [{level:.0%} CI]", "SE", "CI over",
-              f"predicted at {fmt_flops(full_flops)} FLOPs [lo, hi]", "fit"]
+              f"predicted at {fmt_flops(full_flops)} FLOPs [lo, hi]", "fit",
+              "rho planned / realized"]
     rows, notes = [], []
     for _, row in configs.iterrows():
         method = row.get("fit_method")
@@ -56,12 +58,48 @@ def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) ->
                      _interval(row["mean"], row["lo"], row["hi"]), _acc(row.get("se")),
                      row["interval_source"],
                      _interval(row.get("prediction"), row.get("prediction_lo"),
-                               row.get("prediction_hi")), fit])
-    text = _md_table(header, rows, "rlllrrlrrrlrl")
+                               row.get("prediction_hi")), fit,
+                     f"{_acc(row.get('rho_planned'), 2)} / {_acc(row.get('rho_realized'), 2)}"])
+    text = _md_table(header, rows, "rlllrrlrrrlrlr")
     if notes:
         text += ("\n\n\\* fallback (\"last\"): the prediction is the last observed accuracy "
                  "+- max(spread, 0.05), because\n" + "\n".join(notes))
     return text
+
+
+def _surfaces_markdown(surfaces: dict, target: str, level: float) -> str:
+    """The leaderboard's response-surface section: per (model, reward), the fit of the
+    pilot score in rho and what it recommends (:mod:`race.analysis.response`)."""
+    text = ["", f"## Response surface in rho (target: {target})",
+            f"rho = learning / charged FLOPs (rollout + learning + feedback), as each pilot "
+            f"spent it. Per policy model and reward, the cells' final `{target}` scores are "
+            f"fitted in rho by a constant, a log-linear and a quadratic model, chosen by "
+            f"leave-one-config-out error; rho* is the fit's best rho on the grid's range, "
+            f"with a {level:.0%} bootstrap interval over configs. A stable fit recommends "
+            f"the high-update regime (rho* above the threshold, the range's midpoint) or "
+            f"the low-update one (at or below it); an unstable one (few-rho: under 3 "
+            f"levels of rho; constant: the score does not move with rho; edge: rho* on the "
+            f"grid's edge; wide: its interval spans both regimes; bootstrap: most "
+            f"resamples unfit) falls back to the best pilot cell."]
+    if not surfaces:
+        text.append(f"No ok cell has a realized rho and a final `{target}` score.")
+        return "\n\n".join(text) + "\n"
+    rows, notes = [], []
+    for (model, reward, _), fit in surfaces.items():
+        optimum = ("-" if fit.rho_opt is None else f"{fit.rho_opt:.2f}"
+                   + (f" [{fit.interval[0]:.2f}, {fit.interval[1]:.2f}]" if fit.interval
+                      else ""))
+        rows.append([model, reward, fit.n_configs, fit.n_rho,
+                     f"{fit.rho_range[0]:.2f}-{fit.rho_range[1]:.2f}", fit.model, optimum,
+                     fit.edge or "-", fit.recommendation()])
+        if not fit.stable:
+            notes.append(f"- {model}/{reward}: {fit.why()}.")
+    text.append(_md_table(["model", "reward", "configs", "rho levels", "rho range", "fit",
+                           f"rho* [{level:.0%}]", "edge", "recommendation"], rows,
+                          "llrrlllll"))
+    if notes:
+        text.append("Why a fit is unstable:\n" + "\n".join(notes))
+    return "\n\n".join(text) + "\n"
 
 
 def _regimes_markdown(regimes: pd.DataFrame) -> str:

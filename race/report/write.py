@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from race.analysis.aggregate import increments
+from race.analysis.aggregate import increments, plain
 from race.analysis.load import model_shapes
+from race.analysis.surfaces import surface_records
 from race.analysis.sweep import SweepAnalysis, analyse_sweep
 from race.core.fmt import CHARGED_PHASES, fmt_flops
 from race.core.fmt import md_table as _md_table
@@ -41,7 +42,8 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
 
     Args:
         sweep_dir: a sweep folder (``results/<sweep_id>``, holding ``cells/``).
-        n_boot: bootstrap resamples of each config's interval.
+        n_boot: bootstrap resamples of each config's interval and of each response
+            surface's optimum.
         level: interval coverage, e.g. 0.9.
         top_k: configs to select for full-budget validation.
         basis: "extrapolated" (sigmoid prediction at the full budget) or "observed"
@@ -91,15 +93,24 @@ def _plots(result: SweepAnalysis, paths: dict[str, Path]) -> None:
     plots.phases(paths["phases_png"], result.cells, result.order, ranks, name)
 
 
+# what selection.json's ``rho`` says of every cell
+RHO_KEYS = ("cell_id", "config_id", "model", "reward", "status", "rho_planned",
+            "rho_realized")
+
+
 def _selection_record(result: SweepAnalysis) -> dict:
-    """What selection.json holds: the choices, why, and what was left out."""
+    """What selection.json holds: the choices, why, and what was left out; every cell's
+    rho and the response surface's recommendation per (model, reward)."""
     excluded = [{"cell_id": str(r["cell_id"]), "status": str(r["status"]),
                  "error": None if pd.isna(r.get("error")) else str(r.get("error"))}
                 for _, r in result.excluded.iterrows()]
     return {"target": result.primary, "basis": result.basis, "k": result.top_k,
             "selected": result.selected, "by_target": result.by_target,
             "excluded": excluded, "warm_starts": result.starts,
-            "guards_fired": result.guards_fired}
+            "guards_fired": result.guards_fired,
+            "rho": [{key: plain(r.get(key)) for key in RHO_KEYS}
+                    for r in result.every_cell.to_dict("records")],
+            "response_surface": surface_records(result.surfaces)}
 
 
 def write_failures(sweep_dir: Path | str, cells: pd.DataFrame) -> Path:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
+from race.analysis.surfaces import with_update_fractions
 from race.config import Overrides
 from race.run.cells import launch_cells
 from race.run.grid import Plan, plan_grid
@@ -141,7 +142,7 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
         outcome = launch_cells(sweep_dir, [c.spec for c in plan.runnable], cfg.launcher, me)
     else:
         outcome = run_ladder(plan, cfg, sweep_dir, me)
-    frame = pilots_frame(sweep_dir)
+    frame = with_update_fractions(pilots_frame(sweep_dir), record["cells"])
     write_csv(SweepDir(sweep_dir).pilots, frame)
     record |= {"finished": time.time(), "launch_wall_s": outcome["wall_s"],
                "ok": int((frame["status"] == "ok").sum()) if len(frame) else 0,

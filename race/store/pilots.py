@@ -1,8 +1,9 @@
 """``pilots.csv``: one flat row per cell of a sweep (its knobs, status, FLOPs, seconds,
 throughput and evals), read from the cell's ``spec.json`` and ``summary.json``.
 
-The columns are this module's: the sweep writes the file, the report and the budget
-report read it.
+The columns are this module's, but for ``rho_planned`` and ``rho_realized``, which the
+sweep adds before it writes the file (``race.analysis.surfaces``); the report and the
+budget report read it.
 """
 
 from __future__ import annotations
