@@ -24,9 +24,9 @@ The bank of the new testbed (flawed-demonstration warm start, lr 3e-4, sizes tin
 tiny-l, rewards rule and prm-tiny-s; ``bench/data/curve_bank_v3.json.gz`` once exported,
 read by ``bench/testbed.py``) is run by::
 
-    race sweep selection.policy=flat pilot.fraction=1 pilot.seed=0,1,2 \
-        'pilot.checkpoints=[1/96,1/48,1/24,1/16,1/12,1/8,1/6,1/4,1/3,1/2,3/4,1]' \
-        'pilot.eval_targets=[val,test,ood]' pilot.select_examples=500 \
+    race sweep selection.policy=flat pilot.fraction=1 pilot.seed=0,1,2 \\
+        'pilot.checkpoints=[1/96,1/48,1/24,1/16,1/12,1/8,1/6,1/4,1/3,1/2,3/4,1]' \\
+        'pilot.eval_targets=[val,test,ood]' pilot.select_examples=500 \\
         pilot.eval_examples=200 sweep.name=curve-bank-v3
 
 (the checkpoints written out as decimals), which resumes where it stopped when rerun.
@@ -35,6 +35,23 @@ finished so far are kept in ``bench/data/curve-bank-v3-cells.tar.gz`` (each ok c
 ``spec.json``, ``summary.json`` and ``metrics.jsonl``). To continue on a fresh checkout,
 ``tar xzf bench/data/curve-bank-v3-cells.tar.gz -C results/`` and rerun the command: the
 sweep skips every cell whose summary says ok, so only the rest run.
+
+A second budget, 4F = 1.4e13 FLOPs, for tiny-m's two best configs at F (reward rule,
+mu 1, G 4 and G 8; seeds 0, 1, 2: 6 cells) is its own bank,
+``bench/data/curve_bank_v3_4x.json.gz``, exported from its own folder without
+``--previous`` (a bank holds one full budget; ``bench/testbed.py`` reads both banks
+together, each with its own command, git sha and budget on record). It was run by::
+
+    race sweep selection.policy=flat pilot.fraction=1 budget=1.4e13 model=tiny-m \
+        reward=rule grid.group_size=4,8 grid.update_epochs=1 pilot.seed=0,1,2 \
+        'pilot.checkpoints=[1/96,1/48,1/24,1/16,1/12,1/8,1/6,1/4,1/3,1/2,3/4,1]' \
+        'pilot.eval_targets=[val,test,ood]' pilot.select_examples=500 \
+        pilot.eval_examples=200 sweep.name=curve-bank-v3-4x
+
+(the checkpoints written out as decimals, as for the F bank), from git ``6532da3``, a later
+commit than the F bank's. Its checkpoint 1/4 is F, so its curves overlap the F bank's
+there. Its scope is narrow: tiny-m only, these 2 configs, the rule reward; tiny-l at 4F
+was not run, for lack of time.
 
 Several commands may run into one sweep folder (a rerun with another axis value adds its
 cells); ``--previous`` names the bank exported before, whose commands are kept in
@@ -141,7 +158,9 @@ def main() -> None:
     old = read_bank(args.previous) if args.previous else None
     if old and (why := mismatch(old, record)):
         sys.exit(f"--previous {args.previous}: {why}; export this folder without "
-                 f"--previous, or rerun it with the earlier bank's code and budget")
+                 f"--previous (a bank at another budget is its own file: bench/testbed.py "
+                 f"reads several, --bank each), or rerun it with the earlier bank's code and "
+                 f"budget")
     kept = [c for c in old["cells"] if c["cell_id"] not in done] if old else []
     runs = previous_runs(old) if old else []
     bank = {**{k: this[k] for k in RUN_KEYS},

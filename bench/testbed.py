@@ -1,9 +1,9 @@
 """What the embedded testbed shows: does post-training move each size off its warm start,
 do allocations differ, and does the best allocation change with the conditions?
 
-Reads a curve bank (``bench/curve_bank.py`` exports one: the default grid's configs run
-to the full budget F with dense checkpoints, several seeds) and prints, per size and
-reward system:
+Reads one or more curve banks (``bench/curve_bank.py`` exports one: the default grid's
+configs run to a full budget with dense checkpoints, several seeds) and prints, per size
+and reward system:
 
 - the warm start (checkpoint 0, shared by every config of a size) and the best and worst
   config at F, each as the mean over seeds with its SE;
@@ -12,6 +12,17 @@ reward system:
   lr is constant, so a curve read at F/4 is the run a budget of F/4 buys), size, reward
   system and evaluation target, with a 90% interval on its lead over the runner-up.
 
+F is the smallest bank's full budget; every checkpoint is a budget in units of F (a 4F
+bank's checkpoint c is the budget 4c F). The warm start, best and worst config at F and the
+last line's ``min_gain_se`` and ``within_size_spread_se`` are read from the F bank alone.
+A budget is read from the smallest bank that reaches it, so the banks never mix: a config
+run in both the F and the 4F bank is read from the F bank's cells up to F and from the 4F
+bank's above F (2F, 3F, 4F). Only the configs with cells at a budget compare there (the 4F
+bank of ``bench/curve_bank.py`` runs tiny-m's two best rule configs). When the banks span
+more than one budget, a last section gives the best allocation at each budget from the
+first checkpoint to the largest bank's full budget, on ``val``, with its SE, then each
+config in two banks as both runs score it at F, where the budget axis changes banks.
+
 Standard errors combine the seeds and the problems: a config's score is its seed mean on
 the same ``n`` problems at every checkpoint; ``SE^2 = var(seed means) / seeds + var(per
 problem) / n``. A gain over the warm start is paired on the problems (each problem's
@@ -19,10 +30,12 @@ seed-mean score at F minus its score at the start).
 
 A condition *changes* the best allocation when two of its values each have a different
 best allocation, and each leads the other's best by more than 1.645 SE of the difference
-(90% intervals of the two leads exclude zero in opposite directions).
+(90% intervals of the two leads exclude zero in opposite directions); across budgets,
+both allocations need cells at both budgets.
 
-Usage: ``python bench/testbed.py [--bank bench/data/curve_bank_v3.json.gz]`` (``--bank``
-may also name a bank's sweep folder, to read the cells finished so far).
+Usage: ``python bench/testbed.py [--bank bench/data/curve_bank_v3.json.gz --bank
+bench/data/curve_bank_v3_4x.json.gz]`` (the default: both, the second where it exists;
+``--bank`` may also name a bank's sweep folder, to read the cells finished so far).
 Last line: ``min_gain_se=... within_size_spread_se=... conditional_changes=...``.
 """
 
@@ -34,10 +47,12 @@ import itertools
 import json
 import math
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 DEFAULT_BANK = Path(__file__).parent / "data" / "curve_bank_v3.json.gz"
+LARGER_BANK = Path(__file__).parent / "data" / "curve_bank_v3_4x.json.gz"  # 4F, read if there
 Z90 = 1.645
 SELECT = "val"  # the target configs are compared on; test and ood are reported beside it
 
@@ -45,8 +60,6 @@ SELECT = "val"  # the target configs are compared on; test and ood are reported 
 def load(path: Path) -> list[dict]:
     """The bank's cells; or, for a sweep folder still running, its finished cells."""
     if path.is_dir():
-        import sys
-
         sys.path.insert(0, str(Path(__file__).parent))
         from curve_bank import cell_curves
 
@@ -106,31 +119,88 @@ def configs(cells: list[dict]) -> dict[str, list[dict]]:
     return by
 
 
-def best_of(groups: dict[str, list[dict]], target: str, fraction: float,
-            name) -> tuple[str, dict, str, dict] | None:
-    """The best and runner-up allocation (name, score) among ``groups`` of configs."""
-    scored = [(name(cells[0]), s) for cells in groups.values()
-              if (s := score(cells, target, fraction)) is not None]
-    if len(scored) < 2:
-        return None
-    scored.sort(key=lambda x: -x[1]["mean"])
-    return scored[0][0], scored[0][1], scored[1][0], scored[1][1]
+def at_full_budget(cells: list[dict]) -> list[dict]:
+    """A bank's cells run to its full budget (a sweep folder may hold shorter pilots)."""
+    budget = max(c["budget_flops"] for c in cells)
+    return [c for c in cells if c["budget_flops"] == budget]
+
+
+def load_banks(paths: list[Path]) -> list[tuple[Path, list[dict]]]:
+    """Each bank's full-budget cells, smallest full budget first. Exits when two banks
+    hold the same cell, or give one allocation different runs (lr or warm start): the
+    budgets of an allocation must be points on one kind of run."""
+    loaded = [(p, load(p)) for p in paths]
+    if empty := [str(p) for p, cells in loaded if not cells]:
+        sys.exit(f"--bank {', '.join(empty)}: no ok cell yet; name a bank with cells")
+    banks = sorted(((p, at_full_budget(cells)) for p, cells in loaded),
+                   key=lambda b: b[1][0]["budget_flops"])
+    seen, runs = {}, {}
+    for path, cells in banks:
+        for cell in cells:
+            if cell["cell_id"] in seen:
+                sys.exit(f"--bank {path}: cell {cell['cell_id']} is also in --bank "
+                         f"{seen[cell['cell_id']]}; name each bank once")
+            seen[cell["cell_id"]] = path
+            key = (cell["model"], allocation(cell))
+            run = (cell.get("lr"), json.dumps(cell.get("warmstart", {}), sort_keys=True))
+            first, where = runs.setdefault(key, (run, path))
+            if first != run and where != path:  # one bank may hold an lr axis
+                sys.exit(f"--bank {path}: {' '.join(key)} has lr/warm start {run} here but "
+                         f"{first} in --bank {where}; compare banks of one testbed")
+    return banks
+
+
+def budgets(cells: list[dict]) -> dict[float, tuple[float, float]]:
+    """Every checkpoint after 0 as a budget in units of F, the smallest full budget among
+    ``cells``: budget -> (the full budget of the cells read there, their checkpoint).
+    A budget is read from the smallest bank that reaches it (see the module docstring)."""
+    fulls = sorted({c["budget_flops"] for c in cells})
+    views, reached = {}, 0.0
+    for full in fulls:
+        for f in sorted({r["checkpoint"] for c in cells if c["budget_flops"] == full
+                         for r in c["evals"]}):
+            budget = f * full / fulls[0]
+            if budget > reached * (1 + 1e-9):
+                views[budget] = (full, f)
+        reached = full / fulls[0]
+    return views
+
+
+def ranked(cells: list[dict], where: tuple, views: dict) -> list[tuple[str, dict]]:
+    """The allocations (name, score) of ``where = (size, reward, target, budget)`` with
+    cells at that budget, best first."""
+    size, reward, target, budget = where
+    full, f = views[budget]
+    groups = configs([c for c in cells if c["model"] == size and c["reward"] == reward
+                      and c["budget_flops"] == full])
+    scored = [(allocation(g[0], with_reward=False), s) for g in groups.values()
+              if (s := score(g, target, f)) is not None]
+    return sorted(scored, key=lambda x: -x[1]["mean"])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bank", type=Path, default=DEFAULT_BANK)
+    parser.add_argument("--bank", type=Path, action="append",
+                        help=f"a bank (repeat for several budgets; default {DEFAULT_BANK.name}"
+                             f", with {LARGER_BANK.name} where it exists)")
     args = parser.parse_args()
-    cells = load(args.bank)
-    budget = max(c["budget_flops"] for c in cells)
-    full = [c for c in cells if c["budget_flops"] == budget]
+    paths = args.bank or [p for p in (DEFAULT_BANK, LARGER_BANK)
+                          if p == DEFAULT_BANK or p.exists()]
+    banks = load_banks(paths)
+    full = banks[0][1]
+    cells = [c for _, bank in banks for c in bank]
+    views = budgets(cells)
+    budget = full[0]["budget_flops"]
     sizes = sorted({c["model"] for c in full})
     rewards = sorted({c["reward"] for c in full})
     targets = sorted({r["target"] for c in full for r in c["evals"]})
-    fractions = sorted({r["checkpoint"] for c in full for r in c["evals"]} - {0.0})
     seeds = sorted({c["seed"] for c in full})
-    print(f"bank {args.bank.name}: {len(full)} cells, {len(configs(full))} configs, seeds "
+    print(f"bank {banks[0][0].name}: {len(full)} cells, {len(configs(full))} configs, seeds "
           f"{seeds}, full budget F={budget:.3g} FLOPs; scores on {SELECT} unless named")
+    for path, bank in banks[1:]:
+        print(f"bank {path.name}: {len(bank)} cells, {len(configs(bank))} configs, seeds "
+              f"{sorted({c['seed'] for c in bank})}, full budget "
+              f"{bank[0]['budget_flops'] / budget:.3g}F={bank[0]['budget_flops']:.3g} FLOPs")
 
     print(f"\n{'size':<8}{'reward':<12}{'warm start':>16}{'best at F':>16}{'gain (SE)':>18}"
           f"{'worst at F':>16}  best / worst config")
@@ -163,18 +233,18 @@ def main() -> None:
 
     print("\nbest allocation by condition (lead over the runner-up, 90% interval):")
     best = {}
-    conditions = [(size, reward, target, f) for size in sizes for reward in rewards
-                  for target in targets for f in fractions]
-    for size, reward, target, f in conditions:
-        groups = configs([c for c in full if c["model"] == size and c["reward"] == reward])
-        found = best_of(groups, target, f, lambda c: allocation(c, with_reward=False))
-        if found is None:
+    conditions = [(size, reward, target, b) for size in sizes for reward in rewards
+                  for target in targets for b in views]
+    for where in conditions:
+        found = ranked(cells, where, views)
+        if len(found) < 2:
             continue
-        name, top, runner, second = found
+        (name, top), (runner, second) = found[:2]
         lead, lead_se = paired(top, second)
-        best[(size, reward, target, f)] = (name, top)
-        if target == SELECT or f == 1.0:
-            print(f"  {size:<7}{reward:<12}{target:<5}F x {f:<7.4g} {name:<10}{top['mean']:.3f}"
+        best[where] = (name, top)
+        size, reward, target, b = where
+        if target == SELECT or views[b][1] == 1.0:  # every target at each bank's full budget
+            print(f"  {size:<7}{reward:<12}{target:<5}F x {b:<7.4g} {name:<10}{top['mean']:.3f}"
                   f"  lead over {runner}: {lead:+.3f} [{lead - Z90 * lead_se:+.3f}, "
                   f"{lead + Z90 * lead_se:+.3f}]")
 
@@ -187,12 +257,15 @@ def main() -> None:
             (name_a, _), (name_b, _) = best[a], best[b]
             if name_a == name_b:
                 continue
-            if _beats(full, a, name_a, name_b) and _beats(full, b, name_b, name_a):
+            if _beats(cells, views, a, name_a, name_b) and _beats(cells, views, b, name_b,
+                                                                  name_a):
                 changes.append((dim, a, b, name_a, name_b))
                 break
     for dim, a, b, name_a, name_b in changes:
         print(f"  conditional on {dim}: {name_a} at {_label(a)} but {name_b} at {_label(b)} "
               f"(each leads the other, 90% intervals excluding 0)")
+    if len(banks) > 1:
+        _by_budget(cells, views, sizes, rewards)
     changed = sorted({c[0] for c in changes})
     print("\nper size, best config's gain over its warm start at F, in SE: "
           + ", ".join(f"{s} {z:.1f}" for s, z in gains.items()))
@@ -204,12 +277,38 @@ def main() -> None:
           f"conditional_changes={len(changed)}")
 
 
-def _beats(cells: list[dict], where: tuple, winner: str, loser: str) -> bool:
-    size, reward, target, f = where
-    mine = [c for c in cells if c["model"] == size and c["reward"] == reward]
-    groups = configs(mine)
-    scores = {allocation(g[0], with_reward=False): s for g in groups.values()
-              if (s := score(g, target, f)) is not None}
+def _by_budget(cells: list[dict], views: dict, sizes: list[str], rewards: list[str]) -> None:
+    """The best allocation on ``SELECT`` at every budget, per size and reward (a table),
+    then, for each config in two banks, its two runs at F (paired on the same problems)."""
+    columns = [(size, reward) for size in sizes for reward in rewards]
+    print(f"\nbest allocation by budget ({SELECT} mean (SE), of the configs with cells "
+          f"there):")
+    print(f"  {'budget':<13}" + "".join(f"{s + ' ' + r:<27}" for s, r in columns).rstrip())
+    for b in views:
+        row = []
+        for size, reward in columns:
+            found = ranked(cells, (size, reward, SELECT, b), views)
+            name, top = found[0] if found else ("-", None)
+            row.append(f"{name} {top['mean']:.3f} ({top['se']:.3f}) of {len(found)}"
+                       if top else name)
+        print(f"  F x {b:<9.4g}" + "".join(f"{r:<27}" for r in row).rstrip())
+    fulls = sorted({full for full, _ in views.values()})
+    for full in fulls[1:]:
+        # a larger bank's curve at F reruns the F bank's config (not read above): how far
+        # the two runs of one config are apart where the budget axis changes banks
+        at_f = {1.0: (full, fulls[0] / full)}
+        for size, reward in columns:
+            reruns = dict(ranked(cells, (size, reward, SELECT, 1.0), at_f))
+            for name, first in ranked(cells, (size, reward, SELECT, 1.0), views):
+                if name in reruns:
+                    diff, se = paired(reruns[name], first)
+                    print(f"  at F, {size} {reward} {name}: the {full / fulls[0]:.3g}F bank's "
+                          f"run {reruns[name]['mean']:.3f}, the F bank's {first['mean']:.3f}, "
+                          f"difference {diff:+.3f} (SE {se:.3f})")
+
+
+def _beats(cells: list[dict], views: dict, where: tuple, winner: str, loser: str) -> bool:
+    scores = dict(ranked(cells, where, views))
     if winner not in scores or loser not in scores:
         return False
     lead, se = paired(scores[winner], scores[loser])

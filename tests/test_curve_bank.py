@@ -102,3 +102,22 @@ def test_an_earlier_bank_from_other_code_is_refused_and_nothing_is_written(tmp_p
     assert out.returncode == 1
     assert "git_sha differs (abc in the earlier bank, def here)" in out.stderr
     assert not (tmp_path / "merged.json.gz").exists()
+
+
+def test_an_earlier_bank_at_another_budget_is_refused_and_the_message_names_its_own_file(
+        tmp_path):
+    export(tmp_path / "one", ["race", "sweep"], [write_cell(tmp_path / "one", "s0", 8)],
+           tmp_path / "first.json.gz")
+    sweep = tmp_path / "four"
+    results.write_json(sweep / "sweep.json", {
+        "argv": ["race", "sweep", "budget=4e9"], "git_sha": "abc", "versions": {},
+        "budget_flops": 4e9, "started": 1.0, "finished": 2.0,
+        "cells": [write_cell(sweep, "s4", 8)]})
+    out = subprocess.run([sys.executable, str(SCRIPT), str(sweep), "--out",
+                          str(tmp_path / "merged.json.gz"), "--previous",
+                          str(tmp_path / "first.json.gz")], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert ("budget_flops differs (1000000000.0 in the earlier bank, 4000000000.0 here); "
+            "export this folder without --previous (a bank at another budget is its own "
+            "file: bench/testbed.py reads several, --bank each)") in out.stderr
+    assert not (tmp_path / "merged.json.gz").exists()
