@@ -59,9 +59,12 @@ RACE's policies:
 - ``ladder``: successive halving on RACE's default rungs and reduction
   (``race.config.SelectionConfig``: F/48 -> F/24 -> F/12 -> F/6, halving; promotion by
   the lower confidence bound at the next rung, one config per size kept), shrunk by
-  ``plan_ladder`` when it would cost more than the flat grid's pilot compute, each rung
-  read at the bank's last checkpoint at or below it; the pick is
-  ``race.core.ladder.final_ranking``'s first, as in a sweep.
+  ``plan_ladder`` when it would cost more than the flat grid's pilot compute, or, with
+  its eval, more than ``selection.pilot_budget`` (as ``race plan`` shrinks it), each rung
+  read at the bank's last checkpoint at or below it, and only there (a sweep's ladder
+  scores its rung ends, ``selection.rung_checkpoints``; the bank's ``val`` is on its
+  own problem count, 500 for the testbed's bank, where a default pilot scores 200); the
+  pick is ``race.core.ladder.final_ranking``'s first, as in a sweep.
 - ``ladder+guards``: the ladder, with ``race.core.guards`` on every rung's curve (a guarded
   config is neither promoted nor picked while an unguarded one is left).
 - ``ladder+guards@1``: the same at ``race sweep``'s default pilot compute, one full run
@@ -79,6 +82,12 @@ warm start), the pilot compute as a share of one full run, charged FLOPs only an
 with the evaluation a real pilot of that policy runs (``+eval``: RACE's pilot eval plan,
 costed at the bank's measured eval FLOPs per problem; a peer's own ``val`` reads), and
 how often each config was picked.
+
+Then the response surface's leave-one-config-out check per (size, reward)
+(``race.analysis.regime_check``: how often the recommended regime, or the fallback's best
+pilot cell, holds the group's best config at F; pilot scores are each seed's ``val`` at
+F/16, rho as ``race plan`` solves it), beside ladder+guards' pick rate in the group (the
+share of replicates whose ranking puts the group's best config first among the group's).
 
 Tuned on half of the configs, reported on the other half (beside the all-config table
 with RACE's defaults and the peers' documented defaults): first the ladder's geometry
@@ -118,6 +127,8 @@ import peers
 from scipy import stats
 
 from race.analysis.curves import fit_curve
+from race.analysis.regime_check import regime_check
+from race.analysis.response import planned_update_fraction
 from race.config import PilotConfig, SelectionConfig
 from race.core import guards
 from race.core.ladder import (
@@ -129,6 +140,7 @@ from race.core.ladder import (
     promote,
     rank_last_rung,
 )
+from race.run.grid import plan_grid
 
 BANK = Path(__file__).parent / "data" / "curve_bank.json.gz"
 TARGET = "val"
@@ -226,7 +238,7 @@ def load_bank(path: Path) -> tuple[dict, dict[str, dict]]:
     for cell in bank["cells"]:
         config = configs.setdefault(cell["config"], {
             "config": cell["config"], "model": cell["model"], "reward": cell["reward"],
-            "group_size": cell["group_size"],
+            "group_size": cell["group_size"], "update_epochs": cell["update_epochs"],
             "label": f"{cell['model']}/{cell['reward']} G{cell['group_size']} "
                      f"mu{cell['update_epochs']}", "curves": {}})
         config["curves"][cell["seed"]] = Curve(cell, full)
@@ -560,7 +572,7 @@ def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
             "catastrophes": float(np.mean(catastrophes)),
             "pilot_cost_share": float(np.mean(charged_shares)),
             "with_eval": float(np.mean(eval_shares)),
-            "picks": [r[0] for r in rankings]}
+            "picks": [r[0] for r in rankings], "rankings": rankings}
 
 
 def order_by_budget(configs: dict, budgets=ORDER_BUDGETS, top: int = 4) -> list[dict]:
@@ -715,6 +727,44 @@ def summary(rows: list[dict], name: str = "ladder+guards") -> str:
             f"best_peer_regret={peer['top1_regret'] if peer else math.nan:.4f}")
 
 
+def planned_rho(config: dict, budget: float) -> float:
+    """A bank config's rho as ``race plan`` solves it at the bank's full budget."""
+    cell, = plan_grid(["selection.policy=flat", f"budget={budget:g}",
+                       f"model={config['model']}", f"reward={config['reward']}",
+                       f"grid.group_size={config['group_size']}",
+                       f"grid.update_epochs={config['update_epochs']}"],
+                      runnable=False).cells
+    return planned_update_fraction(cell)
+
+
+def regime_section(configs: dict, budget: float, ladder_row: dict) -> str:
+    """The response surface's leave-one-config-out check (``race.analysis.regime_check``)
+    per (size, reward) on the bank, the pilot scores being each seed's ``val`` at F/16 (a
+    flat pilot's), beside the ladder's pick rate there: the share of replicates in which
+    the ladder ranks the group's best config at F first among the group's configs."""
+    groups: dict[tuple, list[str]] = {}
+    for cid, config in sorted(configs.items()):
+        groups.setdefault((config["model"], config["reward"]), []).append(cid)
+    lines = [f"response surface in rho, leave one config out (pilot scores: val at F/{1 / FLAT:.0f}"
+             f", every seed; rho as planned), against ladder+guards' pick rate within the "
+             f"group:"]
+    for (model, reward), ids in groups.items():
+        rho = {cid: planned_rho(configs[cid], budget) for cid in ids}
+        pilot = {cid: [curve.at(FLAT) for curve in configs[cid]["curves"].values()]
+                 for cid in ids}
+        n = int(next(iter(configs[ids[0]]["curves"].values())).n[0])
+        check = regime_check(rho, pilot, {cid: configs[cid]["truth"] for cid in ids},
+                             n_problems=n)
+        picks = [next(c for c in ranking if c in rho) == check.best
+                 for ranking in ladder_row["rankings"]]
+        lines.append(f"  {model}/{reward} ({len(ids)} configs, rho "
+                     + ", ".join(f"{configs[c]['label'].split(' ', 1)[1]} {rho[c]:.2f}"
+                                 for c in ids)
+                     + f"): {check.line().replace(check.best, configs[check.best]['label'])}; "
+                     f"ladder+guards pick rate {np.mean(picks):.2f}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bank", type=Path, default=BANK)
@@ -760,6 +810,8 @@ def main() -> None:
     rows = [score_policy(name, configs, draws, boot=args.boot, exported=exported)
             for name in POLICIES]
     print(table(rows, configs))
+    print("\n" + regime_section(configs, bank["budget_flops"],
+                                next(r for r in rows if r["policy"] == "ladder+guards")))
 
     tune, held = halves(configs)
     tune_draws = replicates(tune, most=args.replicates)

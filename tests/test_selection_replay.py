@@ -314,3 +314,19 @@ def test_the_bootstrap_from_counts_equals_ranking_each_resample(bank):
                 assert got[key][0] == pytest.approx(sum(values) / len(values), abs=1e-12)
             else:  # every size of the resample has fewer than 3 configs, or one truth
                 assert math.isnan(got[key][0])
+
+
+def test_the_regime_check_scores_the_surface_against_the_ladders_pick_rate(bank):
+    _, configs = replay.load_bank(bank)
+    row = replay.score_policy("ladder+guards", configs, replay.replicates(configs), boot=10)
+    lines = replay.regime_section(configs, FULL, row).splitlines()
+    assert len(lines) == 3  # a header, then one line per (size, reward)
+    tiny_m = next(line for line in lines if line.startswith("  tiny-m/rule"))
+    # mu 1, 2, 4 are three rho levels; leaving one out leaves two (few-rho): every fold
+    # falls back to its best pilot cell at F/16, which is the collapsing config unless it
+    # is the one left out, so only that fold holds the best config at F (the steady one)
+    assert "(3 configs, rho G8 mu2 0.85, G8 mu4 0.91, G8 mu1 0.69)" in tiny_m
+    assert "best config at F (tiny-m/rule G8 mu1, rho 0.69) in 1 of 3" in tiny_m
+    assert "the best pilot cell in 3 (1 hit)" in tiny_m and "every config: miss" in tiny_m
+    # the guarded ladder ranks the steady config first in its group in every replicate
+    assert tiny_m.endswith("ladder+guards pick rate 1.00")
