@@ -803,7 +803,9 @@ def main() -> None:
     print(f"\nthe bank as a Syne Tune blackbox: {exported.blackbox}; resource unit F/"
           f"{exported.units}")
     budget = np.mean([matched_budget(configs, d)[0] for d in draws])
-    print(f"\nall configs, RACE's defaults (rungs {rungs} F, reduction {DEFAULTS.reduction}, "
+    print(f"\nall configs, RACE's defaults (rungs {rungs} F, shrunk until their charged and "
+          f"eval compute fit selection.pilot_budget={DEFAULTS.pilot_budget:g}; reduction "
+          f"{DEFAULTS.reduction}, "
           f"default guard thresholds), the peers' documented defaults at ladder+guards' "
           f"pilot compute with eval ({budget:.3f} of F), one worker per config; "
           f"{len(draws)} replicates: one-seed sweeps, each config's seed drawn independently")
