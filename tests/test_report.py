@@ -286,8 +286,9 @@ def test_leaderboard_md_config_tables_show_the_cells_means_in_rank_order(report)
         assert shown == sorted(means, key=lambda c: (ranks[c], c))
         for row, config_id in zip(rows, shown):
             assert int(row[0]) == ranks[config_id]
-            assert row[7] == str(len(finals[config_id][target]))  # seeds
-            assert row[8].split(" [")[0] == f"{means[config_id]:.3f}"
+            assert row[6] == "16"  # LoRA rank, the default
+            assert row[8] == str(len(finals[config_id][target]))  # seeds
+            assert row[9].split(" [")[0] == f"{means[config_id]:.3f}"
 
 
 def test_regime_rows_hold_each_regimes_best_config_and_its_cells_mean(tmp_path):

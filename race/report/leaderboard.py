@@ -40,7 +40,7 @@ def summary_text(result: SweepAnalysis, ok: pd.DataFrame, totals: dict, paths: d
 
 
 def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) -> str:
-    header = ["rank", "config", "model", "reward", "G", "mu", "regime", "seeds",
+    header = ["rank", "config", "model", "reward", "G", "mu", "LoRA r", "regime", "seeds",
               f"mean [{level:.0%} CI]", "SE", "CI over",
               f"predicted at {fmt_flops(full_flops)} FLOPs [lo, hi]", "fit",
               "rho planned / realized"]
@@ -54,13 +54,13 @@ def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) ->
             notes.append(f"- `{row['config_id']}` ({_label(row)}): {row['fit_reason']}")
         rows.append([row["rank"], f"`{row['config_id']}`", row["model"], row["reward"],
                      _int(row.get("group_size")), _int(row.get("update_epochs")),
-                     row["regime"], _int(row["n_seeds"]),
+                     _int(row.get("lora_rank")), row["regime"], _int(row["n_seeds"]),
                      _interval(row["mean"], row["lo"], row["hi"]), _acc(row.get("se")),
                      row["interval_source"],
                      _interval(row.get("prediction"), row.get("prediction_lo"),
                                row.get("prediction_hi")), fit,
                      f"{_acc(row.get('rho_planned'), 2)} / {_acc(row.get('rho_realized'), 2)}"])
-    text = _md_table(header, rows, "rlllrrlrrrlrlr")
+    text = _md_table(header, rows, "rlllrrrlrrrlrlr")
     if notes:
         text += ("\n\n\\* fallback (\"last\"): the prediction is the last observed accuracy "
                  "+- max(spread, 0.05), because\n" + "\n".join(notes))
