@@ -67,7 +67,9 @@ def main() -> None:
                              squeeze=False)
     colours = plt.get_cmap("tab10")
     for ax, size in zip(axes[0], sizes):
-        groups = configs([c for c in cells if c["model"] == size])
+        groups: dict[str, list[dict]] = {}  # by allocation: a config's F and 4F runs
+        for members in configs([c for c in cells if c["model"] == size]).values():
+            groups.setdefault(allocation(members[0]), []).extend(members)
         drawn = []
         shapes = sorted({allocation(m[0], with_reward=False) for m in groups.values()})
         for _, members in sorted(groups.items(), key=lambda kv: allocation(kv[1][0])):
@@ -85,9 +87,13 @@ def main() -> None:
             if at_f is not None:
                 drawn.append((at_f[1], label))
         ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
+        if any(c["budget_flops"] > min(full for full, _ in views.values())
+               for m in groups.values() for c in m):
+            ax.text(1.1, 0.45, "right of F:\nthe 4F bank's\nruns",
+                    transform=ax.get_xaxis_transform(), fontsize=7, color="0.35")
         ax.set_xscale("log")
-        ax.set_title(f"{size}: {len(groups)} configs, "
-                     f"{max(len(m) for m in groups.values())} seeds")
+        seeds = max(len({c["seed"] for c in m}) for m in groups.values())
+        ax.set_title(f"{size}: {len(groups)} configs, {seeds} seeds")
         ax.set_xlabel("post-training budget (units of F; warm start at the left)")
         if drawn:
             best, worst = max(drawn), min(drawn)
