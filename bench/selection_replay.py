@@ -192,10 +192,9 @@ class Curve:
         return float(self.accuracy[self.upto(fraction)][-1])
 
     def at_rungs(self, reads: tuple[float, ...]) -> np.ndarray:
-        """The warm start and the checkpoints at the rung ends ``reads`` (what a ladder's
-        pilots score: ``selection.rung_checkpoints`` is the rung's end by default)."""
-        return np.isin(self.fraction, (0.0, *reads)) if LADDER_EVALS == 1 else self.upto(
-            max(reads))
+        """The warm start and the checkpoints at the rung ends ``reads``: what a ladder's
+        pilots score at the default ``selection.rung_checkpoints=[1.0]``."""
+        return np.isin(self.fraction, (0.0, *reads))
 
     def guard(self, fraction: float, t: guards.GuardThresholds,
               reads: tuple[float, ...] | None = None) -> str | None:

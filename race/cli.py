@@ -38,7 +38,7 @@ from race.config import (
     to_specs,
     validate,
 )
-from race.core.flops import cell_cards
+from race.core.cards import cell_cards
 from race.core.fmt import fmt_flops
 from race.core.specs import pilot_flops
 from race.errors import UsageError

@@ -18,7 +18,7 @@ import dataclasses
 
 import pytest
 
-from race.core import flops
+from race.core import cards, flops
 from race.core.specs import LoraShape, ModelShape, PhaseFlops, RewardShape
 
 G = ModelShape(name="g", hidden_size=8, intermediate_size=16, num_layers=2, num_heads=2,
@@ -345,26 +345,26 @@ def test_executed_at_least_model():
 
 def test_steps_for_budget_rounds_down_and_never_overspends():
     step = PhaseFlops(rollout=30.0, learning=60.0, feedback=10.0, eval=1e9)  # total 100
-    assert flops.steps_for_budget(step, 100.0) == 1
-    assert flops.steps_for_budget(step, 199.0) == 1
-    assert flops.steps_for_budget(step, 250.0) == 2
+    assert cards.steps_for_budget(step, 100.0) == 1
+    assert cards.steps_for_budget(step, 199.0) == 1
+    assert cards.steps_for_budget(step, 250.0) == 2
     real = flops.grpo_step_flops(G, PRM, **CELL)
     for budget in (real.total, 2.5 * real.total, 1e9, 123456789.0):
-        n = flops.steps_for_budget(real, budget)
+        n = cards.steps_for_budget(real, budget)
         assert n * real.total <= budget < (n + 1) * real.total
 
 
 def test_steps_for_budget_rejects_too_small():
     step = PhaseFlops(rollout=100.0)
     with pytest.raises(ValueError, match="budget="):
-        flops.steps_for_budget(step, 99.0)
+        cards.steps_for_budget(step, 99.0)
     with pytest.raises(ValueError, match="budget="):
-        flops.steps_for_budget(step, 0.0)
+        cards.steps_for_budget(step, 0.0)
 
 
 def test_compute_card_total_is_per_step_times_steps():
     step = flops.grpo_step_flops(G, PRM, **CELL)
-    card = flops.compute_card(G, PRM, step, steps=7)
+    card = cards.compute_card(G, PRM, step, steps=7)
     assert card.steps == 7
     assert card.total == step.scale(7)
     assert card.total.total == pytest.approx(7 * step.total)
@@ -372,7 +372,7 @@ def test_compute_card_total_is_per_step_times_steps():
     assert out["total_flops"]["total"] == pytest.approx(7 * step.total)
     assert sum(out["shares"].values()) == pytest.approx(1.0)
 
-    by_budget = flops.compute_card(G, PRM, step, budget_flops=3.5 * step.total)
+    by_budget = cards.compute_card(G, PRM, step, budget_flops=3.5 * step.total)
     assert by_budget.steps == 3
     assert by_budget.total.total == pytest.approx(3 * step.total)
 
@@ -380,11 +380,11 @@ def test_compute_card_total_is_per_step_times_steps():
 def test_compute_card_needs_exactly_one_of_steps_or_budget():
     step = PhaseFlops(rollout=1.0)
     with pytest.raises(ValueError):
-        flops.compute_card(G, RULE, step)
+        cards.compute_card(G, RULE, step)
     with pytest.raises(ValueError):
-        flops.compute_card(G, RULE, step, steps=1, budget_flops=10.0)
+        cards.compute_card(G, RULE, step, steps=1, budget_flops=10.0)
     with pytest.raises(ValueError, match="steps=0"):
-        flops.compute_card(G, RULE, step, steps=0)
+        cards.compute_card(G, RULE, step, steps=0)
 
 
 # --------------------------------------------------------------------------- bad input

@@ -204,7 +204,7 @@ class PilotConfig:
     checkpoints: list[float] = field(default_factory=lambda: list(_CELL.checkpoints))
     # held-out problems per evaluation target and checkpoint (the targets selection does
     # not read: reported only)
-    eval_examples: int = 64
+    eval_examples: int = _CELL.eval_examples
     # evaluation targets (held-out splits of the task): val is what selection reads;
     # test and ood are only reported (null: every target the task has; ood only where
     # the task has out-of-distribution problems, e.g. task.ood_source for GSM8K)
@@ -214,7 +214,7 @@ class PilotConfig:
     # its problems at every checkpoint, the same ones each time (paired comparisons):
     # SE sqrt(p(1-p)/n) <= 0.035 at n=200, within the pilot budget's eval share (race
     # validate scores validate.select_examples at the full budget)
-    select_examples: int = 200
+    select_examples: int = _CELL.select_examples
     # random seed of the pilot (rollouts, prompt order, adapter init)
     seed: int = _CELL.seed
     # auto (CUDA when visible) | cpu | cuda

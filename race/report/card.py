@@ -264,7 +264,7 @@ def _params_short(count: int) -> str:
 def cell_card_text(cfg, specs, cards: dict) -> str:
     """``race flops``' compute card of one cell: its policy, feedback, search and learning
     knobs, and each charged phase's FLOPs and share in both conventions (``cards``:
-    convention -> :class:`~race.core.flops.ComputeCard`)."""
+    convention -> :class:`~race.core.cards.ComputeCard`)."""
     policy, reward, lora, kw = specs.policy, specs.reward, specs.lora, specs.kwargs()
     model_card = cards["model"]
     rows = kw["prompts_per_step"] * kw["group_size"]
