@@ -53,8 +53,10 @@ commit than the F bank's. Its checkpoint 1/4 is F, so its curves overlap the F b
 there. Its scope is narrow: tiny-m only, these 2 configs, the rule reward; tiny-l at 4F
 was not run, for lack of time. Its runs at F are not the F bank's: on val they read
 0.583 (G8 mu1) and 0.610 (G4 mu1) at their checkpoint F, against the F bank's 0.649 and
-0.640 (paired differences -0.065, SE 0.027, and -0.030, SE 0.026), from the code changes
-between the two commits; so budgets above F are compared within this bank only.
+0.640 (paired differences -0.065, SE 0.027, and -0.030, SE 0.026): the two sessions' runs
+part at their first step, while both commits run the same cell step for step alike on
+one machine (docs/pilots.md, determinism), so the difference is the machines'; budgets
+above F are compared within this bank only.
 
 Several commands may run into one sweep folder (a rerun with another axis value adds its
 cells); ``--previous`` names the bank exported before, whose commands are kept in

@@ -58,7 +58,8 @@ RACE's policies:
   F when its interval is at most 0.3 wide, else the last value (RACE's flat default).
 - ``ladder``: successive halving on RACE's default rungs and reduction
   (``race.config.SelectionConfig``: F/48 -> F/24 -> F/12 -> F/6, halving; promotion by
-  the lower confidence bound at the next rung, one config per size kept), shrunk by
+  the lower confidence bound at the next rung; a size keeps a config while its best's
+  upper bound reaches the leader's lower bound, ``selection.keep_sizes=close``), shrunk by
   ``plan_ladder`` when it would cost more than the flat grid's pilot compute, or, with
   its eval, more than ``selection.pilot_budget`` (as ``race plan`` shrinks it), each rung
   read at the bank's last checkpoint at or below it, and only there (a sweep's ladder
@@ -80,7 +81,9 @@ Kendall and Spearman between the policy's ranking and the truth's
 interval over configs), the rate of catastrophic picks (the pick ends at F below its
 warm start), the pilot compute as a share of one full run, charged FLOPs only and
 with the evaluation a real pilot of that policy runs (``+eval``: RACE's pilot eval plan,
-costed at the bank's measured eval FLOPs per problem; a peer's own ``val`` reads), and
+``pilot_eval_share``, costed at the bank's measured eval FLOPs per problem; a ladder
+scores each (size, reward) warm start once and its rungs below the last on ``val``
+alone, as ``race plan`` plans it; a peer's own ``val`` reads), and
 how often each config was picked.
 
 Then the response surface's leave-one-config-out check per (size, reward)
@@ -153,7 +156,8 @@ DEFAULTS = SelectionConfig()  # the ladder `race sweep` runs
 # pilot scores its rung's end (selection.rung_checkpoints), a flat pilot each of
 # pilot.checkpoints; a pilot that starts from the warm start (not a ladder rung
 # continuing one below) scores it the same way first
-EVAL_PROBLEMS_PER_CHECKPOINT = PilotConfig().select_examples + 2 * PilotConfig().eval_examples
+SELECT_PROBLEMS = PilotConfig().select_examples
+EVAL_PROBLEMS_PER_CHECKPOINT = SELECT_PROBLEMS + 2 * PilotConfig().eval_examples
 LADDER_EVALS = len(DEFAULTS.rung_checkpoints)
 FLAT_EVALS = len(PilotConfig().checkpoints)
 # ladder geometries tuned on the tuning half: (rungs, reduction), each rung `reduction`
@@ -273,7 +277,7 @@ def flat(configs, draw, *, sigmoid=False, **_):
 
 def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFAULTS.z,
            rungs=tuple(DEFAULTS.rungs), reduction=DEFAULTS.reduction, share=None,
-           fill=False, **_):
+           fill=False, keep_sizes=DEFAULTS.keep_sizes, **_):
     share = len(configs) * FLAT if share is None else share
     plan = ladder_plan(configs, rungs=rungs, reduction=reduction, share=share, fill=fill)
     # as race plan does: the rungs shrink until charged and eval fit selection.pilot_budget
@@ -300,13 +304,14 @@ def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFA
                                     curve.n[keep].astype(int).tolist(), nxt * curve.full, z=z)
             candidates.append({"config": cid, "model": configs[cid]["model"],
                                "lcb": bound["lcb"], "score": bound["score"],
+                               "ucb": bound["predicted"] + z * bound["predicted_se"],
                                "guard": curve.guard(fraction, thresholds,
                                                     tuple(read[:index + 1]))
                                if use_guards else None})
         if index + 1 == len(read):
             ranked_rungs.append(rank_last_rung(candidates))
             break
-        ranked = promote(candidates, plan.counts[index + 1])
+        ranked = promote(candidates, plan.counts[index + 1], keep_sizes=keep_sizes)
         ranked_rungs.append(ranked)
         alive = [c["config"] for c in ranked if c["promoted"]]
     return [c["config"] for c in final_ranking(ranked_rungs)], charged, pilots
@@ -334,7 +339,7 @@ def oracle(configs, draw, **_):
     return sorted(configs, key=lambda c: (-configs[c]["truth"], c)), 0.0, {}
 
 
-LADDER_KEYS = ("thresholds", "z", "rungs", "reduction", "share", "fill")
+LADDER_KEYS = ("thresholds", "z", "rungs", "reduction", "share", "fill", "keep_sizes")
 _MATCHED: dict = {}  # (replicate, ladder knobs) -> (budget, first rung)
 
 
@@ -518,12 +523,24 @@ def eval_flops_per_problem(configs, draw) -> float:
                           for cid, c in configs.items()]))
 
 
-def pilot_eval_share(configs, draw, pilots, evaluations: int = LADDER_EVALS) -> float:
+def pilot_eval_share(configs, draw, pilots, evaluations: int = LADDER_EVALS, *,
+                     ladder: bool = True) -> float:
     """The eval compute (share of F) of RACE's pilot eval plan for ``pilots`` ({budget:
-    pilots run to it}): ``evaluations`` checkpoints per pilot, and the warm start scored
-    by each pilot of the first budget, each on ``EVAL_PROBLEMS_PER_CHECKPOINT``."""
-    problems = EVAL_PROBLEMS_PER_CHECKPOINT * (
-        sum(pilots.values()) * evaluations + (pilots[min(pilots)] if pilots else 0))
+    pilots run to it}), ``evaluations`` checkpoints per pilot. Flat: every pilot scores
+    its warm start and each checkpoint on ``EVAL_PROBLEMS_PER_CHECKPOINT``. A ladder (as
+    ``race plan`` plans it, ``race.run.grid.ladder_eval_plan``): each (size, reward)
+    group's warm start once on all of them, the rungs below the last on ``val`` alone,
+    the last rung's end on all of them."""
+    if not pilots:
+        return 0.0
+    if ladder:
+        groups = len({(c["model"], c["reward"]) for c in configs.values()})
+        last = pilots[max(pilots)]
+        problems = (EVAL_PROBLEMS_PER_CHECKPOINT * (groups + last)
+                    + SELECT_PROBLEMS * (sum(pilots.values()) * evaluations - last))
+    else:
+        problems = EVAL_PROBLEMS_PER_CHECKPOINT * (
+            sum(pilots.values()) * evaluations + pilots[min(pilots)])
     return problems * eval_flops_per_problem(configs, draw) / bank_full(configs)
 
 
@@ -554,9 +571,10 @@ def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
         spearmans.append(_within_size(configs, ranking, spearman))
         charged_shares.append(charged)
         # a peer returns the eval it spent; RACE's policies are costed by the pilot plan
-        evaluations = FLAT_EVALS if name.startswith("flat") else LADDER_EVALS
-        eval_shares.append(charged + (spent[0] if spent else
-                                      pilot_eval_share(configs, draw, pilots, evaluations)))
+        flat_plan = name.startswith("flat")
+        eval_shares.append(charged + (spent[0] if spent else pilot_eval_share(
+            configs, draw, pilots, FLAT_EVALS if flat_plan else LADDER_EVALS,
+            ladder=not flat_plan)))
     boots = bootstrap_within_size(configs, rankings[::max(1, len(rankings) // BOOT_RANKINGS)],
                                   boot)
     mean = lambda xs: float(np.mean([x for x in xs if x is not None])) if any(  # noqa: E731

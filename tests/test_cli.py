@@ -56,7 +56,7 @@ def test_flops_budget_buys_whole_steps(capsys):
     ("grid.group_size=1", "grid.group_size=1"),
     ("grid.max_new_tokens=0", "grid.max_new_tokens=0"),
     ("task.prompt_tokens=-3", "task.prompt_tokens=-3"),
-    ("model=tiny-s grid.lora_rank=40", "grid.lora_rank=40"),
+    ("model=tiny-s grid.lora_rank=41", "grid.lora_rank=41"),
     ("model=tiny-m reward=qwen2.5-math-prm-7b", "tokenizer"),
     ("budget=1e3", "cannot buy one GRPO step"),
     ("budget=0", "budget=0"),

@@ -267,6 +267,30 @@ def test_promote_skips_a_size_with_only_guarded_configs():
     assert sorted(c["config"] for c in ranked) == sorted(c["config"] for c in candidates)
 
 
+def test_promote_gives_a_size_clearly_behind_the_leader_no_place():
+    # size m's best (d) could reach 0.75 at most, below the leader a's lower bound 0.9
+    candidates = [cand("a", "s", 0.9) | {"ucb": 0.98}, cand("b", "s", 0.8) | {"ucb": 0.9},
+                  cand("d", "m", 0.6) | {"ucb": 0.75}, cand("e", "m", 0.5) | {"ucb": 0.7}]
+    seen = by_config(promote(candidates, 2))
+    assert [c for c, v in seen.items() if v["promoted"]] == ["a", "b"]
+    assert seen["d"]["why"] == "below the cut, its size behind the leader"
+    assert seen["b"]["why"] == "top lcb"
+    # keep_sizes="all" keeps one of every size, as before
+    kept = by_config(promote(candidates, 2, keep_sizes="all"))
+    assert [c for c, v in kept.items() if v["promoted"]] == ["a", "d"]
+    assert kept["d"]["why"] == "best of its size"
+
+
+def test_promote_keeps_a_size_whose_upper_bound_reaches_the_leader():
+    candidates = [cand("a", "s", 0.9) | {"ucb": 0.98}, cand("b", "s", 0.8) | {"ucb": 0.9},
+                  cand("d", "m", 0.6) | {"ucb": 0.91}]
+    seen = by_config(promote(candidates, 2))
+    assert [c for c, v in seen.items() if v["promoted"]] == ["a", "d"]
+    assert seen["d"]["why"] == "best of its size"
+    with pytest.raises(ValueError, match="keep_sizes='some'"):
+        promote(candidates, 2, keep_sizes="some")
+
+
 # ---------------------------------------------------------------- increments
 
 

@@ -227,6 +227,20 @@ def test_every_checkpoint_of_the_selection_target_scores_the_same_problems(tmp_p
         r["problems"] for r in evals if r["target"] == "ood"}
 
 
+def test_a_ladder_cell_scores_only_what_its_rung_reads(tmp_path, policy):
+    # below report_from_flops only the selection target; no warm start without score_start
+    spec = small_spec(3, eval_examples=4, eval_targets=("test", "ood"), select_target="test",
+                      select_examples=12, checkpoints=(0.5, 1.0), score_start=False)
+    spec = dataclasses.replace(spec, report_from_flops=spec.budget_flops)
+    summary = run(spec, tmp_path, policy)
+    assert summary["status"] == "ok", summary["error"]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    sizes = [(r["checkpoint"], r["target"], len(r["correct"])) for r in rows
+             if r["kind"] == "eval"]
+    assert sizes == [(0.5, "test", 12), (1.0, "test", 12), (1.0, "ood", 4)]
+    assert summary["initial_eval"] == {}
+
+
 def live_tensor_bytes() -> int:
     """Bytes of every tensor storage Python can still reach (each storage once)."""
     import gc

@@ -56,16 +56,26 @@ def test_plan_eval_of_a_tiny_plan_equals_the_hand_count():
 
 def test_default_ladder_counts_every_rung_with_its_checkpoints():
     plan = plan_grid([])
-    each = sum(c.eval_each_flops for c in plan.runnable) / len(plan.runnable)
-    # rung ends only: 16 fresh cells x 2 evaluations (warm start, end), then 8 + 4 + 2
-    # continued cells x 1
-    assert all(c.spec.checkpoints == (1.0,) for c in plan.runnable)
-    assert plan.eval_flops == pytest.approx(16 * 2 * each + (8 + 4 + 2) * 1 * each)
+    cells = plan.runnable
+    each = sum(c.eval_each_flops for c in cells) / len(cells)  # every target
+    select = sum(c.eval_select_flops for c in cells) / len(cells)  # val alone
+    assert 0 < select < each
+    # one warm start per (size, reward), scored by the first cell of each on every target
+    scorers = [c for c in cells if c.spec.score_start]
+    assert sorted((c.spec.model, dict(c.spec.reward)["name"]) for c in scorers) == sorted(
+        {(c.spec.model, dict(c.spec.reward)["name"]) for c in cells})
+    starts = sum(c.eval_each_flops for c in scorers)
+    last = plan.budget_flops * plan.ladder.rungs[-1]
+    assert all(c.spec.report_from_flops == pytest.approx(last) for c in cells)
+    # rung ends only: 16 + 8 + 4 cells on val alone below the last rung, its 2 on every target
+    assert all(c.spec.checkpoints == (1.0,) for c in cells)
+    assert plan.eval_flops == pytest.approx(starts + (16 + 8 + 4) * select + 2 * each)
     within = plan_grid(["selection.rung_checkpoints=[0.25,0.5,0.75,1.0]",
                         "selection.pilot_budget=100"])
-    # 16 fresh cells x 5 evaluations, then 8 + 4 + 2 continued cells x 2 (0.75, 1.0 of a
-    # rung twice the one below)
-    assert within.eval_flops == pytest.approx(16 * 5 * each + (8 + 4 + 2) * 2 * each)
+    # 16 fresh cells x 4 checkpoints, then 8 + 4 continued cells x 2 (0.75, 1.0 of a rung
+    # twice the one below), all on val; the last rung's 2 at 0.75 on val, at 1.0 on all
+    assert within.eval_flops == pytest.approx(
+        starts + 16 * 4 * select + (8 + 4) * 2 * select + 2 * (select + each))
 
 
 def test_default_ladder_shrinks_its_rungs_until_charged_and_eval_fit_the_pilot_budget():

@@ -347,9 +347,9 @@ def test_compute_card_totals_equal_the_sum_of_the_cells(report):
     assert f"| **total charged** | **{fmt_flops(total)}** | 100.0% |" in card
     for cell_dir in (sweep / "cells").iterdir():
         assert f"`{cell_dir.name}`" in card
-    assert "152k" in card and "339k" in card  # tiny-s and tiny-m params
+    assert "237k" in card and "339k" in card  # tiny-s and tiny-m params
     assert "reward (prm-tiny-s)" in card  # the reward model's size is part of the story
-    assert "tiny-s (152k params) takes 2.0x the steps" in card  # same-FLOP sizes
+    assert "tiny-s (237k params) takes 2.0x the steps" in card  # same-FLOP sizes
 
 
 def test_compute_card_tables_show_the_cells_phase_sums(report):

@@ -272,5 +272,5 @@ def test_cpu_refuses_head_sizes_its_attention_lacks(vllm_module):
     if torch.cuda.is_available():
         pytest.skip("CPU attention limits only")
     _check_cpu_head_dim(load_model_shape("tiny-l"))  # head_dim 32
-    with pytest.raises(ValueError, match="head_dim=16 .*pilot.backend=hf"):
+    with pytest.raises(ValueError, match="head_dim=20 .*pilot.backend=hf"):
         _check_cpu_head_dim(load_model_shape("tiny-s"))

@@ -12,7 +12,7 @@ import pandas as pd
 from race.analysis.surfaces import with_update_fractions
 from race.catalog import load_model_shape
 from race.core.regime import RegimeThresholds, regime_label
-from race.core.specs import ModelShape
+from race.core.specs import ModelShape, start_key
 from race.store.cell import CellDir, cell_dirs
 from race.store.io import SWEEP_JSON_FIX, read_jsonl, read_result
 from race.store.pilots import pilot_row
@@ -47,7 +47,9 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
       ``full_budget_flops`` and the ``regime`` named from its realized shares; with
       ``rho_planned`` and ``rho_realized``, as ``pilots.csv``, read afresh).
     - ``evals``: one row per (cell, target, checkpoint): FLOPs spent then, accuracy, and
-      the problems ``n`` it was scored on.
+      the problems ``n`` it was scored on. A ladder cell that left its warm start to its
+      group (``score_start`` false) gets the group's checkpoint-0 rows (the same model on
+      the same problems, :func:`race.core.specs.start_key`), so every curve starts there.
     - ``examples``: the final checkpoint's per-problem correctness (prompt bootstrap).
     - with ``with_steps=True``, a fourth: ``steps``, one row per ok cell's GRPO step
       (``cell_id`` and ``STEP_KEYS``: the step's cap, train reward, entropy, truncation
@@ -62,6 +64,7 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
     if thresholds is None:
         thresholds = RegimeThresholds.from_dict(record.get("config", {}).get("regime", {}))
     rows, evals, examples, steps = [], [], [], []
+    starts, unscored = {}, []  # warm-start rows by start_key; cells that left them out
     shapes = model_shapes(sweep_dir)
     for cell_dir in cell_dirs(sweep_dir):
         row = pilot_row(cell_dir)
@@ -76,8 +79,10 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
         if row["status"] != "ok":
             continue
         metrics = read_jsonl(CellDir(cell_dir).metrics)
+        spec = read_result(CellDir(cell_dir).spec, CellDir(cell_dir).rerun_fix())
         charged = 0.0
         finals = {}
+        first = len(evals)
         for metric in metrics:
             if metric["kind"] == "step":
                 charged = metric["charged_flops"]
@@ -90,9 +95,17 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
                               "mean_reward": metric["mean_reward"],
                               "n": len(metric.get("correct", []))})
                 finals[metric["target"]] = metric.get("correct", [])
+        start = [e for e in evals[first:] if e["checkpoint"] == 0.0]
+        if start:
+            starts.setdefault(start_key(spec), start)
+        elif not spec.get("score_start", True):
+            unscored.append((start_key(spec), row["cell_id"], row["config_id"]))
         for target, correct in finals.items():
             examples += [{"cell_id": row["cell_id"], "target": target, "example": i,
                           "correct": c} for i, c in enumerate(correct)]
+    for key, cell_id, config_id in unscored:  # a ladder scored its group's warm start once
+        evals += [e | {"cell_id": cell_id, "config_id": config_id}
+                  for e in starts.get(key, [])]
     cells = with_update_fractions(pd.DataFrame(rows), record.get("cells", []))
     frames = (cells, pd.DataFrame(evals), pd.DataFrame(examples))
     if with_steps:

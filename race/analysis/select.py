@@ -214,7 +214,7 @@ def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
             "reward": dict(spec.reward)["name"], "group_size": spec.group_size,
             "update_epochs": spec.update_epochs, "score": score, "se": se,
             "predicted": predicted, "predicted_se": predicted_se,
-            "lcb": predicted - z * predicted_se,
+            "lcb": predicted - z * predicted_se, "ucb": predicted + z * predicted_se,
             "guard": "; ".join(f"{g}: {e}" for g, e in zip(guard["guard"], guard["evidence"]))
             or None})
     return candidates

@@ -324,6 +324,9 @@ class SelectionConfig:
     rung_checkpoints: list[float] = field(default_factory=lambda: [1.0])
     # promotion ranks by the next rung's predicted score minus z standard errors
     z: float = 1.0
+    # close: a policy size keeps its best config at each rung while that config's upper
+    # bound (plus z SE) reaches the leader's lower bound | all: every size always does
+    keep_sizes: str = "close"
     # when a config's guard fires (never promoted, extrapolated or preferred)
     guards: GuardConfig = field(default_factory=GuardConfig)
 

@@ -12,9 +12,12 @@ Promotion ranks configs by a *lower confidence bound of their score at the next 
 never at F: the accuracy at this rung, plus the trend of its last checkpoints carried
 one rung further (a line in log FLOPs), minus ``z`` standard errors of both. A config
 whose guards fired (:mod:`race.core.guards`) is never promoted, and each policy size keeps at
-least one config as long as it has an unguarded one, so that the size axis is decided
-at the last rung too. The pick (:func:`final_ranking`) reads each config at the highest
-rung it reached: unguarded first, the higher rung first within a size, sizes by score.
+least one config as long as it has an unguarded one whose upper confidence bound at the
+next rung reaches the leader's lower bound (``keep_sizes="close"``; ``"all"``: as long as
+it has one), so that the size axis is decided where the sizes are close, and a size that
+is clearly behind gives its place to a config of the leading size. The pick
+(:func:`final_ranking`) reads each config at the highest rung it reached: unguarded
+first, the higher rung first within a size, sizes by score.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from race.core.stats import binomial_se
 # half over reductions 2-4 and 2-4 rungs (bench/selection_replay.py, docs/reports.md).
 DEFAULT_RUNGS = (1 / 48, 1 / 24, 1 / 12, 1 / 6)
 DEFAULT_REDUCTION = 2
+# which sizes keep a config at each rung (promote): those close to the leader, or all
+KEEP_SIZES = ("close", "all")
 
 
 def geometric_rungs(n_rungs: int, reduction: int) -> tuple[float, ...]:
@@ -150,26 +155,37 @@ def next_rung_bound(flops: Sequence[float], accuracy: Sequence[float],
             "lcb": predicted - z * predicted_se}
 
 
-def promote(candidates: list[dict], count: int) -> list[dict]:
+def promote(candidates: list[dict], count: int, *, keep_sizes: str = "close") -> list[dict]:
     """Choose ``count`` configs to continue, from one rung's candidates.
 
     Args:
         candidates: one dict per config: ``config``, ``model`` (its policy size),
-            ``lcb`` (seed-mean lower bound at the next rung; higher is better) and
-            ``guard`` (what fired, or a falsy value).
+            ``lcb`` and ``ucb`` (seed-mean lower and upper bounds at the next rung; higher
+            is better; no ``ucb``: never behind) and ``guard`` (what fired, or a falsy
+            value).
         count: configs the next rung holds.
+        keep_sizes: ``"close"``: a size left out of the top ``count`` keeps its best
+            config when that config's ``ucb`` reaches the leader's ``lcb``; ``"all"``:
+            always (one of each size reaches the next rung).
 
     Returns every candidate, in rank order (unguarded by ``lcb``, then guarded by ``lcb``), each
     with ``promoted`` (bool) and ``why``: "top lcb", "best of its size" (kept so that
-    each size reaches the next rung), "guard fired: ...", or "below the cut".
+    each size reaches the next rung), "guard fired: ...", "below the cut", or "below the
+    cut, its size behind the leader".
     """
+    if keep_sizes not in KEEP_SIZES:
+        raise ValueError(f"keep_sizes={keep_sizes!r}: one of {', '.join(KEEP_SIZES)}")
     clean = sorted((c for c in candidates if not c.get("guard")),
                    key=lambda c: (-c["lcb"], c["config"]))
     chosen = clean[:count]
+    behind = set()
     for size in dict.fromkeys(c["model"] for c in clean):  # sizes in rank order
         if any(c["model"] == size for c in chosen):
             continue
         best = next(c for c in clean if c["model"] == size)
+        if keep_sizes == "close" and best.get("ucb", math.inf) < clean[0]["lcb"]:
+            behind.add(size)  # clearly behind the leader: its place goes to the leader's
+            continue
         counts = {m: sum(c["model"] == m for c in chosen) for m in {c["model"] for c in chosen}}
         crowded = [c for c in reversed(chosen) if counts[c["model"]] > 1]
         if crowded:  # give up the lowest-ranked config of a size that has several
@@ -182,7 +198,9 @@ def promote(candidates: list[dict], count: int) -> list[dict]:
             ranked.append(cand | {"promoted": True,
                                   "why": "top lcb" if top else "best of its size"})
         else:
-            ranked.append(cand | {"promoted": False, "why": "below the cut"})
+            why = "below the cut" + (", its size behind the leader"
+                                     if cand["model"] in behind else "")
+            ranked.append(cand | {"promoted": False, "why": why})
     guarded = sorted((c for c in candidates if c.get("guard")),
                      key=lambda c: (-c["lcb"], c["config"]))  # ranked too, after the rest
     ranked += [c | {"promoted": False, "why": f"guard fired: {c['guard']}"} for c in guarded]

@@ -293,6 +293,13 @@ class RunSpec:
     # the cell (a sibling folder) whose final state this pilot continues: a ladder rung
     # resumes the rung below ("": starts from the warm start)
     continues: str = ""
+    # a fresh pilot scores its warm start (checkpoint 0); a ladder leaves that to one
+    # cell of each START_FIELDS group, whose rows the analysis reads for all of them
+    score_start: bool = True
+    # the targets other than the selection target are scored at the warm start and at
+    # checkpoints from this many charged FLOPs on (0: at every checkpoint); a ladder sets
+    # its last rung's budget, so its lower rungs score only what promotions read
+    report_from_flops: float = 0.0
     # where and in what dtype the pilot runs: auto (CUDA when visible) | cpu | cuda, and
     # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 for the frozen base weights
     device: str = "auto"
@@ -312,6 +319,7 @@ class RunSpec:
                 del values[key]
         if lineage:
             values.pop("continues", None)
+            values.pop("score_start", None)  # an eval plan shared within a config's seeds
         for key in ("peak_flops", "policy", "reward_model"):  # a reporting reference and
             values.pop(key, None)                            # what the names determine
         return values
@@ -372,7 +380,20 @@ def pilot_flops(full_budget_flops: float, fraction: float) -> float:
 # RunSpec fields left out of its ids while they hold these values: they were added after
 # ids were in use (the id contract, RunSpec's docstring)
 ID_OMITTED_DEFAULTS = {"continues": "", "device": "auto", "dtype": "auto",
-                       "micro_batch_size": 0, "tis_cap": 0.0}
+                       "micro_batch_size": 0, "tis_cap": 0.0, "score_start": True,
+                       "report_from_flops": 0.0}
+
+# The fields that determine a warm start's evaluation (the same model greedily on the same
+# problems, scored by the same reward): cells that agree on them score one warm start
+START_FIELDS = ("model", "reward", "task", "warmstart", "policy_path", "max_new_tokens",
+                "select_target", "select_examples", "eval_examples", "eval_targets",
+                "backend", "device", "dtype", "convention")
+
+
+def start_key(spec: Mapping[str, Any]) -> str:
+    """The warm-start group of a cell (its ``spec.json`` or ``RunSpec.to_dict()``): a
+    short hash of its :data:`START_FIELDS`."""
+    return _short_hash({k: spec.get(k) for k in START_FIELDS})
 
 
 def _short_hash(fields: dict[str, Any]) -> str:

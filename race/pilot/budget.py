@@ -98,6 +98,16 @@ def eval_problems(spec: RunSpec) -> dict[str, int]:
             for target in spec.eval_targets}
 
 
+def checkpoint_problems(spec: RunSpec, fraction: float) -> dict[str, int]:
+    """What the checkpoint at ``fraction`` of the pilot's budget scores: every target of
+    :func:`eval_problems` at the warm start (0) and from ``spec.report_from_flops``
+    charged FLOPs on, else only the selection target (what a ladder's promotions read)."""
+    problems = eval_problems(spec)
+    if fraction == 0 or fraction * spec.budget_flops >= spec.report_from_flops * (1 - 1e-9):
+        return problems
+    return {t: n for t, n in problems.items() if t == spec.selection_target}
+
+
 def checkpoints_after(checkpoints: tuple[float, ...] | list[float], budget_flops: float,
                       start_flops: float = 0.0) -> list[float]:
     """The checkpoints (fractions of ``budget_flops``) a pilot that starts with

@@ -12,7 +12,7 @@ import hashlib
 from race.core.specs import RunSpec
 from race.errors import PromptTooLong
 from race.nn.devices import PhaseMeter
-from race.pilot.budget import eval_problems, trace_token_limit
+from race.pilot.budget import checkpoint_problems, trace_token_limit
 from race.pilot.components import Components
 from race.pilot.state import Ledger
 
@@ -61,7 +61,8 @@ def longest_prompt(parts: Components, spec: RunSpec, prompts: list[str]) -> int:
 
 def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
              meter: PhaseMeter | None = None) -> list[dict]:
-    """Greedy accuracy and mean reward on every held-out target (eval FLOPs, uncharged).
+    """Greedy accuracy and mean reward on the held-out targets this checkpoint scores
+    (:func:`race.pilot.budget.checkpoint_problems`; eval FLOPs, uncharged).
 
     Each row carries the ledger's cumulative FLOPs after it (``flops``), as step rows do.
     Every checkpoint scores the same fixed problems of each target (the first ``n`` of
@@ -72,7 +73,7 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
     """
     rows = []
     with (meter or PhaseMeter()).phase("eval", ledger.wall_s):
-        for target, n in eval_problems(spec).items():
+        for target, n in checkpoint_problems(spec, fraction).items():
             examples = parts.task.sample(target, n, seed=10_000)
             prompts = [ex.prompt for ex in examples]
             longest_prompt(parts, spec, prompts)

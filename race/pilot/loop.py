@@ -230,7 +230,7 @@ class _Session:
             if sum(ledger.redone["model"].values()):
                 self.save(parts)
         ledger.wall_s["load"] += time.perf_counter() - self.wall_start
-        if fresh:
+        if fresh and self.spec.score_start:  # else its group's scoring cell has it
             self.evaluate(parts, 0.0)
 
     def step_cap(self, longest: int) -> int:

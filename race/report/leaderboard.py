@@ -162,8 +162,12 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
             f"highest lower confidence bound of their `{target}` score at the next rung "
             f"(the trend of their last checkpoints carried one rung, minus "
             f"{ladder.get('z', 1.0):g} standard errors) continued from their checkpoints, "
-            f"keeping the best 1/{ladder.get('reduction', 4)} and at least one config per "
-            f"policy size; a config whose guard fired is never promoted. Pilot compute: "
+            f"keeping the best 1/{ladder.get('reduction', 4)} and "
+            + ("at least one config per policy size"
+               if ladder.get("keep_sizes", "all") == "all" else
+               "a config of each policy size whose upper bound reached the leader's lower "
+               "bound") +
+            "; a config whose guard fired is never promoted. Pilot compute: "
             f"{ladder.get('cost_share', float('nan')):.1%} of one full run as planned."]
     if starts:
         text.append(f"Warm start on `{target}` (each size's checkpoint 0, before any update; "

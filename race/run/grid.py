@@ -37,9 +37,14 @@ from race.core.fmt import fmt_flops
 from race.core.ladder import LadderPlan, fmt_fraction, plan_ladder
 from race.core.memory import GIB, MemoryPlan, plan_memory
 from race.core.regime import regime_label
-from race.core.specs import LoraShape, PhaseFlops, RunSpec, pilot_flops
+from race.core.specs import LoraShape, PhaseFlops, RunSpec, pilot_flops, start_key
 from race.errors import RewardTokenizerMismatch, UsageError
-from race.pilot.budget import eval_problems, planned_evaluations, worst_step_flops
+from race.pilot.budget import (
+    checkpoints_after,
+    eval_problems,
+    planned_evaluations,
+    worst_step_flops,
+)
 
 # the defaults' owner (a full fine-tuning cell's memory is planned at the default rank)
 _CELL = RunSpec(model="", reward=(), task=(), budget_flops=0.0)
@@ -63,6 +68,8 @@ class Cell:
         memory: its estimated pilot memory (:func:`race.core.memory.plan_memory`).
         eval_each_flops: one evaluation of every target at one checkpoint, FLOPs
             (:func:`race.core.flops.eval_flops`: every completion at the cap).
+        eval_select_flops: the part of it the selection target takes (what a ladder's
+            rungs below the last score).
     """
 
     knobs: tuple[tuple[str, str], ...]
@@ -74,6 +81,7 @@ class Cell:
     refused: str = ""
     memory: MemoryPlan | None = None
     eval_each_flops: float = 0.0
+    eval_select_flops: float = 0.0
 
     @property
     def eval_flops(self) -> float:
@@ -119,17 +127,21 @@ class Plan:
         :func:`race.core.flops.eval_flops`).
 
         A ladder, like :attr:`pilot_flops`, counts ``counts[i] x seeds`` cells at rung
-        ``i``, each at the runnable cells' mean cost: a fresh first-rung cell evaluates
-        checkpoint 0 and all its checkpoints, a continued cell only its checkpoints
-        above the rung below (:func:`race.pilot.budget.checkpoints_after`, as the pilot).
+        ``i``, each at the runnable cells' mean cost: a continued cell evaluates only its
+        checkpoints above the rung below (:func:`race.pilot.budget.checkpoints_after`, as
+        the pilot), on the selection target alone below ``spec.report_from_flops``; the
+        warm start is scored once per cell whose ``spec.score_start`` holds.
         """
         cells = self.runnable
         if self.ladder is None:
             return sum(c.eval_flops for c in cells)
-        total, below = 0.0, 0.0
+        total = sum(c.eval_each_flops for c in cells if c.spec.score_start)
+        below = 0.0
         for rung, count in zip(self.ladder.rungs, self.ladder.counts):
             budget, start = rung * self.budget_flops, below * self.budget_flops
-            each = sum(c.eval_each_flops * planned_evaluations(c.spec.checkpoints, budget, start)
+            each = sum(sum(c.eval_each_flops if point * budget >= c.spec.report_from_flops
+                           * (1 - 1e-9) else c.eval_select_flops
+                           for point in checkpoints_after(c.spec.checkpoints, budget, start))
                        for c in cells) / len(cells)
             total += count * self.ladder.seeds * each
             below = rung
@@ -208,8 +220,10 @@ def plan_grid(overrides: Overrides | list[str], *, runnable: bool = True) -> Pla
     fraction = ladder.rungs[0] if ladder else base.pilot.fraction
     cells = solve_all(fraction)
     if ladder is not None:  # its evaluation comes out of selection.pilot_budget too
+        cells = ladder_eval_plan(cells, ladder, budget)
         fitted = fit_ladder_to_eval(ladder, cells, base, axes, budget)
-        shrunk = solve_all(fitted.rungs[0]) if fitted != ladder else cells
+        shrunk = (ladder_eval_plan(solve_all(fitted.rungs[0]), fitted, budget)
+                  if fitted != ladder else cells)
         # rungs so short that cells cannot buy a step: keep them (the plan warns instead)
         if sum(not c.refused for c in shrunk) == sum(not c.refused for c in cells):
             ladder, fraction, cells = fitted, fitted.rungs[0], shrunk
@@ -232,13 +246,33 @@ def plan_grid(overrides: Overrides | list[str], *, runnable: bool = True) -> Pla
                 tuple(cells), base.task.name, base, ladder)
 
 
+def ladder_eval_plan(cells: list[Cell], ladder: LadderPlan, budget: float) -> list[Cell]:
+    """A ladder's cells with their eval spent where decisions are made: below the last
+    rung only the selection target is scored (``spec.report_from_flops`` is the last
+    rung's budget), and each warm start once, by the first cell of its
+    :func:`race.core.specs.start_key` group (the others read its rows)."""
+    last = pilot_flops(budget, ladder.rungs[-1])
+    seen, out = set(), []
+    for cell in cells:
+        if cell.spec is None:
+            out.append(cell)
+            continue
+        key = start_key(cell.spec.to_dict())
+        first = key not in seen and not cell.refused
+        seen |= {key} if first else set()
+        out.append(replace(cell, spec=replace(cell.spec, report_from_flops=last,
+                                              score_start=first)))
+    return out
+
+
 def grid_ladder(base, axes: Mapping[str, list[str]], *,
                 share: float | None = None) -> LadderPlan | None:
     """The ladder of a grid under ``selection.policy=ladder`` (None: flat), costing at
     most ``share`` full runs (default ``selection.share``).
 
-    Configs are the grid's cells with the seeds folded together; every size on the
-    ``model`` axis keeps a config to the last rung.
+    Configs are the grid's cells with the seeds folded together; the plan keeps room for
+    a config of every size on the ``model`` axis at each rung (whether a size uses it is
+    decided at each promotion, ``selection.keep_sizes``).
     """
     selection = base.selection
     if selection.policy != "ladder":
@@ -311,11 +345,11 @@ def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True,
     planned = step.scale(steps)
     regime = regime_label(step.shares(), cfg.regime)
     memory = cell_memory(cfg, specs)
-    each = sum(flops.eval_flops(specs.policy, specs.reward, problems=n,
-                                prompt_tokens=cfg.task.prompt_tokens,
-                                max_new_tokens=spec.max_new_tokens, lora=specs.lora,
-                                convention=cfg.convention)
-               for n in eval_problems(spec).values())
+    by_target = {t: flops.eval_flops(specs.policy, specs.reward, problems=n,
+                                     prompt_tokens=cfg.task.prompt_tokens,
+                                     max_new_tokens=spec.max_new_tokens, lora=specs.lora,
+                                     convention=cfg.convention)
+                 for t, n in eval_problems(spec).items()}
     limit = cfg.launcher.gpu_mem_gb
     if limit and not refused and memory.peak / GIB > limit:
         refused = (f"estimated peak GPU memory {memory.peak / GIB:.1f} GiB > "
@@ -323,7 +357,7 @@ def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True,
                    f"grid.group_size, or use a larger GPU")
         steps = 0
     return Cell(tuple(knobs), tuple(overrides), spec, steps, planned, regime, refused,
-                memory, each)
+                memory, sum(by_target.values()), by_target.get(spec.selection_target, 0.0))
 
 
 def uses_gpus(cfg) -> bool:

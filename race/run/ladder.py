@@ -23,7 +23,7 @@ from race.store.sweep import SweepDir
 def run_ladder(plan: Plan, cfg, sweep_dir: Path, me: dict) -> dict:
     """Run ``plan``'s ladder: every cell at the first rung; after each rung, promote
     configs by the lower confidence bound of their score at the next rung
-    (:func:`race.core.ladder.promote`, guards and one config per size respected) and continue
+    (:func:`race.core.ladder.promote`, guards and ``selection.keep_sizes`` respected) and continue
     their cells from their final states. Writes ``ladder.json`` after every rung.
 
     A rerun recomputes the same promotions from the same results and runs only what is
@@ -48,7 +48,8 @@ def run_ladder(plan: Plan, cfg, sweep_dir: Path, me: dict) -> dict:
         candidates = rung_candidates(sweep_dir, specs, config_of, next_flops,
                                      z=selection.z, thresholds=selection.guards.thresholds())
         count = ladder.counts[index + 1] if not last else 0
-        ranked = promote(candidates, count) if not last else rank_last_rung(candidates)
+        ranked = (promote(candidates, count, keep_sizes=selection.keep_sizes) if not last
+                  else rank_last_rung(candidates))
         rungs.append({"rung": index + 1, "fraction": fraction,
                       "budget_flops": pilot_flops(full, fraction),
                       "cells": {s.cell_id: config_of[s.cell_id] for s in specs},
@@ -56,7 +57,8 @@ def run_ladder(plan: Plan, cfg, sweep_dir: Path, me: dict) -> dict:
         write_json(SweepDir(sweep_dir).ladder, {
             "rungs": rungs, "planned_counts": list(ladder.counts),
             "cost_share": ladder.cost_share, "scaled": ladder.scaled,
-            "reduction": selection.reduction, "z": selection.z})
+            "reduction": selection.reduction, "z": selection.z,
+            "keep_sizes": selection.keep_sizes})
         if last:
             break
         promoted = {c["config"] for c in ranked if c["promoted"]}

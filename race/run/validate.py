@@ -21,10 +21,13 @@ from race.store.sweep import SELECTION_JSON, SweepDir
 
 def full_budget_spec(spec_dict: dict, full_budget_flops: float, select_examples: int = 0):
     """The pilot's :class:`RunSpec` again, at the full budget from the warm start (a new
-    cell id; a ladder rung's continuation is dropped), scoring its selection target on at
-    least ``select_examples`` problems (pilots score few: their eval is in their budget)."""
+    cell id; a ladder rung's continuation and its shared eval plan are dropped: it scores
+    its own warm start and every target at each checkpoint), scoring its selection target
+    on at least ``select_examples`` problems (pilots score few: their eval is in their
+    budget)."""
     spec = RunSpec.from_dict(spec_dict)
     return replace(spec, budget_flops=float(full_budget_flops), continues="",
+                   score_start=True, report_from_flops=0.0,
                    select_examples=max(spec.select_examples, select_examples))
 
 
