@@ -98,12 +98,19 @@ def eval_problems(spec: RunSpec) -> dict[str, int]:
             for target in spec.eval_targets}
 
 
+def reports_at(spec: RunSpec, flops: float) -> bool:
+    """Whether a checkpoint at ``flops`` charged scores every target (from
+    ``spec.report_from_flops`` on), not the selection target alone."""
+    return flops >= spec.report_from_flops * (1 - 1e-9)
+
+
 def checkpoint_problems(spec: RunSpec, fraction: float) -> dict[str, int]:
     """What the checkpoint at ``fraction`` of the pilot's budget scores: every target of
     :func:`eval_problems` at the warm start (0) and from ``spec.report_from_flops``
-    charged FLOPs on, else only the selection target (what a ladder's promotions read)."""
+    charged FLOPs on (:func:`reports_at`), else only the selection target (what a
+    ladder's promotions read)."""
     problems = eval_problems(spec)
-    if fraction == 0 or fraction * spec.budget_flops >= spec.report_from_flops * (1 - 1e-9):
+    if fraction == 0 or reports_at(spec, fraction * spec.budget_flops):
         return problems
     return {t: n for t, n in problems.items() if t == spec.selection_target}
 

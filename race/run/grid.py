@@ -43,6 +43,7 @@ from race.pilot.budget import (
     checkpoints_after,
     eval_problems,
     planned_evaluations,
+    reports_at,
     worst_step_flops,
 )
 
@@ -139,8 +140,8 @@ class Plan:
         below = 0.0
         for rung, count in zip(self.ladder.rungs, self.ladder.counts):
             budget, start = rung * self.budget_flops, below * self.budget_flops
-            each = sum(sum(c.eval_each_flops if point * budget >= c.spec.report_from_flops
-                           * (1 - 1e-9) else c.eval_select_flops
+            each = sum(sum(c.eval_each_flops if reports_at(c.spec, point * budget)
+                           else c.eval_select_flops
                            for point in checkpoints_after(c.spec.checkpoints, budget, start))
                        for c in cells) / len(cells)
             total += count * self.ladder.seeds * each
