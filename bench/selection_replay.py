@@ -58,7 +58,8 @@ RACE's policies:
   F when its interval is at most 0.3 wide, else the last value (RACE's flat default).
 - ``ladder``: successive halving on RACE's default rungs and reduction
   (``race.config.SelectionConfig``: F/48 -> F/24 -> F/12 -> F/6, halving; promotion by
-  the lower confidence bound at the next rung; a size keeps a config while its best's
+  a lower confidence bound, ``selection.promote_by``: of the rung end's score, or of
+  the score predicted at the next rung; a size keeps a config while its best's
   upper bound reaches the leader's lower bound, ``selection.keep_sizes=close``), shrunk by
   ``plan_ladder`` when it would cost more than the flat grid's pilot compute, or, with
   its eval, more than ``selection.pilot_budget`` (as ``race plan`` shrinks it), each rung
@@ -95,7 +96,10 @@ share of replicates whose ranking puts the group's best config first among the g
 Tuned on half of the configs, reported on the other half (beside the all-config table
 with RACE's defaults and the peers' documented defaults): first the ladder's geometry
 (``GEOMETRIES``: 2 to 4 rungs, each 2 to 4 times the one before, every config halved,
-thirded or quartered at each; the first rung as late as the flat grid's compute allows),
+thirded or quartered at each; the first rung as late as the flat grid's compute allows;
+a geometry with a rung the bank cannot read, below its first checkpoint, is listed and
+skipped) with the promotion score (``PROMOTE_BY``: ``trend``, the score predicted at the
+next rung, or ``last``, the rung end's own; ``selection.promote_by``),
 then the guard thresholds with that geometry, then each peer's knobs at that ladder's
 budget on the tuning half. The halves: by group size when the bank has two (tuned on the larger G,
 whose configs ran first), else the configs in the order of a hash of their ids,
@@ -161,8 +165,10 @@ EVAL_PROBLEMS_PER_CHECKPOINT = SELECT_PROBLEMS + 2 * PilotConfig().eval_examples
 LADDER_EVALS = len(DEFAULTS.rung_checkpoints)
 FLAT_EVALS = len(PilotConfig().checkpoints)
 # ladder geometries tuned on the tuning half: (rungs, reduction), each rung `reduction`
-# times the one before, the first as late as the flat grid's compute allows
+# times the one before, the first as late as the flat grid's compute allows; each with
+# both promotion scores, the earlier rule (trend) first
 GEOMETRIES = [(n, r) for r in (4, 3, 2) for n in (3, 2, 4)]
+PROMOTE_BY = ("trend", "last")
 # windows of the budget in which the best configs' order is shown (up to F/6: a pilot's)
 ORDER_BUDGETS = (1 / 32, 1 / 16, 1 / 6, 1 / 3, 1 / 2, 1.0)
 
@@ -277,7 +283,7 @@ def flat(configs, draw, *, sigmoid=False, **_):
 
 def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFAULTS.z,
            rungs=tuple(DEFAULTS.rungs), reduction=DEFAULTS.reduction, share=None,
-           fill=False, keep_sizes=DEFAULTS.keep_sizes, **_):
+           fill=False, keep_sizes=DEFAULTS.keep_sizes, promote_by=DEFAULTS.promote_by, **_):
     share = len(configs) * FLAT if share is None else share
     plan = ladder_plan(configs, rungs=rungs, reduction=reduction, share=share, fill=fill)
     # as race plan does: the rungs shrink until charged and eval fit selection.pilot_budget
@@ -285,9 +291,10 @@ def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFA
                                                     dict(zip(plan.rungs, plan.counts)))
     if 0 < room < plan.cost_share:
         plan = ladder_plan(configs, rungs=rungs, reduction=reduction, share=room, fill=fill)
-    first = next(iter(configs))
-    checkpoints = configs[first]["curves"][draw[first]].fraction
-    read = [float(checkpoints[checkpoints <= r + 1e-9].max()) for r in plan.rungs]
+    read = bank_reads(configs, plan.rungs)
+    if not replayable(read):
+        raise ValueError(f"rungs {plan.rungs} read the bank at {read}: a rung below the "
+                         "bank's first checkpoint, or two rungs on one checkpoint")
     alive = list(configs)
     ranked_rungs: list[list[dict]] = []
     charged, pilots, before = 0.0, {}, 0.0
@@ -301,7 +308,8 @@ def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFA
             keep = curve.at_rungs(tuple(read[:index + 1]))
             nxt = read[index + 1] if index + 1 < len(read) else fraction
             bound = next_rung_bound(curve.flops[keep].tolist(), curve.accuracy[keep].tolist(),
-                                    curve.n[keep].astype(int).tolist(), nxt * curve.full, z=z)
+                                    curve.n[keep].astype(int).tolist(), nxt * curve.full, z=z,
+                                    promote_by=promote_by)
             candidates.append({"config": cid, "model": configs[cid]["model"],
                                "lcb": bound["lcb"], "score": bound["score"],
                                "ucb": bound["predicted"] + z * bound["predicted_se"],
@@ -315,6 +323,20 @@ def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFA
         ranked_rungs.append(ranked)
         alive = [c["config"] for c in ranked if c["promoted"]]
     return [c["config"] for c in final_ranking(ranked_rungs)], charged, pilots
+
+
+def bank_reads(configs, rungs) -> list[float]:
+    """Where the bank is read for each rung: its last checkpoint at or below the rung."""
+    checkpoints = next(iter(next(iter(configs.values()))["curves"].values())).fraction
+    return [float(checkpoints[checkpoints <= r + 1e-9].max()) for r in rungs]
+
+
+def replayable(reads: list[float]) -> bool:
+    """Whether a ladder's rungs can be replayed on the bank: each reads a checkpoint of its
+    own after the warm start. A rung below the bank's first checkpoint would read the
+    warm start (every config of a size ties there, and ids would pick), two rungs on one
+    checkpoint would decide twice on one read."""
+    return reads[0] > 0 and len(set(reads)) == len(reads)
 
 
 def ladder_plan(configs, *, rungs, reduction, share, fill):
@@ -339,7 +361,8 @@ def oracle(configs, draw, **_):
     return sorted(configs, key=lambda c: (-configs[c]["truth"], c)), 0.0, {}
 
 
-LADDER_KEYS = ("thresholds", "z", "rungs", "reduction", "share", "fill", "keep_sizes")
+LADDER_KEYS = ("thresholds", "z", "rungs", "reduction", "share", "fill", "keep_sizes",
+               "promote_by")
 _MATCHED: dict = {}  # (replicate, ladder knobs) -> (budget, first rung)
 
 
@@ -653,18 +676,30 @@ def geometry(n_rungs: int, reduction: int) -> dict:
 
 
 def tune_ladder(configs, draws) -> tuple[dict, list[dict]]:
-    """The geometry (of ``GEOMETRIES``) with the lowest ladder+guards regret on
-    ``configs`` (the tuning half) at the flat grid's compute; ties to fewer catastrophes,
-    then to the order of ``GEOMETRIES`` (the first design, three rungs of quartering,
-    first). Returns it and every candidate's scores."""
+    """The geometry (of ``GEOMETRIES``) and promotion score (of ``PROMOTE_BY``) with the
+    lowest ladder+guards regret on ``configs`` (the tuning half) at the flat grid's
+    compute; ties to fewer catastrophes, then to the order of ``GEOMETRIES`` (the first
+    design, three rungs of quartering, first) and of ``PROMOTE_BY`` (the earlier rule,
+    ``trend``, first). A geometry whose rungs the bank cannot read (``replayable``) is
+    listed, not scored. Returns the choice and every candidate's scores."""
     rows = []
-    for i, (n_rungs, reduction) in enumerate(GEOMETRIES):
-        kw = geometry(n_rungs, reduction)
-        row = score_policy("ladder+guards", configs, draws, boot=1, **kw)
-        rows.append(row | {"n_rungs": n_rungs, "reduction": reduction, "kw": kw, "order": i})
-    best = min(rows, key=lambda r: (round(r["top1_regret"], 6), r["catastrophes"],
-                                    r["order"]))
+    for i, ((n_rungs, reduction), promote_by) in enumerate(
+            itertools.product(GEOMETRIES, PROMOTE_BY)):
+        kw = geometry(n_rungs, reduction) | {"promote_by": promote_by}
+        plan = ladder_plan(configs, share=len(configs) * FLAT, **without(kw, "promote_by"))
+        row = {"n_rungs": n_rungs, "reduction": reduction, "promote_by": promote_by,
+               "kw": kw, "order": i, "first": plan.rungs[0],
+               "replayable": replayable(bank_reads(configs, plan.rungs))}
+        if row["replayable"]:
+            row |= score_policy("ladder+guards", configs, draws, boot=1, **kw)
+        rows.append(row)
+    best = min((r for r in rows if r["replayable"]),
+               key=lambda r: (round(r["top1_regret"], 6), r["catastrophes"], r["order"]))
     return best["kw"], rows
+
+
+def without(kw: dict, *keys: str) -> dict:
+    return {k: v for k, v in kw.items() if k not in keys}
 
 
 def tune_guards(configs, draws, **kw) -> guards.GuardThresholds:
@@ -835,16 +870,20 @@ def main() -> None:
     tune, held = halves(configs)
     tune_draws = replicates(tune, most=args.replicates)
     chosen, candidates = tune_ladder(tune, tune_draws)
-    print(f"\nladder geometry tuned on {len(tune)} configs ("
+    print(f"\nladder geometry and promotion score tuned on {len(tune)} configs ("
           + ", ".join(sorted({f"G{configs[c]['group_size']}" for c in tune}))
           + f"), ladder+guards at the flat grid's compute ({len(tune) * FLAT:.3g}), first "
           f"rung as late as that allows:")
-    print(f"{'rungs':>6}{'reduction':>10}{'first rung':>12}{'regret':>8}{'catastr.':>10}"
-          f"{'cost':>7}")
+    print(f"{'rungs':>6}{'reduction':>10}{'first rung':>12}{'promote by':>12}{'regret':>8}"
+          f"{'catastr.':>10}{'cost':>7}")
     for r in candidates:
-        first = ladder_plan(tune, share=len(tune) * FLAT, **r["kw"]).rungs[0]
-        print(f"{r['n_rungs']:>6}{r['reduction']:>10}{'F/%.0f' % (1 / first):>12}"
-              f"{r['top1_regret']:>8.3f}{r['catastrophes']:>10.2f}"
+        head = (f"{r['n_rungs']:>6}{r['reduction']:>10}{'F/%.0f' % (1 / r['first']):>12}"
+                f"{r['promote_by']:>12}")
+        if not r["replayable"]:
+            print(head + "  not replayable: a rung below the bank's first checkpoint "
+                  "(it would read the warm start) or two rungs on one checkpoint")
+            continue
+        print(head + f"{r['top1_regret']:>8.3f}{r['catastrophes']:>10.2f}"
               f"{r['pilot_cost_share']:>7.3f}" + ("  <- chosen" if r["kw"] is chosen else ""))
     thresholds = tune_guards(tune, tune_draws, **chosen)
     print(f"guard thresholds tuned on the same configs with that geometry: floor "

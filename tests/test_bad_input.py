@@ -36,6 +36,8 @@ CASES = [
                  "selection.policy=ladder or selection.policy=flat", id="selection-policy"),
     pytest.param(["sweep", "selection.rungs=[0.25,0.0625]"], "selection.rungs=[0.25, 0.0625]: "
                  "need ascending", id="selection-rungs"),
+    pytest.param(["sweep", "selection.promote_by=mean"], "selection.promote_by='mean': use "
+                 "selection.promote_by=last or selection.promote_by=trend", id="promote-by"),
     pytest.param(["sweep", "selection.guards.window=0"], "selection.guards.window=0: must be "
                  ">= 1", id="guard-window"),
     pytest.param(["sweep", "reward=rule", "reward=prm-tiny-s"], "reward: given twice",

@@ -205,6 +205,37 @@ def test_predictions_are_clipped_to_the_unit_interval():
     assert down["predicted"] == 0.0
 
 
+def test_promote_by_last_reads_the_rung_end_alone():
+    flops = [G, 2 * G, 4 * G]
+    accuracy = line(flops)  # rising: the trend would predict 0.1 + 0.05 ln16
+    bound = next_rung_bound(flops, accuracy, [500] * 3, 16 * G, z=2.0, promote_by="last")
+    p = accuracy[-1]  # 0.1 + 0.05 ln4
+    se = math.sqrt(p * (1 - p) / 500)
+    assert bound["score"] == pytest.approx(p)
+    assert bound["predicted"] == pytest.approx(p)
+    assert bound["predicted_se"] == pytest.approx(se)
+    assert bound["lcb"] == pytest.approx(p - 2.0 * se)
+
+
+def test_promote_by_last_and_trend_order_two_crossing_curves_differently():
+    # rung ends at F/48, F/24: `steep` reads 0.40 -> 0.50, `level` 0.52 -> 0.52; the trend
+    # carries `steep` to 2 * 0.50 - 0.40 = 0.60 at the next rung (4 G, one doubling on)
+    flops = [G, 2 * G]
+    steep = {m: next_rung_bound(flops, [0.40, 0.50], [10_000] * 2, 4 * G, z=0.0,
+                                promote_by=m) for m in ("last", "trend")}
+    level = {m: next_rung_bound(flops, [0.52, 0.52], [10_000] * 2, 4 * G, z=0.0,
+                                promote_by=m) for m in ("last", "trend")}
+    assert steep["trend"]["lcb"] == pytest.approx(0.60)
+    assert steep["trend"]["lcb"] > level["trend"]["lcb"]
+    assert steep["last"]["lcb"] == pytest.approx(0.50)
+    assert steep["last"]["lcb"] < level["last"]["lcb"]
+
+
+def test_promote_by_an_unknown_rule_names_the_rules():
+    with pytest.raises(ValueError, match="promote_by='mean': one of last, trend"):
+        next_rung_bound([G], [0.3], [200], 4 * G, promote_by="mean")
+
+
 def test_zero_z_makes_the_bound_the_prediction():
     flops = [G, 2 * G, 4 * G]
     bound = next_rung_bound(flops, line(flops), [100] * 3, 16 * G, z=0.0)

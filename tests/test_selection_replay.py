@@ -122,12 +122,20 @@ def test_the_ladder_geometry_is_tuned_on_one_half_and_the_halves_split_by_group_
     _, configs = replay.load_bank(bank)
     draws = replay.replicates(configs)
     chosen, rows = replay.tune_ladder(configs, draws)
-    assert len(rows) == len(replay.GEOMETRIES) and chosen["fill"]
-    best = min(r["top1_regret"] for r in rows)
-    assert any(r["kw"] is chosen and r["top1_regret"] == best for r in rows)
+    # every geometry with each promotion score, the earlier rule (trend) first
+    assert len(rows) == len(replay.GEOMETRIES) * 2 and chosen["fill"]
+    assert [r["promote_by"] for r in rows[:2]] == ["trend", "last"]
+    scored = [r for r in rows if r["replayable"]]
+    best = min(r["top1_regret"] for r in scored)
+    assert any(r["kw"] is chosen and r["top1_regret"] == best for r in scored)
     # every geometry is planned at the flat grid's compute, its first rung as late as that
     # allows (read at the bank's checkpoints at or below the rungs: never above it)
-    assert all(r["pilot_cost_share"] <= len(configs) / 16 + 1e-9 for r in rows)
+    assert all(r["pilot_cost_share"] <= len(configs) / 16 + 1e-9 for r in scored)
+    # four rungs of quartering at 6/16 start at F/352, below the bank's first checkpoint
+    # (F/256): listed, not scored (it would read the warm start, where ids decide)
+    early = [r for r in rows if (r["n_rungs"], r["reduction"]) == (4, 4)]
+    assert early and all(not r["replayable"] and "top1_regret" not in r for r in early)
+    assert all(r["first"] < 1 / 256 for r in early)
     # one group size: halves alternate in a hash order; two: split by group size
     tune, held = replay.halves(configs)
     assert len(tune) == len(held) == 3 and not set(tune) & set(held)
@@ -135,6 +143,17 @@ def test_the_ladder_geometry_is_tuned_on_one_half_and_the_halves_split_by_group_
     tune, held = replay.halves(mixed)
     assert {v["group_size"] for v in tune.values()} == {8}
     assert {v["group_size"] for v in held.values()} == {4}
+
+
+def test_a_ladder_is_replayable_only_where_each_rung_reads_a_checkpoint_of_its_own(bank):
+    _, configs = replay.load_bank(bank)
+    assert replay.bank_reads(configs, [1 / 300, 1 / 64]) == [0.0, 1 / 64]
+    assert not replay.replayable(replay.bank_reads(configs, [1 / 300, 1 / 64]))
+    assert not replay.replayable(replay.bank_reads(configs, [1 / 60, 1 / 50]))  # both 1/64
+    assert replay.replayable(replay.bank_reads(configs, [1 / 64, 1 / 16]))
+    draw = replay.replicates(configs)[0]
+    with pytest.raises(ValueError, match="below the bank's first checkpoint"):
+        replay.ladder(configs, draw, rungs=(1 / 300, 1 / 64), reduction=2, share=1.0)
 
 
 def test_the_best_configs_order_is_shown_by_window_of_the_budget_before_f(bank):

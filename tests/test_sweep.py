@@ -198,7 +198,13 @@ def test_a_budget_list_runs_one_ladder_per_budget_and_reports_where_the_pick_cha
         for low, high in zip(rungs, rungs[1:]):  # a rung holds what the one below promoted
             assert ({c["config"] for c in high["candidates"]}
                     == {c["config"] for c in low["candidates"] if c["promoted"]})
-        assert "## Ladder (successive halving)" in (parent / folder / "leaderboard.md").read_text()
+        leaderboard = (parent / folder / "leaderboard.md").read_text()
+        assert "## Ladder (successive halving)" in leaderboard
+        # promotions read each rung's end (selection.promote_by=last, the default)
+        assert ladder["promote_by"] == "last" and "score at the rung's end" in leaderboard
+        for cand in (c for rung in rungs[:-1] for c in rung["candidates"]):
+            assert cand["predicted"] == pytest.approx(cand["score"])
+            assert cand["lcb"] == pytest.approx(cand["score"] - ladder["z"] * cand["se"])
         record = json.loads((parent / folder / "sweep.json").read_text())
         assert record["budget_flops"] == float(folder.split("-")[1])
     table = pd.read_csv(parent / "budgets.csv")

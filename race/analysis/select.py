@@ -173,10 +173,13 @@ def select_for_validation(configs_df: pd.DataFrame, fits_df: pd.DataFrame, *, k:
     return [{key: ([str(v) for v in val] if isinstance(val, list) else plain(val))
              for key, val in cand.items()} for cand in chosen]
 def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
-                    next_flops: float | None, *, z: float, thresholds=None) -> list[dict]:
+                    next_flops: float | None, *, z: float, thresholds=None,
+                    promote_by: str = "trend") -> list[dict]:
     """One rung's configs as promotion candidates: each config's ok cells (seeds) read on
     the selection target at the rung's end, their guards, and (below the last rung) the
-    lower confidence bound of the seed mean at ``next_flops``."""
+    lower confidence bound of the seed mean that promotions rank by
+    (:func:`race.core.ladder.next_rung_bound` with ``promote_by``; ``"trend"``: at
+    ``next_flops``)."""
     ids = {s.cell_id for s in specs}
     if not specs:
         return []
@@ -197,7 +200,8 @@ def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
             continue
         bound = next_rung_bound(curve["flops"].tolist(), curve["accuracy"].tolist(),
                                 curve["n"].astype(int).tolist(),
-                                next_flops or float(curve["flops"].iloc[-1]), z=z)
+                                next_flops or float(curve["flops"].iloc[-1]), z=z,
+                                promote_by=promote_by)
         by_config.setdefault(config_of[spec.cell_id], []).append((spec, bound))
     candidates = []
     for config, members in sorted(by_config.items()):

@@ -322,8 +322,11 @@ class SelectionConfig:
     # a ladder's checkpoints within each rung, fractions of the rung's budget: promotions
     # read the rung's end, so by default only that is evaluated (with the warm start)
     rung_checkpoints: list[float] = field(default_factory=lambda: [1.0])
-    # promotion ranks by the next rung's predicted score minus z standard errors
+    # promotion ranks by a score minus z standard errors
     z: float = 1.0
+    # what that score is: last = the rung end's accuracy | trend = the accuracy predicted
+    # at the next rung from the trend of the rung ends (a line in log FLOPs)
+    promote_by: str = ladder.DEFAULT_PROMOTE_BY
     # close: a policy size keeps its best config at each rung while that config's upper
     # bound (plus z SE) reaches the leader's lower bound | all: every size always does
     keep_sizes: str = "close"

@@ -20,7 +20,7 @@ from race.config.schema import (
     task_entry,
 )
 from race.core.flops import CONVENTIONS
-from race.core.ladder import KEEP_SIZES
+from race.core.ladder import KEEP_SIZES, PROMOTE_BY
 from race.core.specs import AGGREGATIONS, HEADS
 from race.core.stats import BASES
 from race.errors import UsageError
@@ -89,6 +89,9 @@ def selection_problems(selection: SelectionConfig) -> list[str]:
                         f"e.g. selection.pilot_budget=1.0)")
     if selection.z < 0:
         problems.append(f"selection.z={selection.z}: must be >= 0")
+    if selection.promote_by not in PROMOTE_BY:
+        problems.append(f"selection.promote_by={selection.promote_by!r}: use "
+                        + " or ".join(f"selection.promote_by={k}" for k in PROMOTE_BY))
     if selection.keep_sizes not in KEEP_SIZES:
         problems.append(f"selection.keep_sizes={selection.keep_sizes!r}: use "
                         + " or ".join(f"selection.keep_sizes={k}" for k in KEEP_SIZES))

@@ -8,9 +8,15 @@ rests on curves nearer the full budget (multi-fidelity search: successive halvin
 Hyperband, ASHA). Halving, not quartering: on this task configs of one size separate
 only from about F/32, so a deep early cut is made on noise.
 
-Promotion ranks configs by a *lower confidence bound of their score at the next rung*,
-never at F: the accuracy at this rung, plus the trend of its last checkpoints carried
-one rung further (a line in log FLOPs), minus ``z`` standard errors of both. A config
+Promotion ranks configs by a *lower confidence bound of their score*: by default
+(``promote_by="last"``) the accuracy at this rung's end minus ``z`` standard errors;
+with ``promote_by="trend"``, the score predicted at the next rung, never at F: the
+accuracy at this rung plus the trend of its last checkpoints carried one rung further (a
+line in log FLOPs), minus ``z`` standard errors of both. A ladder scores only its rung
+ends, so a trend rests on two or three rung-end reads: from two, the prediction
+``2 p2 - p1`` (rungs doubling) has five times the variance of ``p2`` alone, and on the
+curve bank's tuning half it cut the best config more often (``bench/selection_replay.py``
+tunes ``promote_by`` with the geometry). A config
 whose guards fired (:mod:`race.core.guards`) is never promoted, and each policy size keeps at
 least one config as long as it has an unguarded one whose upper confidence bound at the
 next rung reaches the leader's lower bound (``keep_sizes="close"``; ``"all"``: as long as
@@ -36,6 +42,11 @@ DEFAULT_RUNGS = (1 / 48, 1 / 24, 1 / 12, 1 / 6)
 DEFAULT_REDUCTION = 2
 # which sizes keep a config at each rung (promote): those close to the leader, or all
 KEEP_SIZES = ("close", "all")
+# what a promotion reads (next_rung_bound): the rung's end alone, or its end plus the
+# trend of the rung ends carried to the next rung; "last" chosen on the curve bank's
+# tuning half (bench/selection_replay.py, docs/reports.md)
+PROMOTE_BY = ("last", "trend")
+DEFAULT_PROMOTE_BY = "last"
 
 
 def geometric_rungs(n_rungs: int, reduction: int) -> tuple[float, ...]:
@@ -135,19 +146,23 @@ def trend_per_log_flops(flops: Sequence[float], accuracy: Sequence[float],
 
 def next_rung_bound(flops: Sequence[float], accuracy: Sequence[float],
                     n_problems: Sequence[int], next_flops: float, *,
-                    z: float = 1.0) -> dict:
-    """A cell's score now and the lower confidence bound of its score at ``next_flops``.
+                    z: float = 1.0, promote_by: str = "trend") -> dict:
+    """A cell's score now and the lower confidence bound a promotion ranks it by.
 
-    The prediction is the last checkpoint's accuracy plus the trend of the last
-    checkpoints carried to ``next_flops`` (one rung, 4x by default: never to F), clipped
-    to [0, 1]. Its standard error adds the last checkpoint's binomial SE and the slope's,
-    times the log distance.
+    ``promote_by="trend"``: the prediction is the last checkpoint's accuracy plus the
+    trend of the last checkpoints carried to ``next_flops`` (one rung: never to F),
+    clipped to [0, 1]; its standard error adds the last checkpoint's binomial SE and the
+    slope's, times the log distance. ``promote_by="last"``: the prediction is the last
+    checkpoint's accuracy itself, with its binomial SE (no trend is claimed).
 
     Returns ``{"score", "se", "predicted", "predicted_se", "lcb"}``.
     """
+    if promote_by not in PROMOTE_BY:
+        raise ValueError(f"promote_by={promote_by!r}: one of {', '.join(PROMOTE_BY)}")
     p, n = float(accuracy[-1]), int(n_problems[-1])
     se = binomial_se(p, n)
-    slope, slope_se = trend_per_log_flops(flops, accuracy, n_problems)
+    slope, slope_se = (trend_per_log_flops(flops, accuracy, n_problems)
+                       if promote_by == "trend" else (0.0, 0.0))
     distance = math.log(next_flops / flops[-1]) if flops[-1] > 0 and next_flops > 0 else 0.0
     predicted = min(1.0, max(0.0, p + slope * distance))
     predicted_se = math.sqrt(se ** 2 + (slope_se * distance) ** 2)

@@ -159,9 +159,12 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
     starts = starts or {}
     text = ["", "## Ladder (successive halving)",
             f"Every config ran to the first rung; after each rung the configs with the "
-            f"highest lower confidence bound of their `{target}` score at the next rung "
-            f"(the trend of their last checkpoints carried one rung, minus "
-            f"{ladder.get('z', 1.0):g} standard errors) continued from their checkpoints, "
+            f"highest lower confidence bound of their `{target}` score "
+            + ("at the next rung (the trend of their last checkpoints carried one rung, "
+               if ladder.get("promote_by", "trend") == "trend" else
+               "at the rung's end (")
+            + f"minus {ladder.get('z', 1.0):g} standard errors) continued from their "
+            f"checkpoints, "
             f"keeping the best 1/{ladder.get('reduction', 4)} and "
             + ("at least one config per policy size"
                if ladder.get("keep_sizes", "all") == "all" else
@@ -192,7 +195,7 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
                  f"({fmt_flops(rung['budget_flops'])} FLOPs per cell), "
                  f"{len(rung['candidates'])} config(s)",
                  _md_table(["config", "knobs", "seeds", f"{target}", "SE",
-                            "predicted next rung", "LCB", "vs start", "decision", "guard"],
+                            "promotion score", "LCB", "vs start", "decision", "guard"],
                            rows, "llrrrrrrll")]
     if selected:
         pick = selected[0]

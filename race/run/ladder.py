@@ -22,8 +22,9 @@ from race.store.sweep import SweepDir
 
 def run_ladder(plan: Plan, cfg, sweep_dir: Path, me: dict) -> dict:
     """Run ``plan``'s ladder: every cell at the first rung; after each rung, promote
-    configs by the lower confidence bound of their score at the next rung
-    (:func:`race.core.ladder.promote`, guards and ``selection.keep_sizes`` respected) and continue
+    configs by the lower confidence bound of their score (``selection.promote_by``: the
+    rung's end, or the next rung's prediction; :func:`race.core.ladder.promote`, guards
+    and ``selection.keep_sizes`` respected) and continue
     their cells from their final states. Writes ``ladder.json`` after every rung.
 
     A rerun recomputes the same promotions from the same results and runs only what is
@@ -46,7 +47,8 @@ def run_ladder(plan: Plan, cfg, sweep_dir: Path, me: dict) -> dict:
         total["launched"] += outcome["launched"]
         next_flops = pilot_flops(full, ladder.rungs[index + 1]) if not last else None
         candidates = rung_candidates(sweep_dir, specs, config_of, next_flops,
-                                     z=selection.z, thresholds=selection.guards.thresholds())
+                                     z=selection.z, thresholds=selection.guards.thresholds(),
+                                     promote_by=selection.promote_by)
         count = ladder.counts[index + 1] if not last else 0
         ranked = (promote(candidates, count, keep_sizes=selection.keep_sizes) if not last
                   else rank_last_rung(candidates))
@@ -58,6 +60,7 @@ def run_ladder(plan: Plan, cfg, sweep_dir: Path, me: dict) -> dict:
             "rungs": rungs, "planned_counts": list(ladder.counts),
             "cost_share": ladder.cost_share, "scaled": ladder.scaled,
             "reduction": selection.reduction, "z": selection.z,
+            "promote_by": selection.promote_by,
             "keep_sizes": selection.keep_sizes})
         if last:
             break
