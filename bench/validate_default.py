@@ -7,10 +7,17 @@ with. Prints the pick's realized ``val`` accuracy at F against
 
 - its warm start: the same validation run's checkpoint 0, paired on the same problems
   (SE over problems, and over seeds when the pick ran more than one);
-- the curve bank's best config of the pick's size at F (``bench/testbed.py``'s score: the
-  seed mean with its SE over seeds and problems), unpaired: the SE of the difference
-  combines the two SEs. The pick's own SE is over problems and seeds as above;
-  ``within_1se`` says whether the difference is at most one SE of the difference.
+- the curve bank's best config of the pick's size at F, *run again on this machine*
+  (``--here``, the default): the bank's command for that config at the full budget
+  (``selection.policy=flat pilot.fraction=1``) with the bank's seeds, less the seeds the
+  pick itself ran when it is the same config (so the two are independent runs), scoring
+  ``val`` on the validation's problems (``validate.select_examples``) at F. The seed
+  mean with its SE over seeds and problems; the SE of the difference combines the two
+  SEs. ``within_1se`` says whether the difference is at most one SE of the difference.
+  Why again: a run is reproducible on one machine, not across machines (the bank's
+  warm starts already score differently from this machine's on the same problems), so
+  the bank's own values differ from any run here by the machines' offset; they are
+  printed beside it.
 
 ``above`` says whether the gain over the warm start exceeds twice its paired SE.
 
@@ -18,9 +25,12 @@ with. Prints the pick's realized ``val`` accuracy at F against
 was made from, at F instead of at the pilots' budgets.
 
 Usage: ``python bench/validate_default.py [--out /tmp/race-validate-default]
-[--name default] [--bank bench/data/curve_bank_v3.json.gz]``.
+[--name default] [--bank bench/data/curve_bank_v3.json.gz] [--no-here]`` (``--here``
+costs two or three full-budget runs, about 5 minutes each on one core).
 Last line: ``pick=... realized=R se=S bank_best=... bank_best_value=B bank_best_se=T
-diff_se=D within_1se=yes|no warm_start=W gain=G gain_se=H above=yes|no``.
+here_best_value=H here_best_se=U here_seeds=... diff_se=D within_1se=yes|no
+warm_start=W gain=G gain_se=H above=yes|no`` (without ``--here``: ``diff_se`` and
+``within_1se`` against the bank's own value, and no ``here_*``).
 """
 
 from __future__ import annotations
@@ -73,6 +83,38 @@ def validated(sweep: Path) -> tuple[dict, list[list[int]], list[list[int]]]:
     return spec, start, end
 
 
+def here_scores(sweep: Path) -> list[list[int]]:
+    """Per ok cell of a flat sweep, its per-problem ``val`` scores at its last checkpoint."""
+    scores = []
+    for cell in sorted((sweep / "cells").iterdir()):
+        summary = json.loads((cell / "summary.json").read_text())
+        if summary["status"] != "ok":
+            sys.exit(f"{cell}: a run of the bank's best config failed: {summary.get('error')}")
+        rows = [r for r in read_jsonl(cell / "metrics.jsonl")
+                if r["kind"] == "eval" and r["target"] == TARGET]
+        scores.append([int(c) for c in max(rows, key=lambda r: r["checkpoint"])["correct"]])
+    return scores
+
+
+def rerun_here(args, spec: dict, best_cells: list[dict]) -> tuple[list[list[int]], list[int]]:
+    """The bank's best config of the pick's size, run at F on this machine with the bank's
+    seeds less the pick's own when it is the same config, scored on ``val`` at F on the
+    validation's problem count. Returns per-seed scores and the seeds."""
+    cell = best_cells[0]
+    same = allocation(cell) == allocation({"group_size": spec["group_size"],
+                                           "update_epochs": spec["update_epochs"],
+                                           "reward": spec["reward"]["name"]})
+    seeds = sorted({int(c["seed"]) for c in best_cells} - ({int(spec["seed"])} if same else set()))
+    name = f"{args.name}-bank-best-here"
+    race("sweep", f"sweep.out_dir={args.out}", f"sweep.name={name}",
+         "selection.policy=flat", "pilot.fraction=1", f"model={spec['model']}",
+         f"reward={cell['reward']}", f"grid.group_size={cell['group_size']}",
+         f"grid.update_epochs={cell['update_epochs']}",
+         "pilot.seed=" + ",".join(map(str, seeds)), "pilot.checkpoints=[1.0]",
+         "pilot.eval_targets=[val]", f"pilot.select_examples={spec['select_examples']}")
+    return here_scores(args.out / name), seeds
+
+
 def seed_mean(per_seed: list[list[int]]) -> tuple[float, float, list[float]]:
     """Mean over seeds and problems, its SE (seeds and problems), and per-problem means."""
     n = min(map(len, per_seed))
@@ -90,6 +132,10 @@ def main() -> None:
                         help="the sweep's folder name under --out (an existing default "
                              "sweep there is resumed, not rerun)")
     parser.add_argument("--bank", type=Path, default=DEFAULT_BANK)
+    parser.add_argument("--here", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the bank's best config of the pick's size again on this "
+                             "machine and compare with that (default; --no-here: with the "
+                             "bank's own value, from the machine that ran the bank)")
     args = parser.parse_args()
     sweep = args.out / args.name
     race("sweep", f"sweep.out_dir={args.out}", f"sweep.name={args.name}")
@@ -112,8 +158,14 @@ def main() -> None:
     pick = allocation({"group_size": spec["group_size"], "update_epochs": spec["update_epochs"],
                        "reward": spec["reward"]["name"]})
     same = next((s for s, cells in scored if allocation(cells[0]) == pick), None)
-    diff_se = math.hypot(realized_se, best["se"])
-    within = abs(realized - best["mean"]) <= diff_se
+    here = None
+    if args.here:
+        here_per_seed, here_seeds = rerun_here(args, spec, best_cells)
+        here_mean, here_se, here_problem = seed_mean(here_per_seed)
+        here = {"mean": here_mean, "se": here_se, "seeds": here_seeds, "n": len(here_problem)}
+    reference = here or best
+    diff_se = math.hypot(realized_se, reference["se"])
+    within = abs(realized - reference["mean"]) <= diff_se
 
     print(f"\npick {spec['model']} {pick}: realized {TARGET} at F {realized:.3f} "
           f"(SE {realized_se:.3f}, {len(end)} seed(s) x {len(end_problem)} problems)")
@@ -121,15 +173,19 @@ def main() -> None:
         print(f"  the bank's value of the same config: {same['mean']:.3f} (SE {same['se']:.3f},"
               f" {same['seeds']} seeds x {same['n']} problems)")
     print(f"  the bank's best config of {spec['model']}: {allocation(best_cells[0])} "
-          f"{best['mean']:.3f} (SE {best['se']:.3f}); difference "
-          f"{realized - best['mean']:+.3f} (SE {diff_se:.3f}): "
+          f"{best['mean']:.3f} (SE {best['se']:.3f}) in the bank"
+          + (f"; run here, seeds {','.join(map(str, here['seeds']))} x {here['n']} problems: "
+             f"{here['mean']:.3f} (SE {here['se']:.3f})" if here else "")
+          + f"; difference {realized - reference['mean']:+.3f} (SE {diff_se:.3f}): "
           f"{'within' if within else 'outside'} one SE")
     print(f"  warm start {warm:.3f}; gain {gain:+.3f} (paired SE {gain_se:.3f}, "
           f"{gain / gain_se:.1f} SE)")
     print(f"pick={spec['model']}/{pick.replace(' ', '/')} realized={realized:.4f} "
           f"se={realized_se:.4f} bank_best={allocation(best_cells[0]).replace(' ', '/')} "
           f"bank_best_value={best['mean']:.4f} bank_best_se={best['se']:.4f} "
-          f"diff_se={diff_se:.4f} within_1se={'yes' if within else 'no'} "
+          + (f"here_best_value={here['mean']:.4f} here_best_se={here['se']:.4f} "
+             f"here_seeds={','.join(map(str, here['seeds']))} " if here else "")
+          + f"diff_se={diff_se:.4f} within_1se={'yes' if within else 'no'} "
           f"warm_start={warm:.4f} gain={gain:.4f} gain_se={gain_se:.4f} "
           f"above={'yes' if gain - 2 * gain_se > 0 else 'no'}")
 
