@@ -10,7 +10,9 @@ budget F, several seeds each, with ``val`` (and ``test``, ``ood``) scored at che
   denominator of the checkpoints' fractions of F: 256 for checkpoints k/256, 96 for
   F/96 ... F), an integer from 1 to D, as Syne Tune's schedulers compare it with their
   rung levels; the warm start (checkpoint 0) is not a fidelity;
-- objectives per checkpoint (``OBJECTIVES``): ``val`` accuracy and its number of problems,
+- objectives per checkpoint (``OBJECTIVES``): ``val`` accuracy and its number of problems
+  (all the bank scored, or with ``val_problems`` the first that many, as a pilot scoring
+  that many reads them: a pilot's problems are a prefix of one seeded draw),
   the charged FLOPs (rollout + learning + feedback) spent to reach it, the eval FLOPs of
   scoring that ``val`` (the problems times the cell's measured eval FLOPs per problem),
   ``test`` and ``ood`` accuracy (nan where the bank has none), all as numbers;
@@ -74,8 +76,23 @@ def checkpoint_units(fractions) -> int:
     return units
 
 
-def bank_blackbox(bank: dict) -> BankBlackbox:
-    """The bank (``json.load`` of a curve bank) as a Syne Tune ``BlackboxTabular``.
+def first_problems(row: dict, most: int | None) -> tuple[float, int]:
+    """An eval row's accuracy and problem count on its first ``most`` problems (None: all).
+
+    A pilot scoring ``n`` problems of a target scores the first ``n`` of one seeded draw,
+    so the first ``most`` of a bank row's per-problem ``correct`` are what a pilot with
+    ``most`` problems would have read. Rows without ``correct``, or with at most ``most``
+    problems, are read whole.
+    """
+    correct = row.get("correct")
+    if most is None or not correct or row["n"] <= most:
+        return float(row["accuracy"]), int(row["n"])
+    return sum(int(c) for c in correct[:most]) / most, most
+
+
+def bank_blackbox(bank: dict, val_problems: int | None = None) -> BankBlackbox:
+    """The bank (``json.load`` of a curve bank) as a Syne Tune ``BlackboxTabular``;
+    ``val`` read on its first ``val_problems`` problems (``first_problems``; None: all).
 
     Raises:
         ValueError: when the cells' ``val`` checkpoints differ (a tabular blackbox needs
@@ -107,8 +124,8 @@ def bank_blackbox(bank: dict) -> BankBlackbox:
                 continue
             k = checkpoints.index(r["checkpoint"])
             if r["target"] == "val":
-                values[row, seed, k, :4] = (r["accuracy"], r["n"], r["flops"],
-                                            r["n"] * per_problem)
+                accuracy, n = first_problems(r, val_problems)
+                values[row, seed, k, :4] = (accuracy, n, r["flops"], n * per_problem)
             elif r["target"] in ("test", "ood"):
                 values[row, seed, k, OBJECTIVES.index(f"{r['target']}_accuracy")] = (
                     r["accuracy"])

@@ -7,9 +7,14 @@ truncated at its pilot budgets) and picks one config. Each replicate is a one-se
 every config's curve is read from one of its seeds, drawn independently per config (the
 configs' runs are independent), every combination when there are at most 512, else 512
 drawn at random. A pick is scored against the truth: each config's ``val`` accuracy at
-F, averaged over the seeds (1,000 problems per seed). Before the policies it prints the
-four best configs' ``val`` by window of the budget (seed means, F itself apart): whether
-their order at F can be seen at all at the budgets pilots read.
+F, averaged over the seeds, on every problem the bank scored (500 per seed in the
+testbed's bank). Every policy, RACE's and the peers', reads ``val`` as a default pilot
+scores it: on the first ``pilot.select_examples`` (200) of those problems at each
+checkpoint it reads (a pilot's problems are a prefix of one seeded draw, so these are
+the very problems it would score; ``READ_PROBLEMS``), and pays for that many. Before
+the policies it prints the four best configs' ``val`` by window of the budget (seed
+means on every problem, F itself apart): whether their order at F can be seen at all at
+the budgets pilots read.
 
 The peers (``bench/peers.py``) replay the same replicates through the bank exported as a
 Syne Tune tabular blackbox (``bench/blackbox.py``: the grid's axes as its configuration
@@ -41,7 +46,7 @@ trial, or one for all: never one per config):
   needs no further filter (it checks anyway).
 - A peer's charged compute is the training of the checkpoints it ran to, counted as
   fractions of F, as the ladder's is. Its eval is the ``val`` problems it scored at the
-  checkpoints it read (the bank's 300, or 1,000 at F), at the same eval FLOPs per
+  checkpoints it read (``READ_PROBLEMS`` each), at the same eval FLOPs per
   problem as RACE's pilots. It pays nothing for ``test`` or ``ood``, which RACE's pilot
   plan scores for the report.
 - Knobs: the libraries' documented defaults (grace period / min resource one unit, the
@@ -64,8 +69,7 @@ RACE's policies:
   ``plan_ladder`` when it would cost more than the flat grid's pilot compute, or, with
   its eval, more than ``selection.pilot_budget`` (as ``race plan`` shrinks it), each rung
   read at the bank's last checkpoint at or below it, and only there (a sweep's ladder
-  scores its rung ends, ``selection.rung_checkpoints``; the bank's ``val`` is on its
-  own problem count, 500 for the testbed's bank, where a default pilot scores 200); the
+  scores its rung ends, ``selection.rung_checkpoints``); the
   pick is ``race.core.ladder.final_ranking``'s first, as in a sweep.
 - ``ladder+guards``: the ladder, with ``race.core.guards`` on every rung's curve (a guarded
   config is neither promoted nor picked while an unguarded one is left).
@@ -162,6 +166,10 @@ DEFAULTS = SelectionConfig()  # the ladder `race sweep` runs
 # continuing one below) scores it the same way first
 SELECT_PROBLEMS = PilotConfig().select_examples
 EVAL_PROBLEMS_PER_CHECKPOINT = SELECT_PROBLEMS + 2 * PilotConfig().eval_examples
+# every policy, RACE's and the peers', reads val on the first pilot.select_examples
+# problems of the bank's (a pilot's problems are a prefix of one seeded draw) and pays
+# for that many; the truth at F reads them all
+READ_PROBLEMS = SELECT_PROBLEMS
 LADDER_EVALS = len(DEFAULTS.rung_checkpoints)
 FLAT_EVALS = len(PilotConfig().checkpoints)
 # ladder geometries tuned on the tuning half: (rungs, reduction), each rung `reduction`
@@ -174,9 +182,14 @@ ORDER_BUDGETS = (1 / 32, 1 / 16, 1 / 6, 1 / 3, 1 / 2, 1.0)
 
 
 class Curve:
-    """One cell of the bank on the selection target, readable up to a budget."""
+    """One cell of the bank on the selection target, readable up to a budget.
 
-    def __init__(self, cell: dict, full: float):
+    ``accuracy``/``n``: on every problem the bank scored (the truth at F, the warm start a
+    pick is held against); ``read``/``read_n``: on the first ``read_problems`` of them
+    (``blackbox.first_problems``), what a pilot scoring that many reads.
+    """
+
+    def __init__(self, cell: dict, full: float, read_problems: int | None = None):
         rows = sorted((r for r in cell["evals"] if r["target"] == TARGET),
                       key=lambda r: (r["flops"], r["checkpoint"]))
         self.full = full
@@ -184,6 +197,9 @@ class Curve:
         self.flops = np.array([r["flops"] for r in rows])
         self.accuracy = np.array([r["accuracy"] for r in rows])
         self.n = np.array([r["n"] for r in rows])
+        seen = [blackbox.first_problems(r, read_problems) for r in rows]
+        self.read = np.array([a for a, _ in seen])
+        self.read_n = np.array([n for _, n in seen])
         self.reward = np.array([r["mean_reward"] for r in rows])
         self.eval_flops = np.array([r["eval_flops"] for r in rows])
         self.steps = cell["steps"]
@@ -199,7 +215,7 @@ class Curve:
         return self.fraction <= fraction + 1e-9
 
     def at(self, fraction: float) -> float:
-        return float(self.accuracy[self.upto(fraction)][-1])
+        return float(self.read[self.upto(fraction)][-1])
 
     def at_rungs(self, reads: tuple[float, ...]) -> np.ndarray:
         """The warm start and the checkpoints at the rung ends ``reads``: what a ladder's
@@ -219,7 +235,7 @@ class Curve:
             score = self.at(FLAT)
             if sigmoid:
                 keep = self.upto(FLAT)
-                fit = fit_curve(self.flops[keep], self.accuracy[keep], predict_at=self.full)
+                fit = fit_curve(self.flops[keep], self.read[keep], predict_at=self.full)
                 if fit.method == "sigmoid" and fit.hi - fit.lo <= SIGMOID_MAX_WIDTH:
                     score = fit.prediction
             self._scores[sigmoid] = score
@@ -233,13 +249,14 @@ class Curve:
         entropy, truncated = (guards.at_full_cap([s[key] for s in steps], caps)
                               for key in ("entropy", "truncation_rate"))
         fired = [v for v in guards.check_cell(
-            self.accuracy[keep].tolist(), self.reward[keep].tolist(),
-            self.n[keep].astype(int).tolist(), entropy, truncated, t) if v.fired]
+            self.read[keep].tolist(), self.reward[keep].tolist(),
+            self.read_n[keep].astype(int).tolist(), entropy, truncated, t) if v.fired]
         return "; ".join(f"{v.guard}: {v.evidence}" for v in fired) or None
 
 
-def load_bank(path: Path) -> tuple[dict, dict[str, dict]]:
-    """The bank and its configs: config id -> knobs, seeds' curves, truth at F."""
+def load_bank(path: Path, read_problems: int | None = None) -> tuple[dict, dict[str, dict]]:
+    """The bank and its configs: config id -> knobs, seeds' curves (read by the policies
+    on their first ``read_problems`` ``val`` problems; None: all), truth at F (all)."""
     with gzip.open(path, "rt") as f:
         bank = json.load(f)
     full = bank["budget_flops"]
@@ -250,7 +267,7 @@ def load_bank(path: Path) -> tuple[dict, dict[str, dict]]:
             "group_size": cell["group_size"], "update_epochs": cell["update_epochs"],
             "label": f"{cell['model']}/{cell['reward']} G{cell['group_size']} "
                      f"mu{cell['update_epochs']}", "curves": {}})
-        config["curves"][cell["seed"]] = Curve(cell, full)
+        config["curves"][cell["seed"]] = Curve(cell, full, read_problems)
     tests = {}
     for cell in bank["cells"]:
         rows = [r for r in cell["evals"] if r["target"] == "test" and r["checkpoint"] == 1.0]
@@ -307,8 +324,8 @@ def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFA
             curve = configs[cid]["curves"][draw[cid]]
             keep = curve.at_rungs(tuple(read[:index + 1]))
             nxt = read[index + 1] if index + 1 < len(read) else fraction
-            bound = next_rung_bound(curve.flops[keep].tolist(), curve.accuracy[keep].tolist(),
-                                    curve.n[keep].astype(int).tolist(), nxt * curve.full, z=z,
+            bound = next_rung_bound(curve.flops[keep].tolist(), curve.read[keep].tolist(),
+                                    curve.read_n[keep].astype(int).tolist(), nxt * curve.full, z=z,
                                     promote_by=promote_by)
             candidates.append({"config": cid, "model": configs[cid]["model"],
                                "lcb": bound["lcb"], "score": bound["score"],
@@ -804,7 +821,7 @@ def regime_section(configs: dict, budget: float, ladder_row: dict) -> str:
         rho = {cid: planned_rho(configs[cid], budget) for cid in ids}
         pilot = {cid: [curve.at(FLAT) for curve in configs[cid]["curves"].values()]
                  for cid in ids}
-        n = int(next(iter(configs[ids[0]]["curves"].values())).n[0])
+        n = int(next(iter(configs[ids[0]]["curves"].values())).read_n[0])
         check = regime_check(rho, pilot, {cid: configs[cid]["truth"] for cid in ids},
                              n_problems=n)
         picks = [next(c for c in ranking if c in rho) == check.best
@@ -827,8 +844,8 @@ def main() -> None:
     missing = [m for m in ("syne_tune", "optuna") if importlib.util.find_spec(m) is None]
     if missing:
         parser.exit(2, f"the peers need {', '.join(missing)}: pip install 'race[bench]'\n")
-    bank, configs = load_bank(args.bank)
-    exported = blackbox.bank_blackbox(bank)
+    bank, configs = load_bank(args.bank, READ_PROBLEMS)
+    exported = blackbox.bank_blackbox(bank, val_problems=READ_PROBLEMS)
     seeds = collections.Counter(len(c["curves"]) for c in configs.values())
     sizes = sorted({c["model"] for c in configs.values()})
     print(f"bank: {len(configs)} configs ("

@@ -182,6 +182,23 @@ def test_the_random_policy_picks_each_config_about_equally_often(bank):
     assert all(0.4 * fair <= picks.count(c) <= 1.8 * fair for c in configs), picks
 
 
+def test_policies_read_the_first_problems_a_pilot_scores_and_the_truth_reads_all():
+    # 4 problems per checkpoint; a pilot scoring 2 scores the first 2 of the same draw
+    rows = [{"checkpoint": f, "target": "val", "flops": f * FULL, "eval_flops": 1e6,
+             "accuracy": a, "n": 4, "mean_reward": a, "correct": c}
+            for f, a, c in ((0.0, 0.5, "0011"), (1 / 16, 0.5, "1001"), (1.0, 0.75, "1101"))]
+    cell = {"evals": rows, "steps": []}
+    curve = replay.Curve(cell, FULL, read_problems=2)
+    assert curve.read.tolist() == [0.0, 0.5, 1.0] and curve.read_n.tolist() == [2, 2, 2]
+    assert curve.accuracy.tolist() == [0.5, 0.5, 0.75] and curve.n.tolist() == [4, 4, 4]
+    assert curve.at(1 / 16) == 0.5 and curve.at(1.0) == 1.0
+    whole = replay.Curve(cell, FULL)  # no read_problems: every problem
+    assert whole.read.tolist() == whole.accuracy.tolist()
+    assert blackbox.first_problems(rows[2], 3) == (2 / 3, 3)
+    assert blackbox.first_problems(rows[2], 8) == (0.75, 4)  # fewer than asked: all
+    assert blackbox.first_problems(rows[2] | {"correct": None}, 2) == (0.75, 4)
+
+
 # ------------------------------------------------------------------ the peers
 
 
@@ -195,6 +212,21 @@ def bench_extra():
 def read_bank(path):
     with gzip.open(path, "rt") as f:
         return json.load(f)
+
+
+def test_the_blackbox_reads_val_on_the_first_problems_when_asked(bank, bench_extra):
+    raw = read_bank(bank)
+    for c in raw["cells"]:  # 1,000 problems: the first 200 all right, the rest all wrong
+        for r in c["evals"]:
+            r["correct"] = "1" * 200 + "0" * 800
+    names = list(blackbox.OBJECTIVES)
+    values = blackbox.bank_blackbox(raw, val_problems=200).blackbox.objectives_evaluations
+    assert (values[..., names.index("val_accuracy")] == 1.0).all()
+    assert (values[..., names.index("val_problems")] == 200).all()
+    whole = blackbox.bank_blackbox(raw).blackbox.objectives_evaluations
+    assert (whole[..., names.index("val_problems")] == 1000).all()
+    assert (whole[..., names.index("val_eval_flops")]
+            == 5 * values[..., names.index("val_eval_flops")]).all()
 
 
 def test_the_bank_round_trips_through_a_syne_tune_blackbox(bank, tmp_path, bench_extra):

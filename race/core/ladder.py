@@ -14,12 +14,13 @@ with ``promote_by="trend"``, the score predicted at the next rung, never at F: t
 accuracy at this rung plus the trend of its last checkpoints carried one rung further (a
 line in log FLOPs), minus ``z`` standard errors of both. A ladder scores only its rung
 ends, so a trend rests on two or three rung-end reads: from two, the prediction
-``2 p2 - p1`` (rungs doubling) has five times the variance of ``p2`` alone, and on the
-curve bank's tuning half it cut the best config more often (``bench/selection_replay.py``
-tunes ``promote_by`` with the geometry). A config
+``2 p2 - p1`` (rungs doubling) has five times the variance of ``p2`` alone; on the
+curve bank's tuning half ``last`` regretted no more than ``trend`` at any geometry (at
+the default one 0.012 against 0.019, inside one SE; ``bench/selection_replay.py`` tunes
+``promote_by`` with the geometry). A config
 whose guards fired (:mod:`race.core.guards`) is never promoted, and each policy size keeps at
-least one config as long as it has an unguarded one whose upper confidence bound at the
-next rung reaches the leader's lower bound (``keep_sizes="close"``; ``"all"``: as long as
+least one config as long as it has an unguarded one whose upper confidence bound
+reaches the leader's lower bound (``keep_sizes="close"``; ``"all"``: as long as
 it has one), so that the size axis is decided where the sizes are close, and a size that
 is clearly behind gives its place to a config of the leading size. The pick
 (:func:`final_ranking`) reads each config at the highest rung it reached: unguarded
