@@ -702,8 +702,9 @@ def tune_ladder(configs, draws) -> tuple[dict, list[dict]]:
     rows = []
     for i, ((n_rungs, reduction), promote_by) in enumerate(
             itertools.product(GEOMETRIES, PROMOTE_BY)):
-        kw = geometry(n_rungs, reduction) | {"promote_by": promote_by}
-        plan = ladder_plan(configs, share=len(configs) * FLAT, **without(kw, "promote_by"))
+        shape = geometry(n_rungs, reduction)
+        kw = shape | {"promote_by": promote_by}
+        plan = ladder_plan(configs, share=len(configs) * FLAT, **shape)
         row = {"n_rungs": n_rungs, "reduction": reduction, "promote_by": promote_by,
                "kw": kw, "order": i, "first": plan.rungs[0],
                "replayable": replayable(bank_reads(configs, plan.rungs))}
@@ -713,10 +714,6 @@ def tune_ladder(configs, draws) -> tuple[dict, list[dict]]:
     best = min((r for r in rows if r["replayable"]),
                key=lambda r: (round(r["top1_regret"], 6), r["catastrophes"], r["order"]))
     return best["kw"], rows
-
-
-def without(kw: dict, *keys: str) -> dict:
-    return {k: v for k, v in kw.items() if k not in keys}
 
 
 def tune_guards(configs, draws, **kw) -> guards.GuardThresholds:
