@@ -96,15 +96,18 @@ def here_scores(sweep: Path) -> list[list[int]]:
     return scores
 
 
-def rerun_here(args, spec: dict, best_cells: list[dict]) -> tuple[list[list[int]], list[int]]:
+def rerun_here(args, spec: dict, best_cells: list[dict],
+               same: bool) -> tuple[list[list[int]], list[int]] | None:
     """The bank's best config of the pick's size, run at F on this machine with the bank's
-    seeds less the pick's own when it is the same config, scored on ``val`` at F on the
-    validation's problem count. Returns per-seed scores and the seeds."""
+    seeds less the pick's own when it is the same config (``same``), scored on ``val`` at
+    F on the validation's problem count. Returns per-seed scores and the seeds (None when
+    no seed is left)."""
     cell = best_cells[0]
-    same = allocation(cell) == allocation({"group_size": spec["group_size"],
-                                           "update_epochs": spec["update_epochs"],
-                                           "reward": spec["reward"]["name"]})
     seeds = sorted({int(c["seed"]) for c in best_cells} - ({int(spec["seed"])} if same else set()))
+    if not seeds:
+        print(f"the bank ran {allocation(cell)} only with the pick's own seed: compared "
+              "with the bank's value")
+        return None
     name = f"{args.name}-bank-best-here"
     race("sweep", f"sweep.out_dir={args.out}", f"sweep.name={name}",
          "selection.policy=flat", "pilot.fraction=1", f"model={spec['model']}",
@@ -159,8 +162,9 @@ def main() -> None:
                        "reward": spec["reward"]["name"]})
     same = next((s for s, cells in scored if allocation(cells[0]) == pick), None)
     here = None
-    if args.here:
-        here_per_seed, here_seeds = rerun_here(args, spec, best_cells)
+    rerun = args.here and rerun_here(args, spec, best_cells, allocation(best_cells[0]) == pick)
+    if rerun:
+        here_per_seed, here_seeds = rerun
         here_mean, here_se, here_problem = seed_mean(here_per_seed)
         here = {"mean": here_mean, "se": here_se, "seeds": here_seeds, "n": len(here_problem)}
     reference = here or best
