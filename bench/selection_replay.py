@@ -11,7 +11,7 @@ F, averaged over the seeds, on every problem the bank scored (500 per seed in th
 testbed's bank). Every policy, RACE's and the peers', reads ``val`` as a default pilot
 scores it: on the first ``pilot.select_examples`` (200) of those problems at each
 checkpoint it reads (a pilot's problems are a prefix of one seeded draw, so these are
-the very problems it would score; ``READ_PROBLEMS``), and pays for that many. Before
+the very problems it would score; ``SELECT_PROBLEMS``), and pays for that many. Before
 the policies it prints the four best configs' ``val`` by window of the budget (seed
 means on every problem, F itself apart): whether their order at F can be seen at all at
 the budgets pilots read.
@@ -46,7 +46,7 @@ trial, or one for all: never one per config):
   needs no further filter (it checks anyway).
 - A peer's charged compute is the training of the checkpoints it ran to, counted as
   fractions of F, as the ladder's is. Its eval is the ``val`` problems it scored at the
-  checkpoints it read (``READ_PROBLEMS`` each), at the same eval FLOPs per
+  checkpoints it read (``SELECT_PROBLEMS`` each), at the same eval FLOPs per
   problem as RACE's pilots. It pays nothing for ``test`` or ``ood``, which RACE's pilot
   plan scores for the report.
 - Knobs: the libraries' documented defaults (grace period / min resource one unit, the
@@ -166,10 +166,9 @@ DEFAULTS = SelectionConfig()  # the ladder `race sweep` runs
 # continuing one below) scores it the same way first
 SELECT_PROBLEMS = PilotConfig().select_examples
 EVAL_PROBLEMS_PER_CHECKPOINT = SELECT_PROBLEMS + 2 * PilotConfig().eval_examples
-# every policy, RACE's and the peers', reads val on the first pilot.select_examples
-# problems of the bank's (a pilot's problems are a prefix of one seeded draw) and pays
-# for that many; the truth at F reads them all
-READ_PROBLEMS = SELECT_PROBLEMS
+# every policy, RACE's and the peers', reads val on the first SELECT_PROBLEMS problems of
+# the bank's (a pilot's problems are a prefix of one seeded draw) and pays for that many;
+# the truth at F reads them all
 LADDER_EVALS = len(DEFAULTS.rung_checkpoints)
 FLAT_EVALS = len(PilotConfig().checkpoints)
 # ladder geometries tuned on the tuning half: (rungs, reduction), each rung `reduction`
@@ -841,8 +840,8 @@ def main() -> None:
     missing = [m for m in ("syne_tune", "optuna") if importlib.util.find_spec(m) is None]
     if missing:
         parser.exit(2, f"the peers need {', '.join(missing)}: pip install 'race[bench]'\n")
-    bank, configs = load_bank(args.bank, READ_PROBLEMS)
-    exported = blackbox.bank_blackbox(bank, val_problems=READ_PROBLEMS)
+    bank, configs = load_bank(args.bank, SELECT_PROBLEMS)
+    exported = blackbox.bank_blackbox(bank, val_problems=SELECT_PROBLEMS)
     seeds = collections.Counter(len(c["curves"]) for c in configs.values())
     sizes = sorted({c["model"] for c in configs.values()})
     print(f"bank: {len(configs)} configs ("

@@ -62,6 +62,12 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def target_evals(cell: Path) -> list[dict]:
+    """A cell's eval rows on the selection target, in the order it wrote them."""
+    return [r for r in read_jsonl(cell / "metrics.jsonl")
+            if r["kind"] == "eval" and r["target"] == TARGET]
+
+
 def validated(sweep: Path) -> tuple[dict, list[list[int]], list[list[int]]]:
     """The pick's spec and, per seed, its per-problem ``val`` scores at 0 and at F."""
     comparison = json.loads((sweep / "validate" / "comparison.json").read_text())
@@ -72,8 +78,7 @@ def validated(sweep: Path) -> tuple[dict, list[list[int]], list[list[int]]]:
     for cell_id in record["cells"]:
         cell = sweep / "validate" / "cells" / cell_id
         spec = json.loads((cell / "spec.json").read_text())
-        rows = [r for r in read_jsonl(cell / "metrics.jsonl")
-                if r["kind"] == "eval" and r["target"] == TARGET]
+        rows = target_evals(cell)
         first = next(r for r in rows if r["checkpoint"] == 0.0)
         last = max(rows, key=lambda r: r["checkpoint"])
         if first["problems"] != last["problems"]:
@@ -90,8 +95,7 @@ def here_scores(sweep: Path) -> list[list[int]]:
         summary = json.loads((cell / "summary.json").read_text())
         if summary["status"] != "ok":
             sys.exit(f"{cell}: a run of the bank's best config failed: {summary.get('error')}")
-        rows = [r for r in read_jsonl(cell / "metrics.jsonl")
-                if r["kind"] == "eval" and r["target"] == TARGET]
+        rows = target_evals(cell)
         scores.append([int(c) for c in max(rows, key=lambda r: r["checkpoint"])["correct"]])
     return scores
 
