@@ -1,12 +1,13 @@
 """Replay pilot selection policies on the curve bank and score their picks.
 
-The bank (``bench/data/curve_bank.json.gz``, see ``bench/curve_bank.py``) holds every
+The bank (the testbed's, ``bench/data/curve_bank_v3.json.gz``, by default; see
+``bench/curve_bank.py``) holds every
 config of the embedded default grid run at the full budget F with dense checkpoints,
 several seeds each. A policy sees only what its pilots would have seen (the curves
 truncated at its pilot budgets) and picks one config. Each replicate is a one-seed sweep:
 every config's curve is read from one of its seeds, drawn independently per config (the
-configs' runs are independent), every combination when there are at most 512, else 512
-drawn at random. A pick is scored against the truth: each config's ``val`` accuracy at
+configs' runs are independent), every combination when there are at most 4,096, else
+4,096 drawn at random. A pick is scored against the truth: each config's ``val`` accuracy at
 F, averaged over the seeds, on every problem the bank scored (500 per seed in the
 testbed's bank). Every policy, RACE's and the peers', reads ``val`` as a default pilot
 scores it: on the first ``pilot.select_examples`` (200) of those problems at each
@@ -109,8 +110,13 @@ budget on the tuning half. The halves: by group size when the bank has two (tune
 whose configs ran first), else the configs in the order of a hash of their ids,
 alternating.
 
+Below each table: the guarded ladder's regret minus the best peer's, replicate by
+replicate, with its Monte Carlo standard error over the replicates (``paired_difference``:
+how far the sampled replicates alone could move the comparison; the truth's SE, shared by
+both, is the table's ``se``).
+
 Usage: ``python bench/selection_replay.py [--bank PATH] [--boot 2000] [--replicates
-512]`` (needs the ``bench`` extra, ``pip install 'race[bench]'``; ``--replicates 32``
+4096]`` (needs the ``bench`` extra, ``pip install 'race[bench]'``; ``--replicates 32``
 for a quick look). Last lines: the held-out half's ``held-out: policy=ladder+guards
 ...``, then all configs at the defaults, ``policy=ladder+guards top1_regret=R se=S
 within_size_kendall=K catastrophes=C pilot_cost_share=P cost_with_eval=E best_peer=NAME
@@ -136,6 +142,7 @@ import blackbox
 import numpy as np
 import peers
 from scipy import stats
+from testbed import DEFAULT_BANK
 
 from race.analysis.curves import fit_curve
 from race.analysis.regime_check import regime_check
@@ -153,7 +160,10 @@ from race.core.ladder import (
 )
 from race.run.grid import plan_grid
 
-BANK = Path(__file__).parent / "data" / "curve_bank.json.gz"
+# one-seed sweeps per table: at 512, the Monte Carlo SE of the ladder's regret minus the
+# best peer's (paired on the replicates) was 0.0016 on the testbed's bank, larger than
+# the difference itself; at 4,096 it is a third of that (paired_difference)
+REPLICATES = 4096
 TARGET = "val"
 FLAT = 1 / 16
 SIGMOID_MAX_WIDTH = 0.3
@@ -543,7 +553,7 @@ def bootstrap_within_size(configs: dict, rankings: list[list[str]], boot: int,
     return {key: [float(v) for v in value if not np.isnan(v)] for key, value in values.items()}
 
 
-def replicates(configs: dict, *, most: int = 512, seed: int = 0) -> list[dict]:
+def replicates(configs: dict, *, most: int = REPLICATES, seed: int = 0) -> list[dict]:
     """One-seed sweeps to replay: each config's curve from one of its seeds, drawn
     independently per config (the configs' runs are independent). Every combination when
     there are at most ``most``, else ``most`` of them drawn at random (seeded)."""
@@ -620,7 +630,7 @@ def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
         x is not None for x in xs) else float("nan")
     interval = {k: (np.percentile(v, [5, 95]) if v else (math.nan, math.nan))
                 for k, v in boots.items()}
-    return {"policy": name, "top1_regret": float(np.mean(regrets)),
+    return {"policy": name, "top1_regret": float(np.mean(regrets)), "regrets": regrets,
             "test_regret": float(np.mean(test_regrets)),
             "se": float(np.mean(ses)), "kendall": mean(kendalls),
             "kendall_ci": tuple(map(float, interval["kendall"])), "spearman": mean(spearmans),
@@ -792,6 +802,20 @@ def summary(rows: list[dict], name: str = "ladder+guards") -> str:
             f"best_peer_regret={peer['top1_regret'] if peer else math.nan:.4f}")
 
 
+def paired_difference(rows: list[dict], name: str = "ladder+guards") -> str:
+    """``name``'s regret minus the best peer's (``best_peer``), paired replicate by
+    replicate, with the Monte Carlo SE of that mean over the replicates."""
+    row = next(r for r in rows if r["policy"] == name)
+    peer = best_peer(rows, row)
+    if peer is None:
+        return f"{name}: no peer at equal or lower cost"
+    diff = np.subtract(row["regrets"], peer["regrets"])
+    mc_se = float(np.std(diff, ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else math.nan
+    return (f"{name} - {peer['policy']} (best peer): regret {np.mean(diff):+.4f}, Monte Carlo "
+            f"SE {mc_se:.4f} over {len(diff)} replicates (paired); the truth's SE "
+            f"{row['se']:.4f}")
+
+
 def planned_rho(config: dict, budget: float) -> float:
     """A bank config's rho as ``race plan`` solves it at the bank's full budget."""
     cell, = plan_grid(["selection.policy=flat", f"budget={budget:g}",
@@ -832,9 +856,9 @@ def regime_section(configs: dict, budget: float, ladder_row: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bank", type=Path, default=BANK)
+    parser.add_argument("--bank", type=Path, default=DEFAULT_BANK)
     parser.add_argument("--boot", type=int, default=2000)
-    parser.add_argument("--replicates", type=int, default=512,
+    parser.add_argument("--replicates", type=int, default=REPLICATES,
                         help="most replicates per table (fewer: a quick look)")
     args = parser.parse_args()
     missing = [m for m in ("syne_tune", "optuna") if importlib.util.find_spec(m) is None]
@@ -877,6 +901,7 @@ def main() -> None:
     rows = [score_policy(name, configs, draws, boot=args.boot, exported=exported)
             for name in POLICIES]
     print(table(rows, configs))
+    print(paired_difference(rows))
     print("\n" + regime_section(configs, bank["budget_flops"],
                                 next(r for r in rows if r["policy"] == "ladder+guards")))
 
@@ -917,6 +942,7 @@ def main() -> None:
                               peer_knobs=tuned, thresholds=thresholds, **chosen)
                  for name in POLICIES]
     print(table(held_rows, configs))
+    print(paired_difference(held_rows))
     print("\nheld-out: " + summary(held_rows))
     print(summary(rows))
 

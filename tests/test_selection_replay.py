@@ -341,6 +341,19 @@ def test_the_replay_prints_every_row_and_the_summary_last(bank, bench_extra):
     assert lines[-2].startswith("held-out: policy=ladder+guards ")
 
 
+def test_the_paired_difference_is_the_ladders_regret_minus_the_best_peers_per_replicate():
+    rows = [{"policy": "ladder+guards", "regrets": [0.0, 0.1, 0.0, 0.2], "se": 0.02,
+             "with_eval": 0.9, "top1_regret": 0.075},
+            {"policy": "pasha", "regrets": [0.1, 0.1, 0.0, 0.0], "se": 0.02,
+             "with_eval": 0.8, "top1_regret": 0.05},
+            {"policy": "asha", "regrets": [0.0, 0.0, 0.0, 0.0], "se": 0.02,
+             "with_eval": 1.2, "top1_regret": 0.0}]  # costs more: not a fair peer
+    # differences -0.1, 0, 0, 0.2: mean 0.025, sample SD sqrt(0.0475 / 3) = 0.1258, / sqrt(4)
+    assert replay.paired_difference(rows) == (
+        "ladder+guards - pasha (best peer): regret +0.0250, Monte Carlo SE 0.0629 over 4 "
+        "replicates (paired); the truth's SE 0.0200")
+
+
 def test_the_bootstrap_from_counts_equals_ranking_each_resample(bank):
     _, configs = replay.load_bank(bank)
     draws = replay.replicates(configs, most=8)
