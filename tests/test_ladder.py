@@ -172,7 +172,8 @@ def test_bound_of_a_single_checkpoint_is_its_binomial_interval():
 
 def test_bound_of_a_flat_curve_keeps_the_last_accuracy():
     flops = [G, 2 * G, 4 * G]
-    bound = next_rung_bound(flops, [0.3] * 3, [200] * 3, 16 * G, z=1.0)
+    bound = next_rung_bound(flops, [0.3] * 3, [200] * 3, 16 * G, z=1.0,
+                            promote_by="trend")
     # se^2 = 0.3 * 0.7 / 200; every checkpoint weighs w = 1 / se^2
     se = math.sqrt(0.3 * 0.7 / 200)
     # x - mean = -ln2, 0, ln2 -> sxx = 2 ln2^2 / se^2; slope_se = se / (sqrt(2) ln2)
@@ -188,7 +189,7 @@ def test_bound_of_a_flat_curve_keeps_the_last_accuracy():
 def test_bound_of_a_rising_curve_predicts_above_the_last_point():
     flops = [G, 2 * G, 4 * G]
     accuracy = line(flops)
-    bound = next_rung_bound(flops, accuracy, [500] * 3, 16 * G)
+    bound = next_rung_bound(flops, accuracy, [500] * 3, 16 * G, promote_by="trend")
     # last = 0.1 + 0.05 ln4; one rung on (4x): + 0.05 ln4 -> 0.1 + 0.05 ln16
     assert bound["score"] == pytest.approx(accuracy[-1])
     assert bound["predicted"] == pytest.approx(0.1 + 0.05 * math.log(16))
@@ -198,10 +199,10 @@ def test_bound_of_a_rising_curve_predicts_above_the_last_point():
 def test_predictions_are_clipped_to_the_unit_interval():
     flops = [G, 2 * G, 4 * G]
     # +0.245 per doubling (~0.35 per ln): two more doublings would pass 1.4
-    up = next_rung_bound(flops, [0.5, 0.745, 0.99], [100] * 3, 16 * G)
+    up = next_rung_bound(flops, [0.5, 0.745, 0.99], [100] * 3, 16 * G, promote_by="trend")
     assert up["predicted"] == 1.0
     # -0.145 per doubling from 0.3: two more would reach about -0.28
-    down = next_rung_bound(flops, [0.3, 0.155, 0.01], [100] * 3, 16 * G)
+    down = next_rung_bound(flops, [0.3, 0.155, 0.01], [100] * 3, 16 * G, promote_by="trend")
     assert down["predicted"] == 0.0
 
 

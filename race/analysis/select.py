@@ -173,8 +173,8 @@ def select_for_validation(configs_df: pd.DataFrame, fits_df: pd.DataFrame, *, k:
     return [{key: ([str(v) for v in val] if isinstance(val, list) else plain(val))
              for key, val in cand.items()} for cand in chosen]
 def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
-                    next_flops: float | None, *, z: float, thresholds=None,
-                    promote_by: str = "trend") -> list[dict]:
+                    next_flops: float | None, *, z: float, promote_by: str,
+                    thresholds=None) -> list[dict]:
     """One rung's configs as promotion candidates: each config's ok cells (seeds) read on
     the selection target at the rung's end, their guards, and (below the last rung) the
     lower confidence bound of the seed mean that promotions rank by

@@ -147,7 +147,7 @@ def trend_per_log_flops(flops: Sequence[float], accuracy: Sequence[float],
 
 def next_rung_bound(flops: Sequence[float], accuracy: Sequence[float],
                     n_problems: Sequence[int], next_flops: float, *,
-                    z: float = 1.0, promote_by: str = "trend") -> dict:
+                    z: float = 1.0, promote_by: str = DEFAULT_PROMOTE_BY) -> dict:
     """A cell's score now and the lower confidence bound a promotion ranks it by.
 
     ``promote_by="trend"``: the prediction is the last checkpoint's accuracy plus the
