@@ -1,10 +1,23 @@
-"""Final-answer extraction and equivalence (race.tasks.verify), in and out of threads."""
+"""Final-answer extraction and equivalence (race.tasks.verify), in and out of threads.
+
+The verdict table (issue 36, item 3) holds hand-made cases in four classes: wrong answers
+that share a leading number with the gold, right answers in other forms, several answers
+in one text, and no answer at all. A case whose expected value changed from the old
+verifier says why in a comment: the old expectation was the bug.
+"""
 
 import threading
 
 import pytest
 
-from race.tasks.verify import answers_match, extract_final_answer, normalize_number
+import race.tasks.verify as verify_module
+from race.tasks.verify import (
+    MAX_VERIFY_CHARS,
+    answers_match,
+    extract_final_answer,
+    gold_parses,
+    normalize_number,
+)
 
 
 @pytest.mark.parametrize("text, number", [
@@ -12,6 +25,7 @@ from race.tasks.verify import answers_match, extract_final_answer, normalize_num
     ("-3", "-3"), (".5", "0.5"), ("$18", "18"), ("\\$18.", "18"), ("50%", "50"),
     ("1,234.56", "1234.56"), (" 7 ", "7"),
     ("1,23", None), ("abc", None), ("", None), ("3/4", None), ("12 apples", None),
+    ("5-3", None), ("2x+1", None),
 ])
 def test_normalize_number(text, number):
     assert normalize_number(text) == number
@@ -21,21 +35,33 @@ def test_normalize_number(text, number):
     ("48 / 2 = 24 clips in May.\n48 + 24 = 72\n#### 72", "72"),
     ("#### 1,234", "1234"),
     ("#### $1,234.50", "1234.5"),
-    ("#### 72 dollars", "72"),
+    ("#### 72 dollars", "72"),  # GSM8K's unit words, after #### only
+    ("#### 72 dollars.", "72"),
+    ("#### 2 million", "2 million"),  # a scale word is not a unit: not cut to 2
+    ("#### 2x+1", "2x+1"),  # maths after the number is kept whole
     ("#### 3/4", "3/4"),
+    ("#### -3", "-3"),
     ("first #### 5 then\n#### 6", "6"),  # the last #### line wins
     ("The answer is $\\boxed{72}$.", "72"),
     ("So $\\boxed{\\frac{1}{2}}$", "\\frac{1}{2}"),
+    ("\\boxed{3\\sqrt{2}}", "3\\sqrt{2}"),
     ("\\boxed{1} and then \\boxed{2}", "2"),
-    ("\\boxed{18\\text{ dollars}}", "18"),
+    ("\\fbox{9}", "9"),
+    ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),  # escaped braces do not close the box
+    # was "18": the old verifier cut the text to its leading number; math-verify now
+    # reads the unit (answers_match still pays it for gold 18)
+    ("\\boxed{18\\text{ dollars}}", "18\\text{ dollars}"),
     ("\\boxed{\\$18}", "18"),
-    ("#### 7 but \\boxed{8}", "7"),  # #### is preferred over \boxed
-    ("She has 3 apples, then 4 more: 7 in total.", "7"),
-    ("Temperatures: 5 - 8 = -3", "-3"),
-    ("5-3 = 2", "2"),  # a minus between terms is not a sign
-    ("It costs 1,200.50 in all", "1200.5"),
+    ("#### 7 but \\boxed{8}", "8"),  # was "7": the last marker by position wins
+    # was "7", "-3", "2", "1200.5": the old last-number fallback; no marker, no answer
+    ("She has 3 apples, then 4 more: 7 in total.", None),
+    ("Temperatures: 5 - 8 = -3", None),
+    ("5-3 = 2", None),
+    ("It costs 1,200.50 in all", None),
     ("no number here", None),
     ("", None),
+    ("\\boxed{}", None),
+    ("\\boxed{7", None),  # unclosed: nothing is stated
 ])
 def test_extract_final_answer(completion, answer):
     assert extract_final_answer(completion) == answer
@@ -44,7 +70,7 @@ def test_extract_final_answer(completion, answer):
 @pytest.mark.parametrize("completion, gold", [
     ("#### 72", "72"),
     ("\\boxed{72}", "72"),
-    ("The answer is 72.0", "72"),
+    ("#### 72.0", "72"),
     ("#### 1,234", "1234"),
     ("#### 1234", "1,234"),
     ("so we get \\boxed{\\frac{1}{2}}", "0.5"),
@@ -53,6 +79,9 @@ def test_extract_final_answer(completion, answer):
     ("\\boxed{x + 1}", "1 + x"),
     ("#### -3", "-3"),
     ("#### 72", "Natalia sold 48 clips.\n#### 72"),  # gold may be a whole reference trace
+    ("\\boxed{72}", "The total is $\\boxed{72}$."),
+    ("\\boxed{50\\%}", "\\frac{100}{2}"),  # a plain number reaches math-verify canonical
+    ("\\boxed{\\text{B}}", "\\text{B}"),
 ])
 def test_answers_match(completion, gold):
     assert answers_match(completion, gold)
@@ -61,21 +90,203 @@ def test_answers_match(completion, gold):
 @pytest.mark.parametrize("completion, gold", [
     ("#### 73", "72"),
     ("\\boxed{72.0000001}", "72"),  # exact decimals: no float rounding
+    ("The answer is 72.0", "72"),  # was paid: no marker, so no answer stated
     ("no answer at all", "72"),
     ("", "72"),
     ("#### 72", ""),
     ("\\boxed{x}", "y"),
     ("#### 3", "-3"),
     ("\\boxed{\\text{blue}}", "\\text{red}"),
+    ("\\boxed{\\frac12}", "0.5"),  # as in TRL, the answer's LaTeX is not repaired
 ])
 def test_answers_do_not_match(completion, gold):
     assert not answers_match(completion, gold)
 
 
+# --------------------------------------------------------------- the verdict table
+# 1. Wrong answers that share a leading number with the gold: refused. The old verifier
+#    cut each to its leading number and paid it.
+WRONG_SHARING_LEADING_NUMBER = [
+    ("\\boxed{3\\sqrt{2}}", "3"),
+    ("\\boxed{9\\pi}", "9"),
+    ("\\boxed{2x+1}", "2"),
+    ("\\boxed{12.5}", "12"),
+    ("#### 2x+1", "2"),
+    ("\\boxed{3^2}", "3"),
+    ("\\boxed{\\frac{3}{4}}", "3"),
+    ("\\boxed{1,000}", "1"),  # 1,000 is 1000
+    ("#### 3\\sqrt{2}", "3"),
+    ("\\boxed{10^3}", "10"),
+    ("\\boxed{3!}", "3"),
+    ("\\boxed{72.0000001}", "72"),
+    ("#### 2 million", "2"),
+    ("#### 2 dozen", "2"),
+    ("#### 5 pi", "5"),
+    # math-verify's unit removal alone would keep only what precedes the first unit
+    ("\\boxed{5\\text{ hours } 30\\text{ minutes}}", "5"),
+    ("\\boxed{72\\text{ dollars and } 50\\text{ cents}}", "72"),
+]
+
+# 2. Right answers in other forms: paid.
+RIGHT_IN_OTHER_FORMS = [
+    ("\\boxed{3\\sqrt{2}}", "\\sqrt{18}"),
+    ("\\boxed{\\sqrt{18}}", "3\\sqrt{2}"),
+    ("\\boxed{2x + 1}", "1+2x"),
+    ("\\boxed{\\pi \\cdot 9}", "9\\pi"),
+    ("\\boxed{\\dfrac{1}{2}}", "0.5"),
+    ("\\boxed{0.5}", "\\frac{1}{2}"),
+    ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "(3, \\pi/2)"),
+    ("\\boxed{2, 3}", "2, 3"),
+    ("\\boxed{3, 2}", "2, 3"),  # a set answer in any order
+    ("\\boxed{[1, 2)}", "[1, 2)"),
+    ("\\boxed{30^\\circ}", "30"),
+    ("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\dfrac{\\sqrt 3}{2}"),
+    ("\\boxed{1,000}", "1000"),
+    ("\\boxed{18\\text{ dollars}}", "18"),
+    ("#### 72 dollars", "72"),
+    ("#### 3/4", "0.75"),
+    ("\\boxed{\\$18}", "18"),
+    ("\\boxed{x = 3}", "3"),  # math-verify compares an equation's right-hand side
+    ("\\fbox{5}", "5"),
+    ("So $\\boxed{\\frac{1}{2}}$.", "The probability is $\\boxed{\\frac12}$."),
+]
+
+# 3. Several answers in one text: the last marker is the answer, and several answers in
+#    that marker are a set, which no single gold equals.
+SEVERAL_ANSWERS = [
+    ("#### 7\nWait, 7 is wrong: \\boxed{10}", "10", True),
+    ("#### 7\nWait, 7 is wrong: \\boxed{10}", "7", False),  # was paid: #### came first
+    ("\\boxed{10}\nso\n#### 7", "7", True),
+    ("\\boxed{4} ... no: \\boxed{5}", "5", True),
+    ("\\boxed{4} ... no: \\boxed{5}", "4", False),
+    ("\\boxed{4} and \\boxed{5}", "4, 5", False),  # two markers, not one set answer
+    ("#### 5\n#### 6", "5", False),
+    ("\\boxed{4 \\text{ or } 5}", "4", False),
+    ("\\boxed{4 \\text{ or } 5}", "5", False),
+    ("\\boxed{2, 3}", "2", False),
+    ("\\boxed{2 \\text{ or } \\boxed{3}}", "3", False),  # an inner box only groups
+    ("\\boxed{3 \\text{ apples or } 4 \\text{ apples}}", "3", False),
+    ("\\boxed{\\pm 2}", "2", False),
+    ("\\boxed{\\pm 2}", "2, -2", True),
+    ("#### 2 or three", "2", False),
+]
+
+# 4. No answer stated: refused, whatever number the text ends on.
+NO_ANSWER = [
+    ("She has 3 apples, then 4 more: 7 in total.", "7"),  # was paid: last number
+    ("The answer is 7", "7"),  # was paid: last number
+    ("The final answer is $7$. I hope it is correct.", "7"),  # was paid: last number
+    ("", "7"),
+    ("\\boxed{}", "7"),
+    ("\\boxed{ }", "7"),
+    ("####", "7"),
+    ("#### \n7", "7"),  # was paid: last number
+    ("\\boxed{7", "7"),  # was paid: last number; an unclosed box states nothing
+    ("\\boxed{7} but then \\boxed{", "7"),  # was paid: the last marker is unclosed
+]
+
+TABLE = (
+    [pytest.param(c, g, False, id=f"wrong-{i}")
+     for i, (c, g) in enumerate(WRONG_SHARING_LEADING_NUMBER)]
+    + [pytest.param(c, g, True, id=f"right-{i}") for i, (c, g) in enumerate(RIGHT_IN_OTHER_FORMS)]
+    + [pytest.param(c, g, paid, id=f"several-{i}")
+       for i, (c, g, paid) in enumerate(SEVERAL_ANSWERS)]
+    + [pytest.param(c, g, False, id=f"none-{i}") for i, (c, g) in enumerate(NO_ANSWER)]
+)
+
+
+@pytest.mark.parametrize("completion, gold, paid", TABLE)
+def test_verdict_table(completion, gold, paid):
+    assert answers_match(completion, gold) is paid
+
+
+def test_table_has_at_least_eight_cases_per_class():
+    sizes = [len(WRONG_SHARING_LEADING_NUMBER), len(RIGHT_IN_OTHER_FORMS),
+             len(SEVERAL_ANSWERS), len(NO_ANSWER)]
+    assert min(sizes) >= 8, sizes
+
+
+# Wrong answers that math-verify, called as TRL's accuracy_reward calls it, does pay: the
+# verifier here is stricter on purpose.
+_TRL_PAYS = {
+    # unit removal keeps what precedes the first unit word
+    ("\\boxed{5\\text{ hours } 30\\text{ minutes}}", "5"),
+    ("\\boxed{72\\text{ dollars and } 50\\text{ cents}}", "72"),
+    ("\\boxed{3 \\text{ apples or } 4 \\text{ apples}}", "3"),
+    # TRL reads the whole completion and its normalisation takes the innermost box
+    ("\\boxed{2 \\text{ or } \\boxed{3}}", "3"),
+    # TRL reads every box in a completion as one set answer
+    ("\\boxed{4} and \\boxed{5}", "4, 5"),
+}
+
+_REFUSED = ([(c, g) for c, g in WRONG_SHARING_LEADING_NUMBER]
+            + [(c, g) for c, g, paid in SEVERAL_ANSWERS if not paid])
+
+
+def _trl_accuracy(completion: str, gold: str) -> bool:
+    """math-verify called as TRL's accuracy_reward calls it (timeouts off: any thread)."""
+    from latex2sympy2_extended import NormalizationConfig
+    from math_verify import LatexExtractionConfig, parse, verify
+
+    gold_parsed = parse(f"${gold}$", parsing_timeout=None)
+    answer_parsed = parse(
+        completion,
+        extraction_config=[LatexExtractionConfig(
+            normalization_config=NormalizationConfig(units=True),
+            boxed_match_priority=0, try_extract_without_anchor=False)],
+        extraction_mode="first_match", parsing_timeout=None)
+    return bool(verify(gold_parsed, answer_parsed, timeout_seconds=None))
+
+
+@pytest.mark.parametrize("completion, gold", _REFUSED)
+def test_trl_recipe_refuses_the_same_wrong_answers(completion, gold):
+    # the table is honest: a case refused here is refused by the field's own recipe too,
+    # except the listed ones where this verifier is stricter than TRL
+    pytest.importorskip("math_verify")
+    assert _trl_accuracy(completion, gold) is ((completion, gold) in _TRL_PAYS)
+
+
+def test_plain_numbers_never_reach_math_verify(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("numeric-vs-numeric reached math-verify")
+
+    monkeypatch.setattr(verify_module, "_parse", refuse)
+    assert answers_match("... so\n#### 1,234", "Total:\n#### 1234")
+    assert answers_match("\\boxed{\\$18.00}", "18")
+    assert answers_match("#### 72 dollars", "72")
+    assert not answers_match("#### 73", "72")
+    assert not answers_match("\\boxed{72.0000001}", "72")
+
+
+@pytest.mark.parametrize("gold, parses", [
+    ("72", True),
+    ("3\\sqrt{2}", True),
+    ("\\left( 3, \\frac{\\pi}{2} \\right)", True),
+    ("Natalia sold 48 clips.\n#### 72", True),
+    ("The probability is $\\boxed{\\frac12}$.", True),
+    ("\\text{red}", True),
+    ("", False),
+    ("#### ", False),
+    ("\\boxed{}", False),
+    ("2 +", False),
+    ("\\frac{1}{", False),
+    ("x" * (MAX_VERIFY_CHARS + 1), False),  # never handed to math-verify
+])
+def test_gold_parses(gold, parses):
+    assert gold_parses(gold) is parses
+
+
+def test_unparseable_gold_needs_the_same_string():
+    assert answers_match("\\boxed{2 +}", "2 +")
+    assert answers_match("\\boxed{2+}", "2 +")  # whitespace ignored
+    assert not answers_match("\\boxed{2}", "2 +")
+
+
 def test_works_in_worker_threads():
     # math_verify's default timeouts use signal.alarm, which raises outside the main thread
     cases = [("\\boxed{\\frac{1}{2}}", "0.5", True), ("#### 72", "72", True),
-             ("\\boxed{x+1}", "1+x", True), ("\\boxed{3}", "4", False)]
+             ("\\boxed{x+1}", "1+x", True), ("\\boxed{3}", "4", False),
+             ("\\boxed{3\\sqrt{2}}", "3", False)]
     results, errors = {}, []
 
     def work(index):

@@ -1,32 +1,84 @@
 """Final-answer extraction and equivalence: the rule-based verifier's core.
 
-Pure string functions, safe in worker threads. ``extract_final_answer`` reads what a
-completion claims as its answer (GSM8K's ``#### N``, else the last ``\\boxed{...}``, else
-the last number). ``answers_match`` compares it with the gold answer: exact normalised
-strings first, then exact decimal arithmetic for plain numbers, then ``math_verify`` for
-LaTeX (``\\frac{1}{2}`` vs ``0.5``). math-verify's own timeouts use ``signal.alarm``,
-which only works in the main thread, so they are disabled here (``parsing_timeout=None``,
-``timeout_seconds=None``); instead the text handed to it is capped at
-``MAX_VERIFY_CHARS``, which keeps sympy's work bounded.
+Under GRPO a policy learns whatever the reward pays, so ``answers_match`` pays a completion
+only for the answer it states, compared whole:
 
-math_verify is imported on the first check it makes (heavy: it loads sympy).
+- **What a completion states.** The content of its last answer marker by position: a
+  ``#### ...`` line (GSM8K's format; it ends at the line's end or at the next marker on
+  it) or a ``\\boxed{...}`` / ``\\fbox{...}`` (balanced braces). ``#### 7 ... \\boxed{10}``
+  states 10, ``\\boxed{4} or \\boxed{5}`` states 5. A box inside a box is only grouping
+  (``\\boxed{2 \\text{ or } \\boxed{3}}`` states ``2 or 3``). A text with no marker, or
+  whose last marker is empty or unclosed, states nothing and is not paid: there is no
+  "last number in the text" fallback, which would pay any text that happens to end on
+  the gold number.
+- **Plain numbers.** When both the stated answer and the gold are plain numbers
+  (:func:`normalize_number`: sign, thousands commas, decimals, ``$``, a trailing period or
+  ``%``), they compare as exact decimals without sympy: ``72.0`` is 72, ``1,000`` is 1000,
+  ``72.0000001`` is not 72. After ``####`` only, a number followed by plain words reads as
+  the number (``#### 72 dollars``, GSM8K's convention), unless a word is maths, a number
+  or a connective (``#### 2 million``, ``#### 5 pi``, ``#### 2 or three`` are not 2 or 5).
+- **Everything else** goes to math-verify whole, never cut to a leading number
+  (``\\boxed{3\\sqrt{2}}`` is not 3, ``#### 2x+1`` is not 2); a plain number on one side
+  reaches it in canonical form (``50\\%`` as 50). Both sides are read the way TRL's
+  ``trl.rewards.accuracy_reward`` reads them, each handed over as ``\\boxed{answer}``. The
+  answer: ``LatexExtractionConfig(normalization_config=NormalizationConfig(units=True),
+  boxed_match_priority=0, try_extract_without_anchor=False)`` plus ``ExprExtractionConfig``,
+  first match only; its LaTeX must be correct, as in TRL (``\\frac12`` is not repaired to
+  ``\\frac{1}{2}``, so it is refused). The gold: math-verify's default LaTeX
+  normalisation, parsed once per gold string. Then ``verify(gold, answer)``, gold first
+  ("order here is important", math-verify's README: the comparison is not symmetric).
+  Unit words are dropped (``\\boxed{18\\text{ dollars}}`` is 18) only when no number
+  follows a ``\\text{...}``: math-verify's unit removal keeps what precedes the first unit,
+  so it would read ``5\\text{ hours } 30\\text{ minutes}`` as 5. Several answers in one
+  marker (``2, 3``, ``2 \\text{ or } 3``, ``\\pm 2``) are a set, equal only to the same
+  set in any order, never to one of its members.
+- **Unusable gold.** A gold that is neither a plain number nor parsed by math-verify
+  (:func:`gold_parses` is False; a data loader should refuse such rows) is matched only by
+  exact string equality, whitespace ignored.
+
+Pure string functions, safe in worker threads. math-verify's own timeouts use
+``signal.alarm``, which works only in the main thread, so they are disabled
+(``parsing_timeout=None``, ``timeout_seconds=None``) and the work is bounded instead by the
+text handed to it: an answer or gold longer than ``MAX_VERIFY_CHARS`` is never parsed and
+matches only by exact string equality, whitespace ignored. math_verify is imported on the
+first comparison that needs it (heavy: it loads sympy).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 
-# Longest extracted answer handed to math_verify/sympy; longer ones compare as strings.
+# Longest answer or gold text handed to math_verify/sympy; longer ones compare as strings.
 MAX_VERIFY_CHARS = 200
 
 # "1,234", "-3.5", "+7", ".5": thousands groups must be exact so "1,2345" is not 12345,
 # and a sign counts only where it cannot be a minus between two terms ("5-3").
 _NUMBER = r"(?:(?<![\w)\]}])[-+])?(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+)"
 _NUMBER_RE = re.compile(_NUMBER)
-_HASH_RE = re.compile(r"####[ \t]*([^\n]*)")
-_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+# An answer marker: a "####" line, or the opening of \boxed{...} / \fbox{...}.
+_MARKER_RE = re.compile(r"####|\\(?:boxed|fbox)\s*\{")
+# The $ signs of inline maths at either end of an answer, not an escaped \$.
+_MATH_DOLLARS_RE = re.compile(r"^\$+|(?<!\\)\$+$")
+# What brace matching looks at: an escaped character (\{, \}, \\) or a brace.
+_BRACE_RE = re.compile(r"\\.|[{}]", re.DOTALL)
+# "#### 72 dollars": a number, then words of two or more letters and nothing else.
+_UNIT_WORDS_RE = re.compile(r"(\S+)\s+([A-Za-z]{2,}(?:\s+[A-Za-z]{2,})*)\.?")
+# A \text{...} (or \mbox, \mathrm) with a digit after it: unit removal would cut there.
+_TEXT_THEN_DIGIT_RE = re.compile(r"\\(?:text|mbox|mathrm)\s*\{.*\d", re.DOTALL)
+# Words that make "#### N word" something other than N: maths, numbers and scales, and
+# connectives that join N to another answer. A plural is checked without its "s".
+_NOT_UNITS = frozenset("""
+    pi sqrt root squared cubed power exp log ln sin cos tan mod cdot frac inf infty infinity
+    and or plus minus times over divided not
+    zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+    fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy
+    eighty ninety hundred thousand million billion trillion dozen grand half halve third
+    quarter fourth fifth sixth seventh eighth ninth tenth
+""".split())
 
 
 def _strip_decoration(text: str) -> str:
@@ -52,61 +104,99 @@ def normalize_number(text: str) -> str | None:
     return format(value.normalize(), "f")
 
 
-def _last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (balanced braces), or None."""
-    starts = [m.end() for m in _BOXED_RE.finditer(text)]
-    for start in reversed(starts):
-        depth = 1
-        for index in range(start, len(text)):
-            if text[index] == "{":
-                depth += 1
-            elif text[index] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:index].strip()
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """A stated answer: ``text`` is what is compared (a plain number in canonical form,
+    :func:`normalize_number`, else the content as written); ``is_number`` says which."""
+
+    text: str
+    is_number: bool
+
+
+def _closing_brace(text: str, start: int) -> int | None:
+    """Index of the brace that closes the group opened just before ``start``, or None."""
+    depth = 1
+    for match in _BRACE_RE.finditer(text, start):
+        if match.group() == "{":
+            depth += 1
+        elif match.group() == "}":
+            depth -= 1
+            if depth == 0:
+                return match.start()
     return None
 
 
-def _clean_answer(raw: str) -> str | None:
-    """A number in canonical form, else a leading number, else the raw text (LaTeX)."""
-    number = normalize_number(raw)
-    if number is not None:
-        return number
-    text = _strip_decoration(raw)
-    leading = _NUMBER_RE.match(text)
-    if leading and not text[leading.end():].lstrip().startswith(("/", "^", "{", "\\frac")):
-        # "72 dollars", "18\\text{ apples}" -> the number; "3/4" stays whole for math_verify
-        return normalize_number(leading.group())
-    return text or None
+def _last_marker(text: str) -> tuple[bool, str] | None:
+    """``(is_hash_line, content)`` of the last outermost marker, or None when there is
+    none; content is ``""`` when that marker is unclosed (everything after it is inside).
+
+    A ``####`` line's content ends at the line's end or at the next marker on it, which
+    is a later marker of its own (``#### 7 so \\boxed{10}`` states 10)."""
+    last, position = None, 0
+    while (match := _MARKER_RE.search(text, position)) is not None:
+        if match.group() == "####":
+            end = text.find("\n", match.end())
+            end = len(text) if end < 0 else end
+            following = _MARKER_RE.search(text, match.end(), end)
+            end = end if following is None else following.start()
+            last, position = (True, text[match.end():end]), end
+        else:
+            end = _closing_brace(text, match.end())
+            if end is None:
+                return False, ""
+            last, position = (False, text[match.end():end]), end + 1
+    return last
+
+
+def _unit_number(content: str) -> str | None:
+    """The number of ``N unit words`` after ``####`` (``72 dollars`` -> ``72``), or None."""
+    match = _UNIT_WORDS_RE.fullmatch(content)
+    if match is None:
+        return None
+    words = match.group(2).lower().split()
+    if any(word in _NOT_UNITS or word.removesuffix("s") in _NOT_UNITS for word in words):
+        return None
+    return normalize_number(match.group(1))
+
+
+def _read_answer(content: str, is_hash_line: bool) -> _Answer | None:
+    """A marker's content as an answer; None when it is empty."""
+    # a \boxed inside the answer only groups: "2 \text{ or } \boxed{3}" states "2 or 3"
+    text = _MARKER_RE.sub(lambda m: "{" if m.group() != "####" else "", content).strip()
+    # surrounding $...$ (an escaped \$ is the currency sign: normalize_number drops it)
+    text = _MATH_DOLLARS_RE.sub("", text).strip().removesuffix(".").strip()
+    if not text:
+        return None
+    number = normalize_number(text)
+    if number is None and is_hash_line:
+        number = _unit_number(text)
+    return _Answer(text, is_number=False) if number is None else _Answer(number, True)
+
+
+def _stated_answer(text: str) -> _Answer | None:
+    """What ``text`` states by its last marker; None when it states nothing."""
+    marker = _last_marker(text)
+    return None if marker is None else _read_answer(marker[1], is_hash_line=marker[0])
+
+
+def _gold_answer(gold: str) -> _Answer | None:
+    """The gold answer: a reference solution's last marker, else the whole string."""
+    if _MARKER_RE.search(gold):
+        return _stated_answer(gold)
+    return _read_answer(gold, is_hash_line=False)
 
 
 def extract_final_answer(completion: str) -> str | None:
-    """The answer a completion states, or None when it states none.
+    """The answer a completion states, exactly what :func:`answers_match` grades.
 
-    Preference order: the last ``#### N`` line (GSM8K's format), else the content of the
-    last ``\\boxed{...}``, else the last number anywhere in the text. Plain numbers come
-    back normalised (``"1,234" -> "1234"``); LaTeX comes back as written.
+    That is the content of its last answer marker by position, a ``#### ...`` line or a
+    ``\\boxed{...}`` / ``\\fbox{...}``; None when it has no marker or the last one is empty
+    or unclosed. Plain numbers come back normalised (``"1,234" -> "1234"``, and after
+    ``####`` ``"72 dollars" -> "72"``); anything else comes back as written, without
+    surrounding ``$`` or a final period.
     """
-    for match in reversed(list(_HASH_RE.finditer(completion))):
-        answer = _clean_answer(match.group(1))
-        if answer is not None:
-            return answer
-    boxed = _last_boxed(completion)
-    if boxed is not None:
-        answer = _clean_answer(boxed)
-        if answer is not None:
-            return answer
-    numbers = _NUMBER_RE.findall(completion)
-    return normalize_number(numbers[-1]) if numbers else None
-
-
-def _gold_answer(gold: str) -> str:
-    """The gold answer as a string; a whole reference solution is reduced to its answer."""
-    if "####" in gold or "\\boxed" in gold:
-        extracted = extract_final_answer(gold)
-        if extracted is not None:
-            return extracted
-    return normalize_number(gold) or _strip_decoration(gold)
+    answer = _stated_answer(completion)
+    return None if answer is None else answer.text
 
 
 class _QuietDisabledTimeout(logging.Filter):
@@ -120,50 +210,107 @@ class _QuietDisabledTimeout(logging.Filter):
 _QUIET = _QuietDisabledTimeout()
 
 
-def _math_verify_equal(gold: str, pred: str) -> bool | None:
-    """math_verify's verdict; None when it cannot parse a side (or is not installed)."""
-    if len(gold) > MAX_VERIFY_CHARS or len(pred) > MAX_VERIFY_CHARS:
-        return None
-    try:
-        from math_verify import parse, verify
-    except ImportError:  # optional: without it only exact comparisons are made
-        return None
+@functools.cache
+def _math_verify():
+    """math_verify's ``(parse, verify)``, imported once, its timeout warning silenced."""
+    from math_verify import parse, verify
+
     for name in ("math_verify.parser", "math_verify.grader"):
         logger = logging.getLogger(name)
         if _QUIET not in logger.filters:
             logger.addFilter(_QUIET)
-    # $...$ makes math_verify read the text as LaTeX; no timeouts: they need the main thread
-    gold_parsed = parse(f"${gold}$", parsing_timeout=None)
-    pred_parsed = parse(f"${pred}$", parsing_timeout=None)
-    if not gold_parsed or not pred_parsed:
-        return None
-    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
+    return parse, verify
+
+
+@functools.cache
+def _extraction_config(is_gold: bool, units: bool) -> tuple:
+    """What math-verify extracts with: TRL's accuracy_reward configs, ``units`` aside."""
+    from latex2sympy2_extended import NormalizationConfig
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    # both sides arrive as \boxed{...}, so the boxed pattern (priority 0) is the match
+    if is_gold:  # math-verify's default normalisation: malformed operators repaired
+        normalization = NormalizationConfig(basic_latex=True, units=units,
+                                            malformed_operators=True, nits=True)
+        return (LatexExtractionConfig(normalization_config=normalization,
+                                      boxed_match_priority=0,
+                                      try_extract_without_anchor=False),)
+    # the answer must be correct LaTeX: no repair of malformed operators
+    return (LatexExtractionConfig(normalization_config=NormalizationConfig(units=units),
+                                  boxed_match_priority=0, try_extract_without_anchor=False),
+            ExprExtractionConfig())
+
+
+def _parse(text: str, is_gold: bool) -> list:
+    """math-verify's parse of ``\\boxed{text}``: sympy objects only, no string fallback."""
+    # Unit removal keeps what precedes the first unit word, so with a number after a
+    # \text{...} it would read "5\text{ hours } 30\text{ minutes}" as 5 and
+    # "3 \text{ apples or } 4 \text{ apples}" as 3: units are dropped only when none does.
+    units = _TEXT_THEN_DIGIT_RE.search(text) is None
+    parse = _math_verify()[0]
+    # first_match: the first matching pattern decides, no later pattern picks a fragment
+    return parse(f"\\boxed{{{text}}}", extraction_config=_extraction_config(is_gold, units),
+                 fallback_mode="no_fallback", extraction_mode="first_match",
+                 parsing_timeout=None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_gold(text: str) -> tuple:
+    """The gold answer parsed once per string; empty when math-verify cannot parse it."""
+    return tuple(_parse(text, is_gold=True))
+
+
+def gold_parses(gold: str) -> bool:
+    """Whether ``gold`` can be graded beyond exact string equality.
+
+    Args:
+        gold: a bare answer (``"72"``, ``"3\\sqrt{2}"``) or a reference solution whose last
+            marker (``#### 72``, ``\\boxed{...}``) holds the answer.
+
+    Returns:
+        True when its answer is a plain number, or at most ``MAX_VERIFY_CHARS`` long and
+        parsed by math-verify. A loader should refuse rows where this is False: a
+        completion can then match them only by writing the same string.
+    """
+    answer = _gold_answer(gold)
+    if answer is None:
+        return False
+    if answer.is_number:
+        return True
+    return len(answer.text) <= MAX_VERIFY_CHARS and bool(_parsed_gold(answer.text))
+
+
+def _same_text(a: str, b: str) -> bool:
+    return "".join(a.split()) == "".join(b.split())
 
 
 def answers_match(completion: str, gold: str) -> bool:
-    """Whether the answer stated in ``completion`` equals ``gold``.
+    """Whether the answer ``completion`` states equals the gold (the module's rules).
 
     Args:
-        completion: model output (or any text ending in an answer).
-        gold: the gold answer (``"72"``) or a reference solution ending in ``#### 72``.
+        completion: model output; its last ``#### ...`` line or ``\\boxed{...}`` is its
+            answer (see :func:`extract_final_answer`).
+        gold: the gold answer (``"72"``, ``"\\frac{1}{2}"``) or a reference solution whose
+            last marker holds it (``"... #### 72"``).
 
     Returns:
-        True when the normalised strings are equal, when both are plain numbers of equal
-        value (``"72.0"`` vs ``"72"``, ``"1,234"`` vs ``"1234"``), or when math_verify
-        finds them equivalent (``"\\frac{1}{2}"`` vs ``"0.5"``). If math_verify cannot
-        parse either side, only the exact normalised comparison counts.
+        False when the completion states no answer or the gold has none. Else True when
+        both are plain numbers of equal value; when math-verify finds them equivalent
+        (``\\frac{1}{2}`` vs ``0.5``, ``1+2x`` vs ``2x + 1``); when a side is longer than
+        ``MAX_VERIFY_CHARS`` or the gold does not parse, only when the texts are equal
+        with whitespace ignored.
     """
-    pred = extract_final_answer(completion)
-    target = _gold_answer(gold)
-    if pred is None or not target:
+    answer, target = _stated_answer(completion), _gold_answer(gold)
+    if answer is None or target is None:
         return False
-    if pred == target:
-        return True
-    pred_number, gold_number = normalize_number(pred), normalize_number(target)
-    if pred_number is not None and gold_number is not None:
+    if len(answer.text) > MAX_VERIFY_CHARS or len(target.text) > MAX_VERIFY_CHARS:
+        return _same_text(answer.text, target.text)
+    if answer.is_number and target.is_number:
         # exact decimal equality: no float rounding turns 72.0000001 into 72
-        return Decimal(pred_number) == Decimal(gold_number)
-    verdict = _math_verify_equal(target, pred)
-    if verdict is None:
-        return "".join(pred.split()) == "".join(target.split())
-    return verdict
+        return Decimal(answer.text) == Decimal(target.text)
+    gold_parsed = _parsed_gold(target.text)
+    if not gold_parsed:
+        return _same_text(answer.text, target.text)
+    verify = _math_verify()[1]
+    answer_parsed = _parse(answer.text, is_gold=False)
+    return bool(verify(list(gold_parsed), answer_parsed, timeout_seconds=None))
