@@ -279,7 +279,9 @@ def test_micro_batches_accumulate_the_same_update_with_less_padding(standin):
     whole, micro = learners
     for name, param in whole.items():
         if param.requires_grad:
-            torch.testing.assert_close(micro[name], param, rtol=1e-4, atol=1e-6)
+            # gradients agree to ~5e-8 before the optimizer; two Adam steps divide by
+            # sqrt(v), which turns that float noise into ~1e-4 relative on a few weights
+            torch.testing.assert_close(micro[name], param, rtol=1e-3, atol=1e-6)
     assert spent[1]["model"] == spent[0]["model"]  # the same real tokens
     assert spent[1]["executed"] < spent[0]["executed"]  # less padding
 
@@ -299,8 +301,12 @@ def test_memory_plan_by_hand_and_race_plan_refuses_what_cannot_fit(tmp_path):
     assert plan.resident == shape.total_params * 2 + 16 * lora_params(shape, lora)
     assert plan.rollout == 64 * 256 * 12288 + 64 * 156 * V * 2 + 64 * V * 4
     per_layer = 6 * d + 3 * 896 + 3 * 128 + 4 * i
-    assert plan.learning == L * 8 * 256 * per_layer * 2 + 2 * 8 * 256 * V * 2 + 8 * 256 * V * 4
-    assert plan.peak == plan.resident + plan.learning  # the larger of the two phases
+    # activations, the hidden states the chunked head reads and its gradient (bf16 and
+    # fp32), and one chunk of fp32 logits plus its bf16 matmul output (never [B, T, V])
+    chunk = 2**28 // (4 * V)
+    assert plan.learning == (L * 8 * 256 * per_layer * 2 + 8 * 256 * d * (3 * 2 + 4)
+                             + chunk * V * (4 + 2))
+    assert plan.peak == plan.resident + max(plan.rollout, plan.learning)  # the larger phase
     smaller = plan_memory(shape, lora, dtype="bfloat16", rows=64, micro_rows=2,
                           prompt_tokens=100, max_new_tokens=156)
     assert smaller.learning < plan.learning and smaller.rollout == plan.rollout

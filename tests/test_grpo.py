@@ -24,7 +24,7 @@ import math
 import pytest
 import torch
 
-from race.core import grpo
+from race.core import grpo, logprobs
 
 LN2 = math.log(2.0)
 LN3 = math.log(3.0)
@@ -304,7 +304,7 @@ def test_token_logprobs_by_hand():
                            [[LN3, 0.0, 0.0], [0.0, 0.0, LN2], [1.0, 2.0, 3.0]]],
                           requires_grad=True)
     ids = torch.tensor([[0, 2, 1], [1, 0, 2]])
-    out = grpo.token_logprobs(logits, ids)
+    out = logprobs.token_logprobs(logits, ids)
     expected = torch.tensor([[-LN3, -LN2], [math.log(3 / 5), -LN2]])
     assert out.shape == (2, 2) and out.dtype == torch.float32
     torch.testing.assert_close(out, expected)
@@ -319,10 +319,53 @@ def test_token_logprobs_bf16_returns_float32():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 5, 11, generator=g).bfloat16()
     ids = torch.randint(0, 11, (2, 5), generator=g)
-    out = grpo.token_logprobs(logits, ids)
+    out = logprobs.token_logprobs(logits, ids)
     assert out.dtype == torch.float32
     want = torch.log_softmax(logits.float()[:, :-1], -1).gather(-1, ids[:, 1:, None])
     torch.testing.assert_close(out, want.squeeze(-1))
+
+
+def test_head_token_logprobs_equal_token_logprobs_of_the_full_logits():
+    """Chunks that split rows (4 positions of 3 x 7), temperature, float64: values and the
+    hidden states' gradient equal log_softmax of the full ``[B, T, V]`` logits."""
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(3, 7, 5, generator=g, dtype=torch.float64)
+    weight, bias = (torch.randn(11, 5, generator=g, dtype=torch.float64),
+                    torch.randn(11, generator=g, dtype=torch.float64))
+    ids = torch.randint(0, 11, (3, 7), generator=g)
+    upstream = torch.randn(3, 6, generator=g, dtype=torch.float64)
+    for tau in (1.0, 0.7):
+        full_h, chunk_h = hidden.clone().requires_grad_(), hidden.clone().requires_grad_()
+        full = logprobs.token_logprobs(torch.nn.functional.linear(full_h, weight, bias) / tau, ids)
+        chunked = logprobs.head_token_logprobs(chunk_h, weight, ids, bias=bias, temperature=tau,
+                                           chunk_positions=4)
+        assert chunked.shape == (3, 6) and chunked.dtype == torch.float64
+        torch.testing.assert_close(chunked, full, rtol=0, atol=1e-12)
+        (full * upstream).sum().backward()
+        (chunked * upstream).sum().backward()
+        torch.testing.assert_close(chunk_h.grad, full_h.grad, rtol=0, atol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda h: logprobs.head_token_logprobs(h, weight, ids, temperature=0.5, chunk_positions=5),
+        (hidden.clone().requires_grad_(),))
+    # no gradient wanted: values only (the grad buffer is never built)
+    with torch.no_grad():
+        torch.testing.assert_close(logprobs.head_token_logprobs(hidden, weight, ids, bias=bias),
+                                   logprobs.token_logprobs(hidden @ weight.T + bias, ids))
+
+
+def test_head_token_logprobs_bad_inputs_name_the_argument():
+    h, w, ids = torch.zeros(2, 3, 4), torch.zeros(5, 4), torch.zeros(2, 3, dtype=torch.long)
+    cases = [("hidden", lambda: logprobs.head_token_logprobs(h[0], w, ids)),
+             ("weight", lambda: logprobs.head_token_logprobs(h, w.T, ids)),
+             ("ids", lambda: logprobs.head_token_logprobs(h, w, ids[:, :2])),
+             ("ids", lambda: logprobs.head_token_logprobs(h, w, ids + 5)),
+             ("weight", lambda: logprobs.head_token_logprobs(h, w.clone().requires_grad_(), ids)),
+             ("temperature", lambda: logprobs.head_token_logprobs(h, w, ids, temperature=0)),
+             ("chunk_positions", lambda: logprobs.head_token_logprobs(h, w, ids,
+                                                                  chunk_positions=0))]
+    for name, call in cases:
+        with pytest.raises(ValueError, match=name):
+            call()
 
 
 # --------------------------------------------------------------------------- errors
@@ -352,13 +395,13 @@ def test_bad_inputs_name_the_argument():
         ("ref_logprobs", lambda: grpo.grpo_loss(lp, old, old[:1], adv, mask)),
         ("ref_logprobs", lambda: grpo.kl_k3(lp, old[:1])),
         ("aggregation", lambda: grpo.masked_mean(lp, mask, "mean")),
-        ("logits", lambda: grpo.token_logprobs(torch.zeros(2, 3), torch.zeros(2, 3))),
-        ("ids", lambda: grpo.token_logprobs(torch.zeros(2, 3, 4),
+        ("logits", lambda: logprobs.token_logprobs(torch.zeros(2, 3), torch.zeros(2, 3))),
+        ("ids", lambda: logprobs.token_logprobs(torch.zeros(2, 3, 4),
                                             torch.zeros(2, 2, dtype=torch.long))),
-        ("ids", lambda: grpo.token_logprobs(torch.zeros(2, 1, 4),
+        ("ids", lambda: logprobs.token_logprobs(torch.zeros(2, 1, 4),
                                             torch.zeros(2, 1, dtype=torch.long))),
-        ("ids", lambda: grpo.token_logprobs(torch.zeros(1, 2, 4), torch.zeros(1, 2))),
-        ("ids", lambda: grpo.token_logprobs(torch.zeros(1, 2, 4),
+        ("ids", lambda: logprobs.token_logprobs(torch.zeros(1, 2, 4), torch.zeros(1, 2))),
+        ("ids", lambda: logprobs.token_logprobs(torch.zeros(1, 2, 4),
                                             torch.tensor([[0, 4]]))),
     ]
     for name, call in cases:

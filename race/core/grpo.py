@@ -65,7 +65,7 @@ def _check_mask(mask: Tensor, logprobs: Tensor) -> None:
                          f"marks the completion tokens, aligned with logprobs")
 
 
-def _float_dtype(x: Tensor) -> torch.dtype:
+def float_dtype(x: Tensor) -> torch.dtype:
     # At least float32: ratios exp(logp - old) and k3 in bf16 lose the small differences
     # that matter (bf16 has 8 mantissa bits); float64 inputs stay float64.
     return torch.promote_types(x.dtype, torch.float32)
@@ -277,7 +277,7 @@ def _policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mas
     _check_policy_inputs(logprobs, old_logprobs, advantages, mask, clip_eps,
                          clip_eps_high, aggregation)
     high = clip_eps if clip_eps_high is None else clip_eps_high
-    dtype = _float_dtype(logprobs)
+    dtype = float_dtype(logprobs)
     m = mask.bool()
     # Zero the log-ratio on padding before exp: garbage there (e.g. a difference of
     # 100 nats) would overflow to inf, and inf * 0 in the backward pass is NaN.
@@ -346,7 +346,7 @@ def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
         raise ValueError(f"ref_logprobs.shape={tuple(ref_logprobs.shape)}: must equal "
                          f"logprobs.shape={tuple(logprobs.shape)}; pass the reference "
                          f"log-probs of the same tokens")
-    dtype = _float_dtype(logprobs)
+    dtype = float_dtype(logprobs)
     x = ref_logprobs.detach().to(dtype) - logprobs.to(dtype)
     return torch.expm1(x) - x
 
@@ -414,55 +414,3 @@ def grpo_loss(logprobs: Tensor, old_logprobs: Tensor, ref_logprobs: Tensor | Non
             kl_loss = kl_coef * kl_value
     stats = {**stats, "kl": kl_value, "kl_loss": kl_loss, "loss": loss.item()}
     return loss, stats
-
-
-# --------------------------------------------------------------------------- log-probs
-
-
-def token_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
-    """Log-probability of each next token: ``log_softmax(logits[:, t])[ids[:, t + 1]]``.
-
-    A causal LM's output at position ``t`` predicts token ``t + 1``, so the result is
-    one shorter than ``ids`` and entry ``t`` belongs to token ``ids[:, t + 1]``; a
-    completion mask for it is the mask of ``ids[:, 1:]``.
-
-    Computed in float32 (float64 stays float64) as ``logit - logsumexp(logits)``, one
-    row at a time, so a bf16 ``[B, T, V]`` batch never needs a full float32 copy at
-    once (log-probs for old and reference policies are taken without gradient).
-
-    Args:
-        logits: ``[B, T, V]`` unnormalised scores.
-        ids: ``[B, T]`` integer token ids in ``[0, V)``.
-
-    Returns:
-        ``[B, T - 1]`` log-probs in nats, float32 (float64 for float64 logits),
-        differentiable in ``logits``.
-
-    Raises:
-        ValueError: wrong ranks or shapes, ``T < 2``, non-integer ids or ids out of
-            ``[0, V)``.
-    """
-    if logits.dim() != 3:
-        raise ValueError(f"logits.shape={tuple(logits.shape)}: must be 3-D [B, T, V]")
-    if ids.shape != logits.shape[:2]:
-        raise ValueError(f"ids.shape={tuple(ids.shape)}: must be [B, T]="
-                         f"{tuple(logits.shape[:2])}, the first two dims of logits")
-    if ids.shape[1] < 2:
-        raise ValueError(f"ids.shape={tuple(ids.shape)}: T must be >= 2; position t "
-                         f"predicts ids[:, t + 1], so one token has nothing to score")
-    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise ValueError(f"ids.dtype={ids.dtype}: must be an integer dtype; pass "
-                         f"ids.long()")
-    vocab = logits.shape[2]
-    if bool((ids < 0).any()) or bool((ids >= vocab).any()):
-        raise ValueError(f"ids: values must lie in [0, V) = [0, {vocab}) "
-                         f"(got min {int(ids.min())}, max {int(ids.max())}); check the "
-                         f"tokenizer matches the model's vocabulary")
-    dtype = _float_dtype(logits)
-    targets = ids[:, 1:].long().unsqueeze(-1)  # [B, T-1, 1]
-    rows = []
-    for b in range(logits.shape[0]):
-        row = logits[b, :-1]  # [T-1, V], still the input dtype
-        picked = row.gather(-1, targets[b]).squeeze(-1).to(dtype)  # upcast is exact
-        rows.append(picked - torch.logsumexp(row.to(dtype), dim=-1))
-    return torch.stack(rows)

@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from race.core import flops
+from race.core import flops, memory
 from race.core.specs import LoraShape, ModelShape, RunSpec
 from race.errors import UsageError
 from race.warmstart.tokenizer import pad_right
@@ -30,6 +30,12 @@ class TrainingDiverged(RuntimeError):
 _CELL = RunSpec(model="", reward=(), task=(), budget_flops=0.0)
 # every update's gradients are clipped to this global norm (not a knob)
 MAX_GRAD_NORM = 1.0
+# decoder families whose causal LM's logits are exactly lm_head(last hidden state) (no
+# soft-capping or logit scale), so the learner may run that head itself, in chunks
+PLAIN_HEAD_TYPES = ("qwen2", "qwen3", "llama", "mistral")
+# share of the free GPU memory that planned micro-batches may fill (the plan is an
+# estimate: docs/gpus.md compares it with measured peaks)
+PLAN_FILL = 0.6
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,8 @@ class LoraLearner:
         # autocast_adapter_dtype: adapters in fp32 under bf16 base weights
         self.model = get_peft_model(model, peft_config, autocast_adapter_dtype=True)
         self.model.to(device)
+        # (decoder body, output head) to run the head in chunks; None: full logits
+        self.head = _body_and_head(self.model)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         from race.nn.measure import attention_backward_is_fused
 
@@ -115,6 +123,10 @@ class LoraLearner:
                 [len(s) for s in seqs])
 
     def _charge(self, lengths: list[int], kind: str, counter) -> None:
+        """Add one pass over ``lengths`` to the ledger: ``train`` (forward + backward),
+        ``policy`` or ``reference`` (forward), or ``diverged`` (the forward of a pass whose
+        loss was not finite, plus the head's hidden-state gradient when the chunked head
+        took it during that forward)."""
         for convention in flops.CONVENTIONS:
             if kind == "train":
                 cost = flops.lora_train_flops(self.shape, lengths, self.lora,
@@ -122,7 +134,11 @@ class LoraLearner:
                                               fused_attention=self.fused_attention)
             else:
                 cost = flops.forward_flops(self.shape, lengths, convention=convention,
-                                           lora=self.lora, adapters=kind == "policy")
+                                           lora=self.lora, adapters=kind != "reference")
+            if kind == "diverged" and self.head is not None:
+                positions = (sum(lengths) if convention == "model"
+                             else len(lengths) * max(lengths))
+                cost += flops.head_flops_per_position(self.shape) * positions
             self.flops[convention] += cost
         if counter is not None:
             self.flops["measured"] += counter.get_total_flops()
@@ -133,12 +149,29 @@ class LoraLearner:
         return flop_counter() if self.measure else None
 
     def _logprobs(self, ids, attention):
-        from race.core.grpo import token_logprobs
+        """``[B, T - 1]`` float32 log-probs of ``ids[:, 1:]`` at the cell's temperature.
 
-        logits = self.model(input_ids=ids, attention_mask=attention).logits
-        if self.config.temperature != 1.0:  # no copy of [B, T, V] logits at temperature 1
-            logits = logits / self.config.temperature
-        return token_logprobs(logits, ids)
+        The decoder body runs once; the output head runs on every position (as
+        ``model(...).logits`` would, so both FLOP conventions are unchanged) in chunks of
+        :func:`race.core.memory.head_chunk_positions`, never holding ``[B, T, V]`` logits
+        (:func:`race.core.logprobs.head_token_logprobs`). A head it cannot run by itself
+        (``self.head`` None) takes the full logits.
+        """
+        from race.core.logprobs import head_token_logprobs, token_logprobs
+
+        temperature = self.config.temperature
+        if self.head is None:
+            logits = self.model(input_ids=ids, attention_mask=attention).logits
+            if temperature != 1.0:  # no copy of [B, T, V] logits at temperature 1
+                logits = logits / temperature
+            return token_logprobs(logits, ids)
+        body, head = self.head
+        hidden = body(input_ids=ids, attention_mask=attention,
+                      use_cache=False).last_hidden_state
+        return head_token_logprobs(hidden, head.weight, ids, bias=head.bias,
+                                   temperature=temperature,
+                                   chunk_positions=memory.head_chunk_positions(
+                                       head.weight.shape[0]))
 
     def logprobs(self, batch: Batch, *, adapters: bool = True) -> list:
         """Per-completion log-probs of ``batch`` (no gradients): old policy or reference."""
@@ -171,13 +204,32 @@ class LoraLearner:
 
     def _micro_batches(self, batch: Batch, rows: list[int]) -> list[list[int]]:
         """``rows`` in passes of ``micro_batch_size`` completions, shortest sequences
-        first so each pass pads little (one pass of ``rows`` as given when 0)."""
-        size = self.config.micro_batch_size
+        first so each pass pads little. When it is 0: on CUDA, as many as the memory
+        plan fits (:meth:`_planned_micro_rows`); elsewhere one pass of ``rows`` as given."""
+        size = self.config.micro_batch_size or self._planned_micro_rows(batch, rows)
         if not size or size >= len(rows):
             return [rows]
         by_length = sorted(rows, key=lambda r: (len(batch.prompt_ids[r])
                                                 + len(batch.completion_ids[r]), r))
         return [by_length[i:i + size] for i in range(0, len(by_length), size)]
+
+    def _planned_micro_rows(self, batch: Batch, rows: list[int]) -> int:
+        """Completions per pass that the memory plan's learning term
+        (:func:`race.core.memory.learning_bytes`) fits, at the longest sequence of
+        ``rows``, in :data:`PLAN_FILL` of the GPU memory free now; 0 (one pass) off CUDA."""
+        import torch
+
+        if torch.device(self.device).type != "cuda":
+            return 0
+        free, _ = torch.cuda.mem_get_info(self.device)
+        # blocks torch's caching allocator holds but no tensor uses are free to it too
+        free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(
+            self.device)
+        dtype = str(self.model.get_base_model().dtype).removeprefix("torch.")
+        longest = max(len(batch.prompt_ids[r]) + len(batch.completion_ids[r]) for r in rows)
+        return memory.micro_rows_that_fit(self.shape, seq_tokens=longest,
+                                          dtype=dtype if dtype in memory.DTYPE_BYTES
+                                          else "float32", free_bytes=PLAN_FILL * free)
 
     # ------------------------------------------------------------------ update
 
@@ -252,8 +304,8 @@ class LoraLearner:
             diverged = not torch.isfinite(loss)
             if not diverged:
                 (loss * weight if weight != 1.0 else loss).backward()
-        # a diverged pass ran its forward only: charge that much
-        self._charge(lengths, "policy" if diverged else "train", counter)
+        # a diverged pass ran its forward only (and the chunked head's gradient): that much
+        self._charge(lengths, "diverged" if diverged else "train", counter)
         if diverged:
             raise TrainingDiverged(f"step {step}: loss is {float(loss.detach())}")
         return float(loss.detach()), stats
@@ -310,3 +362,19 @@ class LoraLearner:
         """Write the adapter (PEFT format) so another backend can load it."""
         self.model.save_pretrained(str(folder))
         return Path(folder)
+
+
+def _body_and_head(peft_model):
+    """(decoder body, output head) of ``peft_model`` when the learner may run the head
+    itself: a family in :data:`PLAIN_HEAD_TYPES` whose head is a plain, frozen
+    ``nn.Linear`` (LoRA targets only decoder linears, ``LoraShape.validate``, so an
+    adapted head is not expected, but one would be caught here). Else None."""
+    import torch
+
+    causal = peft_model.get_base_model()
+    head = causal.get_output_embeddings()
+    if (getattr(causal.config, "model_type", None) not in PLAIN_HEAD_TYPES
+            or type(head) is not torch.nn.Linear
+            or any(p.requires_grad for p in head.parameters())):
+        return None
+    return causal.get_decoder(), head
