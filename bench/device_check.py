@@ -17,9 +17,15 @@ Qwen2.5-0.5B shape, and the tiny family on CUDA vs CPU.
 
 No model hub, no vLLM, no Hydra. ``--smoke`` runs the same code on CPU with a shrunken
 shape and budgets (CI runs it). Results go to ``--out`` (JSON) and a Markdown table on
-stdout. Usage::
+stdout.
 
-    python bench/device_check.py [--smoke] [--out results/device_check.json]
+``--perf`` runs the performance check instead (``bench/device_perf.py``: rollout tokens/s
+and MFU per generation path and batch shape beside the bandwidth-bound decode limit,
+learning MFU and peak memory per micro-batch size, eval time, one pilot's wall clock by
+phase; at most 8 minutes on one GPU), written to ``bench/data/device_check_perf.json``;
+``--perf --smoke`` runs every section of it on CPU with miniature shapes. Usage::
+
+    python bench/device_check.py [--perf] [--smoke] [--out results/device_check.json]
 """
 
 from __future__ import annotations
@@ -247,7 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true",
                         help="CPU, a miniature shape and tiny budgets (what CI runs)")
-    parser.add_argument("--out", default="results/device_check.json")
+    parser.add_argument("--perf", action="store_true",
+                        help="the performance check (bench/device_perf.py) instead")
+    parser.add_argument("--out", default="", help="JSON path (default: "
+                        "results/device_check.json; --perf: bench/data/device_check_perf.json"
+                        ", with --smoke results/device_check_perf_smoke.json)")
     parser.add_argument("--work", default="", help="scratch folder (default: a temp dir)")
     args = parser.parse_args(argv)
 
@@ -258,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     dtype = "bfloat16"  # the GPU default; on CPU it checks the bf16 path too
     report = {"smoke": args.smoke, "versions": _versions(), "device": device}
     work = Path(args.work or tempfile.mkdtemp(prefix="race-device-check-"))
+    if args.perf:
+        return perf_main(report, device, dtype, work, args)
+    args.out = args.out or "results/device_check.json"
     folder = work / "standin"
     from race.warmstart.standin import build_standin
 
@@ -284,6 +297,21 @@ def main(argv: list[str] | None = None) -> int:
                               or any(r["status"] != "ok" for r in report["tiny"])))
     ok = not failed and not bad_flops and not broken
     print(f"device_check: {'ok' if ok else 'FAILED'} on {device}"
+          f"{' (smoke)' if args.smoke else ''}")
+    return 0 if ok else 1
+
+
+def perf_main(report: dict, device: str, dtype: str, work: Path, args) -> int:
+    """``--perf``: bench/device_perf.py's sections, its JSON and table, one status line."""
+    import device_perf
+
+    ok = device_perf.run_perf(report, device, dtype, work, args.smoke)
+    out = Path(args.out or ("results/device_check_perf_smoke.json" if args.smoke
+                            else "bench/data/device_check_perf.json"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str))
+    print(device_perf.markdown(report))
+    print(f"device_check --perf: {'ok' if ok else 'FAILED'} on {device}"
           f"{' (smoke)' if args.smoke else ''}")
     return 0 if ok else 1
 

@@ -6,6 +6,11 @@ counts that happened: the model convention on real tokens, the executed conventi
 each padded ``generate`` batch exactly as it ran (left-padded prompts, every row decoding
 until the longest one stops), optionally measured with FlopCounterMode.
 
+Two generation paths (``generation``): ``eager`` (a growing ``DynamicCache``, per-step
+logits kept for the sampled log-probs) and ``static`` (a static cache whose decode step
+transformers compiles into a CUDA graph on GPUs: :mod:`race.pilot.rollout.static`, which
+says what differs). ``auto`` takes ``static`` on CUDA and ``eager`` on CPU.
+
 torch, peft and race.nn.measure (torch) are imported inside the methods (heavy: a sweep
 process imports this module without generating).
 """
@@ -17,6 +22,7 @@ from pathlib import Path
 
 from race.core import flops
 from race.core.specs import LoraShape, ModelShape
+from race.pilot.rollout import static
 from race.pilot.rollout.base import Rollouts
 
 
@@ -26,18 +32,23 @@ class HFBackend:
     name = "hf"
 
     def __init__(self, model, tokenizer, shape: ModelShape, lora: LoraShape | None = None,
-                 *, batch_rows: int = 0, measure: bool = False):
+                 *, batch_rows: int = 0, measure: bool = False, generation: str = "auto"):
         """
         Args:
             model: a causal LM (a PEFT model when training LoRA adapters).
             tokenizer: its tokenizer (EOS doubles as padding).
             shape, lora: what FLOPs are counted for.
             batch_rows: completions per ``generate`` call (0: all in one call).
-            measure: also count each call with FlopCounterMode (``flops_measured``).
+            measure: also count each call with FlopCounterMode (``flops_measured``); the
+                static path then runs uncompiled, so the counter sees every op.
+            generation: ``auto`` (``static`` on CUDA, ``eager`` elsewhere), ``eager`` or
+                ``static``.
         """
         self.model, self.tokenizer, self.shape, self.lora = model, tokenizer, shape, lora
         self.batch_rows, self.measure = batch_rows, measure
         self.device = next(model.parameters()).device
+        self.generation = static.resolve(generation, self.device.type)
+        self._caches = static.StaticCaches(model.config)
 
     def load_adapter(self, adapter_dir: Path | None) -> None:
         """Load a saved adapter into a standalone backend (the live model needs nothing)."""
@@ -50,6 +61,16 @@ class HFBackend:
             set_peft_model_state_dict(self.model, load_peft_weights(str(adapter_dir)))
         else:
             self.model = PeftModel.from_pretrained(self.model, str(adapter_dir))
+
+    def _static_kwargs(self, rows: int, cache_len: int, greedy: bool, temperature: float):
+        """``generate`` arguments of the static path, and the sampled log-prob recorder."""
+        extra = {"past_key_values": self._caches.get(rows, cache_len),
+                 # FlopCounterMode sees no op inside a compiled graph
+                 "disable_compile": self.measure}
+        if greedy:
+            return extra, None
+        recorder = static.SampledLogprobs(temperature)  # no [B, T, V] logits kept
+        return extra | {"logits_processor": [recorder]}, recorder
 
     def generate(self, prompts: list[str], *, n: int, max_new_tokens: int,
                  temperature: float = 1.0, seed: int = 0, greedy: bool = False) -> Rollouts:
@@ -65,23 +86,32 @@ class HFBackend:
         executed, measured = 0.0, 0.0
         self.model.eval()
         torch.manual_seed(seed)
+        fast = self.generation == "static"
         for start in range(0, len(rows), step):
             batch = tok(rows[start:start + step], return_tensors="pt", padding=True,
                         add_special_tokens=False).to(self.device)
             width = batch["input_ids"].shape[1]
+            cache_len = static.cache_tokens(width, max_new_tokens) if fast else 0
+            extra, recorder = (self._static_kwargs(len(batch["input_ids"]), cache_len, greedy,
+                                                   temperature) if fast else ({}, None))
             counter = flop_counter() if self.measure else contextlib.nullcontext()
             with torch.no_grad(), counter:
                 out = self.model.generate(
                     **batch, max_new_tokens=max_new_tokens, do_sample=not greedy,
                     temperature=None if greedy else temperature, top_k=0 if not greedy else None,
                     top_p=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                    output_logits=not greedy, return_dict_in_generate=True)
+                    output_logits=not greedy and not fast, return_dict_in_generate=True,
+                    **extra)
             if self.measure:
                 measured += counter.get_total_flops()
             new = out.sequences[:, width:]
             # greedy calls (evaluation) keep no logits: their log-probs are not read
-            token_logp = (_sampled_logprobs(out.logits, new, temperature) if not greedy
-                          else new.new_zeros(new.shape, dtype=torch.float32))
+            if greedy:
+                token_logp = new.new_zeros(new.shape, dtype=torch.float32)
+            elif fast:
+                token_logp = recorder.finish(new)
+            else:
+                token_logp = _sampled_logprobs(out.logits, new, temperature)
             del out
             lengths = []
             # one device-to-host copy per tensor, not one per row
@@ -96,9 +126,15 @@ class HFBackend:
                 logprobs.append(tuple(logp[:length]))
                 finished.append(done)
                 lengths.append(length)
-            executed += flops.generate_flops(
-                self.shape, [len(p) for p in prompt_ids[-len(lengths):]], lengths,
-                convention="executed", lora=self.lora, decode_steps=len(rows_new[0]))
+            batch_prompts = [len(p) for p in prompt_ids[-len(lengths):]]
+            if fast:  # every query attends the whole static cache
+                executed += static.static_generate_flops(
+                    self.shape, batch_prompts, lengths, cache_tokens=cache_len, lora=self.lora,
+                    decode_steps=len(rows_new[0]))
+            else:
+                executed += flops.generate_flops(
+                    self.shape, batch_prompts, lengths, convention="executed", lora=self.lora,
+                    decode_steps=len(rows_new[0]))
         model_flops = flops.generate_flops(self.shape, [len(p) for p in prompt_ids],
                                            [len(c) for c in completion_ids], lora=self.lora)
         texts = tok.batch_decode([list(c) for c in completion_ids], skip_special_tokens=True)
