@@ -9,6 +9,7 @@ from race.analysis.aggregate import compare_predictions
 from race.analysis.curves import sigmoid
 from race.analysis.select import ladder_guards
 from race.core.fmt import fmt_flops
+from race.core.fmt import params as fmt_params
 from race.report.leaderboard import _guards_markdown
 from race.report.validation import VALIDATION_HEADING, validation_section
 from race.report.write import write_report
@@ -161,7 +162,8 @@ def test_every_file_is_written_and_non_empty(report):
     sweep, out = report
     names = {p.name for p in out["paths"].values()}
     assert names == {"leaderboard.md", "leaderboard.csv", "compute_card.md", "compute_card.tex",
-                     "frontier.png", "curves.png", "phases.png", "selection.json"}
+                     "frontier.png", "curves.png", "phases.png", "sizes.png",
+                     "selection.json"}
     for path in out["paths"].values():
         assert path.parent == sweep and path.stat().st_size > 0, path
     assert not [p for p in sweep.iterdir() if p.name.startswith(".")]  # no temp files left
@@ -183,8 +185,14 @@ def test_summary_is_compact_and_names_the_top_config(report):
     lines = out["summary"].splitlines()
     assert 12 <= len(lines) <= 25
     assert out["target"] == "test"
-    assert "cfg-m-prm" in lines[3]  # the best config on test heads the top list
-    assert "differs between targets" in out["summary"]
+    # the answer first: the pick, its runner-up and whether the lead is clear
+    assert lines[1].startswith("pick: cfg-m-prm tiny-m/prm-tiny-s G4 mu1")
+    assert lines[2].startswith("runner-up: cfg-m-rule") and "at 90%" in lines[2]
+    assert lines[3].startswith("full budget 1.60e+13 FLOPs buys the pick")
+    by_target = next(line for line in lines if line.startswith("best by target:"))
+    assert "test 0.575" in by_target and "(cfg-m-rule)" in by_target  # the targets differ
+    assert "cfg-m-prm" in lines[lines.index(next(
+        line for line in lines if line.startswith("top configs"))) + 1]
     assert "1 failed, 1 missing" in out["summary"]
 
 
@@ -569,3 +577,29 @@ def test_leaderboard_reports_the_guards_and_none_fire_on_rising_curves(report):
     selection = json.loads((sweep / "selection.json").read_text())
     assert selection["guards_fired"] == []
     assert all(s["guard"] is None for s in selection["selected"])
+
+
+def test_the_card_and_leaderboard_show_what_the_full_budget_buys_per_size(report):
+    """The table's steps, completions and tokens are the planner's: the pick's recipe
+    (cfg-m-prm: prm-tiny-s, 8 prompts x G4, mu1, 40-token cap) solved at F per size."""
+    from race.run.grid import plan_grid
+
+    sweep, _ = report
+    plan = plan_grid(["model=tiny-s,tiny-m", "reward=prm-tiny-s", "grid.group_size=4",
+                      "grid.update_epochs=1", "grid.prompts_per_step=8",
+                      "grid.max_new_tokens=40", "selection.policy=flat", "pilot.fraction=1",
+                      f"budget={FULL}"], runnable=False)
+    solver = {c.spec.model: c.steps for c in plan.runnable}
+    assert set(solver) == {"tiny-s", "tiny-m"} and solver["tiny-s"] > solver["tiny-m"] > 0
+    for name in ("compute_card.md", "leaderboard.md"):
+        text = (sweep / name).read_text()
+        rows = _md_tables(text, "## What the full budget buys, per size", "draws it.")
+        rows = [r for r in rows if r[0] in solver]
+        assert [r[0] for r in rows] == ["tiny-s", "tiny-m"], name  # smallest first
+        for row in rows:
+            steps = solver[row[0]]
+            assert row[3] == f"{steps:,}", (name, row)
+            completions = steps * 8 * 4
+            assert row[5] == (f"{completions:,}" if completions < 10_000 else
+                              fmt_params(completions)), (name, row)
+            assert row[6] == fmt_params(completions * (16 + 40)), (name, row)

@@ -12,8 +12,8 @@ import pandas as pd
 from race.analysis.surfaces import with_update_fractions
 from race.catalog import load_model_shape
 from race.core.regime import RegimeThresholds, regime_label
-from race.core.specs import ModelShape, start_key
-from race.store.cell import CellDir, cell_dirs
+from race.core.specs import ModelShape, RunSpec, start_key
+from race.store.cell import CellDir, cell_dirs, every_cell_dir
 from race.store.io import SWEEP_JSON_FIX, read_jsonl, read_result
 from race.store.pilots import pilot_row
 from race.store.sweep import SweepDir
@@ -38,6 +38,24 @@ def model_shapes(sweep_dir: Path) -> dict[str, Any]:
         if reward_model and spec.get("reward_model"):
             shapes[reward_model] = ModelShape.from_dict(spec["reward_model"])
     return shapes
+
+
+def run_specs(sweep_dir: Path) -> dict[str, RunSpec]:
+    """Every cell's :class:`~race.core.specs.RunSpec`, by cell id, as its ``spec.json``
+    recorded it."""
+    return {path.name: RunSpec.from_dict(read_result(CellDir(path).spec,
+                                                     CellDir(path).rerun_fix()))
+            for path in cell_dirs(sweep_dir)}
+
+
+def eval_flops(metric: dict, convention: str, charged: float) -> float:
+    """The charged FLOPs an eval row was scored at: its own ledger snapshot (``flops``,
+    by convention and phase), else the last step's ``charged``. A continued ladder cell
+    repeats its lineage's eval rows after its own steps: only the snapshot dates them."""
+    own = (metric.get("flops") or {}).get(convention)
+    if not own:
+        return charged
+    return float(sum(own.get(p, 0.0) or 0.0 for p in ("rollout", "learning", "feedback")))
 
 
 def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
@@ -66,9 +84,12 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
     rows, evals, examples, steps = [], [], [], []
     starts, unscored = {}, []  # warm-start rows by start_key; cells that left them out
     shapes = model_shapes(sweep_dir)
-    for cell_dir in cell_dirs(sweep_dir):
+    for cell_dir in every_cell_dir(sweep_dir):  # a damaged folder is a row too
         row = pilot_row(cell_dir)
         fraction = record.get("pilot_fraction") or 1.0
+        if "budget_flops" not in row:  # damaged, or starting: no spec to read
+            rows.append(row)
+            continue
         row["full_budget_flops"] = record.get("budget_flops") or row["budget_flops"] / fraction
         row["params"] = shapes[row["model"]].total_params
         total = row.get("total_flops") or 0.0
@@ -83,15 +104,20 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
         charged = 0.0
         finals = {}
         first = len(evals)
+        seen = set()  # (target, charged FLOPs): a ladder rung repeats its lineage's evals
         for metric in metrics:
             if metric["kind"] == "step":
                 charged = metric["charged_flops"]
                 steps.append({"cell_id": row["cell_id"]}
                              | {k: metric.get(k) for k in STEP_KEYS})
             elif metric["kind"] == "eval":
+                at = eval_flops(metric, spec.get("convention", "model"), charged)
+                if (metric["target"], at) in seen:
+                    continue
+                seen.add((metric["target"], at))
                 evals.append({"cell_id": row["cell_id"], "config_id": row["config_id"],
                               "target": metric["target"], "checkpoint": metric["checkpoint"],
-                              "flops": charged, "accuracy": metric["accuracy"],
+                              "flops": at, "accuracy": metric["accuracy"],
                               "mean_reward": metric["mean_reward"],
                               "n": len(metric.get("correct", []))})
                 finals[metric["target"]] = metric.get("correct", [])

@@ -22,8 +22,11 @@ from race.analysis.aggregate import (
     split_status,
     targets,
 )
+from race.analysis.answer import flat_answer, full_run, ladder_answer, pick_profile
+from race.analysis.buys import budget_buys
 from race.analysis.curves import fit_cells
-from race.analysis.load import load_results
+from race.analysis.ladder_curves import ladder_points, lineage_fits
+from race.analysis.load import load_results, run_specs
 from race.analysis.response import ResponseSurface
 from race.analysis.select import (
     ladder_guards,
@@ -36,6 +39,7 @@ from race.core.guards import DEFAULT, GuardThresholds
 from race.core.stats import BASES, REPORT
 from race.errors import UsageError
 from race.store.io import SWEEP_JSON_FIX, read_result
+from race.store.pilots import counts_text
 from race.store.sweep import SweepDir
 
 
@@ -55,6 +59,17 @@ class SweepAnalysis:
     primary target), fitted to the ranked ok cells (:mod:`race.analysis.surfaces`).
     ``card_only``: runs of another trainer, with RACE's ledger but none of its evals
     (nothing to rank: the compute card only).
+
+    The answer a report opens with (:mod:`race.analysis.answer`): ``pick`` (the first
+    selected config with its regime, rho and FLOP split), ``runner_up`` (with the
+    pick's lead over it), ``findings`` (the best allocation by size, reward, target and,
+    on a ladder, rung budget), ``buys`` (what the full budget buys at each size with the
+    pick's recipe, :func:`race.analysis.buys.budget_buys`; ``buys_note``: why it is
+    empty) and ``full`` (the pick's size's row of it, with its measured FLOP/s).
+    ``every_eval``: every rung's checkpoint evals; a ladder's ``points`` (target ->
+    :func:`race.analysis.ladder_curves.ladder_points`) and ``lineage_fits`` (its
+    lineages' curve fits on the primary target) are what its figures draw, and its
+    ``fronts`` span every rung.
     """
 
     sweep_dir: Path
@@ -80,6 +95,15 @@ class SweepAnalysis:
     selected: list = field(default_factory=list)
     order: list = field(default_factory=list)
     surfaces: dict[tuple, ResponseSurface] = field(default_factory=dict)
+    every_eval: pd.DataFrame | None = None
+    pick: dict = field(default_factory=dict)
+    runner_up: dict | None = None
+    findings: pd.DataFrame | None = None
+    buys: pd.DataFrame | None = None
+    buys_note: str = ""
+    full: dict = field(default_factory=dict)
+    points: dict = field(default_factory=dict)
+    lineage_fits: pd.DataFrame | None = None
 
     @property
     def name(self) -> str:
@@ -115,7 +139,7 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
         raise no_ok_cells(sweep_dir, every_cell)
     check_consistent(every_cell)
     ladder = (read_result(folder.ladder, SWEEP_JSON_FIX) if folder.ladder.is_file() else None)
-    cells = every_cell
+    cells, every_eval = every_cell, evals
     if ladder is not None:  # rank on the first rung: every config at one budget
         first = set(ladder["rungs"][0]["cells"])
         cells = every_cell[every_cell["cell_id"].isin(first)]
@@ -126,7 +150,7 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
     if ok.empty:
         raise no_ok_cells(sweep_dir, cells)
     result = SweepAnalysis(sweep_dir, every_cell, cells, ok, excluded, evals, level, top_k,
-                           ladder=ladder)
+                           ladder=ladder, every_eval=every_eval)
     # final_<target>_reward columns also start with final_: keep the evaluated targets.
     evaluated = set(evals["target"]) if "target" in evals else set()
     names = [t for t in targets(ok) if t in evaluated]
@@ -136,8 +160,10 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
     if not names:
         raise UsageError(f"{sweep_dir}: the ok cells have no checkpoint evals; check "
                          "pilot.eval_targets and the cells' metrics.jsonl")
-    # selection reads val (test and ood are only reported); older sweeps ranked on test
-    primary = next((t for t in ("val", "test") if t in names), names[0])
+    # selection reads the cells' pilot.select_target (val by default; test and ood are only
+    # reported); older sweeps, without it in spec.json, ranked on test
+    chosen = ok["select_target"].dropna().unique().tolist() if "select_target" in ok else []
+    primary = next((t for t in (*chosen[:1], "val", "test") if t in names), names[0])
     result.primary = primary
     result.targets = [primary, *(t for t in names if t != primary)]  # the primary first
     raw = {}
@@ -148,11 +174,14 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
         raw[target], result.fits[target] = configs, fits
         result.ranked[target] = (configs.merge(_fit_columns(fits), on="config_id",
                                                how="left"), regimes)
-        result.fronts[target] = frontier(evals, cells, target=target)
+        # a ladder's frontier spans every rung's checkpoints
+        result.fronts[target] = (frontier(evals, cells, target=target) if ladder is None
+                                 else frontier(every_eval, every_cell, target=target))
     result.by_target = best_by_target(raw)
     result.starts = warm_starts(evals, cells, target=primary)
     result.surfaces = response_surfaces(ok, evals, target=primary, level=level, boot=n_boot)
     _select(result, raw[primary], evals, examples, steps, basis)
+    _answer(result)
     config_order = {cid: i for i, cid in enumerate(result.primary_configs["config_id"])}
     result.order = ok.assign(_o=ok["config_id"].map(config_order)).sort_values(
         ["_o", "seed", "cell_id"], kind="stable")["cell_id"].tolist()
@@ -181,6 +210,44 @@ def _select(result: SweepAnalysis, configs: pd.DataFrame, evals: pd.DataFrame,
     result.guards_fired = fired.to_dict("records")
     result.selected = select_for_validation(configs, result.fits[primary], k=k, basis=basis,
                                             guarded=guarded)
+
+
+def _answer(result: SweepAnalysis) -> None:
+    """The pick, its runner-up, the conditional findings, what the full budget buys per
+    size, and a ladder's figure data (:mod:`race.analysis.answer`)."""
+    if not result.selected:
+        return
+    configs, level, starts = result.primary_configs, result.level, result.starts
+    every_cell, every_eval = result.every_cell, result.every_eval
+    pick = result.selected[0]
+    candidate = next((c for r in (result.ladder or {}).get("rungs", [])
+                      for c in r["candidates"] if c["config"] == pick["config_id"]), {})
+    result.pick = pick_profile(pick, every_cell, configs, starts=starts, level=level,
+                               fallback={k: candidate[k] for k in ("group_size",
+                                         "update_epochs") if k in candidate})
+    full = float(result.ok["full_budget_flops"].iloc[0])
+    if result.ladder is not None:
+        result.runner_up, result.findings = ladder_answer(
+            result.ladder, configs, every_cell, every_eval, result.targets, level=level,
+            starts=starts)
+        pick = result.pick["config_id"]
+        result.points = {t: ladder_points(result.ladder, every_cell, every_eval, target=t,
+                                          pick=pick) for t in result.targets}
+        result.lineage_fits = lineage_fits(result.points[result.primary], predict_at=full)
+    else:
+        result.runner_up, result.findings = flat_answer(
+            result.ranked, result.selected, result.targets, level=level, starts=starts,
+            evals=result.evals, cells=result.cells)
+    try:
+        specs = run_specs(result.sweep_dir)
+        reference = specs.get(result.pick["cell_ids"][0])
+        result.buys = budget_buys(full, [specs[c] for c in result.ok["cell_id"]
+                                         if c in specs], reference=reference)
+    except (KeyError, ValueError) as error:  # a spec the catalog cannot complete
+        result.buys = None
+        result.buys_note = f"the cells' specs cannot be solved again ({error})"
+    if result.buys is not None:
+        result.full = full_run(result.buys, result.pick, every_cell)
 
 
 def _fit_columns(fits: pd.DataFrame) -> pd.DataFrame:
@@ -215,9 +282,8 @@ def _guard_thresholds(sweep_dir: Path):
 
 def no_ok_cells(sweep_dir: Path, cells: pd.DataFrame) -> UsageError:
     status = cells["status"] if len(cells) else pd.Series(dtype=str)
-    missing = int((status == "missing").sum())
-    failed = len(status) - missing - int((status == "ok").sum())
-    return UsageError(f"{sweep_dir}: no ok cells to rank ({failed} failed, {missing} missing); "
+    counts = counts_text(status).split(", ", 1)[1]  # "0 ok" goes without saying
+    return UsageError(f"{sweep_dir}: no ok cells to rank ({counts}); "
                       "rerun `race sweep` with the same overrides to resume them, or check the "
                       "errors in pilots.csv")
 

@@ -138,9 +138,11 @@ def _latex_card(name: str, totals: dict, by_model: dict[str, tuple[float, float]
 
 
 def compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[str],
-                  names: list[str], shapes: dict | None = None) -> tuple[str, str, dict]:
+                  names: list[str], shapes: dict | None = None,
+                  buys: str = "") -> tuple[str, str, dict]:
     """compute_card.md, its LaTeX block, and the sweep totals (``shapes``: the sweep's
-    model shapes by name, :func:`race.analysis.load.model_shapes`)."""
+    model shapes by name, :func:`race.analysis.load.model_shapes`; ``buys``: the table
+    of what the full budget buys per size, :func:`race.report.buys.buys_markdown`)."""
     totals = _phase_totals(cells)
     charged = totals["total"]
     spent = cells[cells["total_flops"].fillna(0) > 0] if "total_flops" in cells else cells
@@ -224,6 +226,8 @@ def compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[s
              "What each policy size buys under the same pilot budget (means over its ok "
              "cells; rollouts = steps x prompts x G, updates = steps x mu):",
              _sizes_markdown(ok, names)]
+    if buys:
+        text += ["## What the full budget buys, per size", buys]
     text += _hardware_markdown(ok)
     latex = _latex_card(name, totals, by_model, len(cells), convention)
     text += ["## LaTeX (booktabs)", "```latex\n" + latex.rstrip("\n") + "\n```"]

@@ -4,6 +4,8 @@ the report's terminal summary, rendered from a :class:`~race.analysis.sweep.Swee
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from race.analysis.select import ladder_guards
@@ -16,19 +18,34 @@ from race.core.fmt import label as _label
 from race.core.fmt import md_table as _md_table
 from race.core.fmt import share as _share
 from race.core.ladder import fmt_fraction
+from race.report.answer import answer_lines, answer_markdown
+from race.report.buys import buys_markdown
 from race.report.card import cost_shares
+from race.store.pilots import counts_text
 
 
 def leaderboard_markdown(result: SweepAnalysis) -> str:
-    """``leaderboard.md``: the rankings, the ladder section (a ladder's sweep), the guards."""
+    """``leaderboard.md``: the answer first (the pick, its runner-up, its cost at the full
+    budget, the best allocation by condition), then the ladder (a ladder's sweep), what
+    the budget buys per size, the rankings per target, the response surface, the guards."""
     ladder, primary = result.ladder, result.primary
-    text = _leaderboard_markdown(result.name, result.ranked, primary, result.ok,
-                                 result.excluded, result.by_target, result.level,
-                                 ladder is not None)
-    text += _surfaces_markdown(result.surfaces, primary, result.level)
+    parts = [f"# Leaderboard: {result.name}", answer_markdown(result)]
     if ladder is not None:
-        text += _ladder_markdown(ladder, primary, result.selected, result.starts)
-    return text + _guards_markdown(result.checks, primary, len(result.ok), ladder)
+        parts.append(_ladder_markdown(ladder, primary, result.selected, result.starts))
+    parts += [_buys_section(result),
+              _leaderboard_markdown(result.ranked, primary, result.ok, result.excluded,
+                                    result.by_target, result.level, ladder is not None),
+              _surfaces_markdown(result.surfaces, primary, result.level),
+              _guards_markdown(result.checks, primary, len(result.ok), ladder)]
+    return "\n\n".join(part.strip("\n") for part in parts) + "\n"
+
+
+def _buys_section(result: SweepAnalysis) -> str:
+    full = float(result.ok["full_budget_flops"].iloc[0])
+    body = (buys_markdown(result.buys, full, whose="the pick's")
+            if result.buys is not None and len(result.buys)
+            else f"Not solved: {result.buys_note or 'no cell spec'}.")
+    return f"\n## What the full budget buys, per size\n\n{body}\n"
 
 
 def summary_text(result: SweepAnalysis, ok: pd.DataFrame, totals: dict, paths: dict) -> str:
@@ -36,34 +53,57 @@ def summary_text(result: SweepAnalysis, ok: pd.DataFrame, totals: dict, paths: d
     return _summary(result.name, result.sweep_dir, result.every_cell, ok, totals,
                     result.primary, result.primary_configs, result.ranked[result.primary][1],
                     result.by_target, result.selected, result.basis, result.level, paths,
-                    result.ladder)
+                    result.ladder, answer_lines(result))
+
+
+def has_fit(configs: pd.DataFrame) -> bool:
+    """Whether any config's curve was fitted by a sigmoid (else no prediction to show)."""
+    return "fit_method" in configs and bool(
+        configs["fit_method"].astype(str).str.contains("sigmoid").any())
+
+
+_FEW = re.compile(r"(\d+) point\(s\) with FLOPs > 0; a sigmoid fit needs >= 3(; )?")
+
+
+def no_fit_reason(ranked: dict) -> str:
+    """One sentence: why no config of any target has a prediction at the full budget."""
+    texts = [str(t) for configs, _ in ranked.values() if "fit_reason" in configs
+             for t in configs["fit_reason"].dropna() if t]
+    few = [int(m.group(1)) for t in texts for m in _FEW.finditer(t)]
+    others = sorted({rest for t in texts if (rest := _FEW.sub("", t).strip("; "))})
+    why = ([f"each pilot curve has at most {max(few)} checkpoint(s) past its warm start "
+            "and a fit needs 3"] if few else []) + others[:2]
+    return ("No column predicts the full budget: no pilot curve could be fitted by the "
+            "ScaleRL sigmoid" + (f" ({'; '.join(why)})" if why else "") + ".")
 
 
 def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) -> str:
+    fitted = has_fit(configs)
     header = ["rank", "config", "model", "reward", "G", "mu", "LoRA r", "regime", "seeds",
               f"mean [{level:.0%} CI]", "SE", "CI over",
-              f"predicted at {fmt_flops(full_flops)} FLOPs [lo, hi]", "fit",
-              "rho planned / realized"]
-    rows, notes = [], []
+              *([f"predicted at {fmt_flops(full_flops)} FLOPs [lo, hi]", "fit"] if fitted
+                else []), "rho planned / realized"]
+    rows, fallbacks = [], {}
     for _, row in configs.iterrows():
         method = row.get("fit_method")
         method = method if isinstance(method, str) else "-"
         fit = (f"sigmoid (R^2 {_acc(row['fit_r2'], 2)})" if method == "sigmoid" else method)
         if method != "sigmoid" and isinstance(row.get("fit_reason"), str) and row["fit_reason"]:
             fit += " *"
-            notes.append(f"- `{row['config_id']}` ({_label(row)}): {row['fit_reason']}")
+            fallbacks.setdefault(row["fit_reason"], []).append(f"`{row['config_id']}`")
+        predicted = [_interval(row.get("prediction"), row.get("prediction_lo"),
+                               row.get("prediction_hi")), fit] if fitted else []
         rows.append([row["rank"], f"`{row['config_id']}`", row["model"], row["reward"],
                      _int(row.get("group_size")), _int(row.get("update_epochs")),
                      _int(row.get("lora_rank")), row["regime"], _int(row["n_seeds"]),
                      _interval(row["mean"], row["lo"], row["hi"]), _acc(row.get("se")),
-                     row["interval_source"],
-                     _interval(row.get("prediction"), row.get("prediction_lo"),
-                               row.get("prediction_hi")), fit,
+                     row["interval_source"], *predicted,
                      f"{_acc(row.get('rho_planned'), 2)} / {_acc(row.get('rho_realized'), 2)}"])
-    text = _md_table(header, rows, "rlllrrrlrrrlrlr")
-    if notes:
+    text = _md_table(header, rows, "rlllrrrlrrrl" + ("rl" if fitted else "") + "r")
+    if fitted and fallbacks:  # one line per reason, naming its configs
         text += ("\n\n\\* fallback (\"last\"): the prediction is the last observed accuracy "
-                 "+- max(spread, 0.05), because\n" + "\n".join(notes))
+                 "+- max(spread, 0.05), because\n" + "\n".join(
+                     f"- {reason}: {', '.join(ids)}" for reason, ids in fallbacks.items()))
     return text
 
 
@@ -122,29 +162,31 @@ def _excluded_markdown(excluded: pd.DataFrame) -> str:
             "overrides reruns them (ok cells are skipped).")
 
 
-def _leaderboard_markdown(name: str, ranked: dict, primary: str, ok: pd.DataFrame,
+def _leaderboard_markdown(ranked: dict, primary: str, ok: pd.DataFrame,
                           excluded: pd.DataFrame, by_target: dict, level: float,
                           ladder: bool = False) -> str:
     full = float(ok["full_budget_flops"].iloc[0])
     pilot = float(ok["budget_flops"].max())
-    n_missing = int((excluded["status"] == "missing").sum()) if len(excluded) else 0
-    where = ("The tables below rank the ladder's first rung, where every config ran; the "
-             "ladder section after them shows every rung and what was selected. "
+    where = ("The tables below rank the ladder's first rung, where every config ran. "
              if ladder else "")
+    fitted = any(has_fit(configs) for configs, _ in ranked.values())
+    predicted = ("Predicted: the ScaleRL sigmoid fitted to each pilot's checkpoint curve, "
+                 "extrapolated to the full budget (seeds averaged). " if fitted
+                 else no_fit_reason(ranked) + " ")
     parts = [
-        f"# Leaderboard: {name}",
-        f"{where}Each pilot spends up to {fmt_flops(pilot)} FLOPs; a full run is {fmt_flops(full)} "
-        f"FLOPs. Cells: {len(ok)} ok, {len(excluded) - n_missing} failed, {n_missing} "
-        f"missing. Intervals: {level:.0%} percentile bootstrap of the final accuracy over "
-        "seeds (over prompts when a config has one seed). Predicted: the ScaleRL sigmoid "
-        "fitted to each pilot's checkpoint curve, extrapolated to the full budget (seeds "
-        "averaged). A pilot ranking is evidence, not a guarantee: `race validate` checks it.",
+        "", "## Rankings per target",
+        f"{where}Each pilot spends up to {fmt_flops(pilot)} FLOPs; a full run is "
+        f"{fmt_flops(full)} FLOPs. Cells: "
+        f"{counts_text([*ok['status'], *(excluded['status'] if len(excluded) else [])])}. "
+        f"Intervals: {level:.0%} percentile bootstrap of the final accuracy over "
+        f"seeds (over prompts when a config has one seed). {predicted}A pilot ranking is "
+        "evidence, not a guarantee: `race validate` checks it.",
     ]
     for target, (configs, regimes) in ranked.items():
         tag = " (primary)" if target == primary else ""
-        parts += [f"## Target: {target}{tag}", "### Allocation configs (seeds pooled)",
+        parts += [f"### Target: {target}{tag}", "#### Allocation configs (seeds pooled)",
                   _configs_markdown(configs, full, level),
-                  "### Regimes (best config of each model / reward / regime)",
+                  "#### Regimes (best config of each model / reward / regime)",
                   _regimes_markdown(regimes)]
     parts += ["## Failed and missing cells", _excluded_markdown(excluded),
               "## Best allocation by target", f"**{by_target['message'][0].upper()}"
@@ -230,24 +272,14 @@ def _guards_markdown(checks: pd.DataFrame | None, target: str, n_cells: int,
     return "\n\n".join(text) + "\n"
 
 
-def _summary(name: str, sweep_dir, cells: pd.DataFrame, ok: pd.DataFrame,
-             totals: dict, primary: str, configs: pd.DataFrame, regimes: pd.DataFrame,
-             by_target: dict, selected: list[dict], basis: str, level: float,
-             paths: dict, ladder: dict | None = None) -> str:
-    charged = totals["total"]
-    n_missing = int((cells["status"] == "missing").sum())
-    split = ", ".join(f"{p} {_share(totals[p], charged)}" for p in CHARGED_PHASES)
-    full = float(ok["full_budget_flops"].iloc[0])
-    lines = [f"RACE report: {name}",
-             f"cells: {len(ok)} ok, {len(cells) - len(ok) - n_missing} failed, {n_missing} "
-             f"missing; pilot FLOPs {fmt_flops(charged)} charged ({split}) + "
-             f"{fmt_flops(totals['eval'])} eval + {fmt_flops(totals['redone'])} redone = "
-             f"{fmt_flops(totals['used'])} used; pilot_cost_share "
-             f"{cost_shares(totals, full)['charged']:.3f} of one full run "
-             f"({cost_shares(totals, full)['with_eval']:.3f} with eval)",
-             f"top configs on {primary}: mean [{level:.0%} CI] -> predicted at "
-             f"{fmt_flops(full)} FLOPs"]
-    top = configs.head(5)
+def _top_lines(configs: pd.DataFrame, regimes: pd.DataFrame, primary: str, full: float,
+               level: float) -> list[str]:
+    """A flat sweep's top configs (with their predictions where a fit exists) and
+    regimes, one line each."""
+    fitted = has_fit(configs)
+    lines = [f"top configs on {primary}: mean [{level:.0%} CI]"
+             + (f" -> predicted at {fmt_flops(full)} FLOPs" if fitted else "")]
+    top = configs.head(3)  # the opening lines already name the pick and runner-up
     id_width = max(len(str(c)) for c in top["config_id"])
     label_width = max(len(_label(c)) for _, c in top.iterrows())
     for _, c in top.iterrows():
@@ -255,15 +287,35 @@ def _summary(name: str, sweep_dir, cells: pd.DataFrame, ok: pd.DataFrame,
                               c.get("prediction_hi"))
         lines.append(f"  {c['rank']:>2}. {c['config_id']:<{id_width}}  "
                      f"{_label(c):<{label_width}}  {_interval(c['mean'], c['lo'], c['hi'])}"
-                     f" -> {predicted} ({c.get('fit_method', '-')})")
+                     + (f" -> {predicted} ({c.get('fit_method', '-')})" if fitted else ""))
     lines.append(f"regimes on {primary}:")
-    shown = regimes.head(5)
+    shown = regimes.head(3)
     names = [f"{r['model']}/{r['reward']}/{r['regime']}" for _, r in shown.iterrows()]
     width = max(map(len, names), default=0)
     for name_, (_, r) in zip(names, shown.iterrows()):
         lines.append(f"  {r['rank']:>2}. {name_:<{width}}  "
                      f"{_interval(r['mean'], r['lo'], r['hi'])}")
-    lines.append(by_target["message"])
+    return lines
+
+
+def _summary(name: str, sweep_dir, cells: pd.DataFrame, ok: pd.DataFrame,
+             totals: dict, primary: str, configs: pd.DataFrame, regimes: pd.DataFrame,
+             by_target: dict, selected: list[dict], basis: str, level: float,
+             paths: dict, ladder: dict | None = None,
+             opening: list[str] | None = None) -> str:
+    charged = totals["total"]
+    split = ", ".join(f"{p} {_share(totals[p], charged)}" for p in CHARGED_PHASES)
+    full = float(ok["full_budget_flops"].iloc[0])
+    lines = [f"RACE report: {name}", *(opening or []),
+             f"cells: {counts_text(cells['status'])}; pilot FLOPs {fmt_flops(charged)} "
+             f"charged ({split}) + "
+             f"{fmt_flops(totals['eval'])} eval + {fmt_flops(totals['redone'])} redone = "
+             f"{fmt_flops(totals['used'])} used; pilot_cost_share "
+             f"{cost_shares(totals, full)['charged']:.3f} of one full run "
+             f"({cost_shares(totals, full)['with_eval']:.3f} with eval)",
+             ]
+    if ladder is None:  # a ladder's first-rung ranking is in leaderboard.md
+        lines += _top_lines(configs, regimes, primary, full, level)
     if ladder is not None:
         lines.append("ladder: " + " -> ".join(
             f"{len(r['candidates'])} at {fmt_fraction(r['fraction'])}"

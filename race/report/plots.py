@@ -30,7 +30,7 @@ _MODEL_CMAPS = ("Blues", "Oranges", "Greens", "Purples", "Reds", "Greys", "YlOrB
 _REWARD_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,8 +39,8 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: Path) -> None:
-    plt = _pyplot()
+def save(fig, path: Path) -> None:
+    plt = pyplot()
     fig.tight_layout()
     results.save_figure(fig, path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
@@ -48,7 +48,7 @@ def _save(fig, path: Path) -> None:
 
 def frontier(path: Path, fronts: dict, evals: pd.DataFrame, ok: pd.DataFrame,
                    names: list[str], primary: str, title: str) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.lines import Line2D
 
     rewards = sorted(ok["reward"].unique())
@@ -88,12 +88,12 @@ def frontier(path: Path, fronts: dict, evals: pd.DataFrame, ok: pd.DataFrame,
             ax.legend(handles=handles, loc="best", framealpha=0.85)
         axes[-1, 0].set_xlabel("pilot FLOPs (charged)")
         fig.suptitle(title, fontsize=11)
-        _save(fig, path)
+        save(fig, path)
 
 
-def _config_styles(configs: pd.DataFrame) -> dict[str, dict]:
+def config_styles(configs: pd.DataFrame) -> dict[str, dict]:
     """config_id -> color (a shade of its model's color family) and marker (by reward)."""
-    plt = _pyplot()
+    plt = pyplot()
     models = sorted(configs["model"].unique())
     rewards = sorted(configs["reward"].unique())
     styles = {}
@@ -112,10 +112,10 @@ def _config_styles(configs: pd.DataFrame) -> dict[str, dict]:
 
 def curves(path: Path, configs: pd.DataFrame, fits: pd.DataFrame, evals: pd.DataFrame,
                  ok: pd.DataFrame, target: str, title: str) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.lines import Line2D
 
-    styles = _config_styles(configs)
+    styles = config_styles(configs)
     ev = evals[(evals["target"] == target) & (evals["flops"] > 0)]
     full = float(ok["full_budget_flops"].iloc[0])
     pilot = float(ok["budget_flops"].max())
@@ -179,12 +179,12 @@ def curves(path: Path, configs: pd.DataFrame, fits: pd.DataFrame, evals: pd.Data
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
                   frameon=False)
         fig.suptitle(title, fontsize=11)
-        _save(fig, path)
+        save(fig, path)
 
 
 def phases(path: Path, cells: pd.DataFrame, order: list[str], ranks: dict,
                  title: str) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.ticker import PercentFormatter
 
     rank_of = {cid: i for i, cid in enumerate(order)}
@@ -220,5 +220,5 @@ def phases(path: Path, cells: pd.DataFrame, order: list[str], ranks: dict,
                      pad=26)
         ax.grid(True, axis="x", alpha=0.3)
         ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
-        _save(fig, path)
+        save(fig, path)
 

@@ -4,7 +4,7 @@ decided, each written atomically.
 
 Files written into the sweep folder (docs/design.md, results contract): ``leaderboard.md``
 / ``.csv``, ``compute_card.md`` / ``.tex``, ``frontier.png``, ``curves.png``,
-``phases.png``, ``selection.json``.
+``phases.png``, ``sizes.png`` (what the full budget buys per size), ``selection.json``.
 """
 
 from __future__ import annotations
@@ -21,18 +21,21 @@ from race.core.fmt import CHARGED_PHASES, fmt_flops
 from race.core.fmt import md_table as _md_table
 from race.core.fmt import share as _share
 from race.core.stats import REPORT
-from race.report import plots
+from race.report import ladder_plots, plots
+from race.report.buys import buys_figure, buys_markdown
 from race.report.card import compute_card
 from race.report.leaderboard import leaderboard_markdown, summary_text
 from race.report.validation import validation_section
 from race.store.io import read_result, write_csv, write_json, write_text
+from race.store.pilots import counts_text
 from race.store.sweep import SELECTION_JSON, SweepDir
 
 # every file a report writes, by key
 FILES = {"leaderboard_md": "leaderboard.md", "leaderboard_csv": "leaderboard.csv",
          "compute_card_md": "compute_card.md", "compute_card_tex": "compute_card.tex",
          "frontier_png": "frontier.png", "curves_png": "curves.png",
-         "phases_png": "phases.png", "selection_json": SELECTION_JSON}
+         "phases_png": "phases.png", "sizes_png": "sizes.png",
+         "selection_json": SELECTION_JSON}
 
 
 def write_report(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
@@ -63,11 +66,17 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
         return _card_only(result)
     sweep_dir, name, primary = result.sweep_dir, result.name, result.primary
     paths = {key: sweep_dir / file for key, file in FILES.items()}
+    if result.buys is None or len(result.buys) < 2:  # no size comparison to draw
+        paths.pop("sizes_png")
     board = pd.concat([c for c, _ in result.ranked.values()], ignore_index=True)
     write_csv(paths["leaderboard_csv"], board)
     write_text(paths["leaderboard_md"], leaderboard_markdown(result))
+    full = float(result.ok["full_budget_flops"].iloc[0])
+    buys = (buys_markdown(result.buys, full, whose="the pick's")
+            if result.buys is not None and len(result.buys) else "")
     card, latex, totals = compute_card(name, increments(result.every_cell), result.ok,
-                                       result.order, result.targets, model_shapes(sweep_dir))
+                                       result.order, result.targets, model_shapes(sweep_dir),
+                                       buys)
     write_text(paths["compute_card_md"], card)
     write_text(paths["compute_card_tex"], latex)
     _plots(result, paths)
@@ -83,12 +92,22 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
 
 
 def _plots(result: SweepAnalysis, paths: dict[str, Path]) -> None:
-    """frontier.png, curves.png and phases.png."""
+    """frontier.png, curves.png (a ladder's: through every rung), phases.png and
+    sizes.png (what the full budget buys per size)."""
     name, primary, configs = result.name, result.primary, result.primary_configs
-    plots.frontier(paths["frontier_png"], result.fronts, result.evals, result.ok,
-                   result.targets, primary, name)
-    plots.curves(paths["curves_png"], configs, result.fits[primary], result.evals, result.ok,
-                 primary, name)
+    full = float(result.ok["full_budget_flops"].iloc[0])
+    if result.ladder is not None and result.points:
+        ladder_plots.frontier(paths["frontier_png"], result.fronts, result.points,
+                              result.targets, primary, result.ladder, name)
+        ladder_plots.curves(paths["curves_png"], result.points[primary], result.lineage_fits,
+                            configs, result.ladder, primary, full, name)
+    else:
+        plots.frontier(paths["frontier_png"], result.fronts, result.evals, result.ok,
+                       result.targets, primary, name)
+        plots.curves(paths["curves_png"], configs, result.fits[primary], result.evals,
+                     result.ok, primary, name)
+    if "sizes_png" in paths:
+        buys_figure(paths["sizes_png"], result.buys, full, name)
     ranks = dict(zip(configs["config_id"], configs["rank"]))
     plots.phases(paths["phases_png"], result.cells, result.order, ranks, name)
 
@@ -127,8 +146,8 @@ def write_failures(sweep_dir: Path | str, cells: pd.DataFrame) -> Path:
     status = cells["status"] if len(cells) else pd.Series(dtype=str)
     text = [f"# RACE leaderboard: {sweep_dir.resolve().name}",
             f"No ok cell to rank: {int((status != 'ok').sum())} of {len(cells)} cell(s) did "
-            f"not finish ok ({int((status == 'failed').sum())} failed, "
-            f"{int((status == 'missing').sum())} missing). Fix what the errors say, then "
+            f"not finish ok ({counts_text(status).split(', ', 1)[1]}). Fix what the errors "
+            f"say, then "
             f"rerun the same `race sweep` command: finished cells are kept, the others run "
             f"again.",
             _md_table(columns, rows, "l" * len(columns)) if rows else "No cells."]

@@ -1,0 +1,237 @@
+"""The answer a report opens with: the pick and why, its runner-up and whether the two are
+told apart, and the best allocation conditional on size, reward system, target and budget,
+each with its interval (pure pandas and scipy).
+
+Scores are read where the selection read them: a ladder's configs at the highest rung
+each reached (:func:`race.analysis.select.ladder_selection`), a flat sweep's at their
+pilot's end. Intervals are normal at ``level`` from a score's standard error (binomial
+over its problems, pooled over seeds; a flat sweep's configs: their bootstrap interval),
+gains are over the size's warm start on the same target.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from scipy import stats
+
+from race.analysis.ladder_curves import ladder_points
+from race.analysis.select import gain_text, ladder_selection, warm_starts
+from race.core.fmt import CHARGED_PHASES, fmt_flops
+from race.core.ladder import fmt_fraction
+from race.core.stats import binomial_se
+
+FINDING_COLUMNS = ["by", "value", "config_id", "model", "reward", "group_size",
+                   "update_epochs", "target", "score", "se", "lo", "hi", "gain", "gain_se",
+                   "read_at"]
+
+
+def _z(level: float) -> float:
+    return float(stats.norm.ppf(0.5 + level / 2))
+
+
+def _knobs(configs: pd.DataFrame, config_id: str) -> dict:
+    row = configs[configs["config_id"] == config_id]
+    keys = ("model", "reward", "group_size", "update_epochs", "regime", "rho_planned")
+    return {} if row.empty else {k: row.iloc[0].get(k) for k in keys}
+
+
+def _finding(by: str, value: str, config_id: str, knobs: dict, target: str, score: float,
+             se: float, read_at: str, z: float, start: dict | None,
+             lo: float | None = None, hi: float | None = None) -> dict:
+    gain = gain_se = math.nan
+    if start is not None:
+        gain, gain_se = score - start["accuracy"], math.hypot(se, start["se"])
+    return {"by": by, "value": value, "config_id": config_id,
+            **{k: knobs.get(k) for k in ("model", "reward", "group_size", "update_epochs")},
+            "target": target, "score": score, "se": se,
+            "lo": max(0.0, score - z * se) if lo is None else lo,
+            "hi": min(1.0, score + z * se) if hi is None else hi,
+            "gain": gain, "gain_se": gain_se, "read_at": read_at}
+
+
+def pick_profile(pick: dict, cells: pd.DataFrame, configs: pd.DataFrame, *,
+                 starts: dict[str, dict], level: float, fallback: dict | None = None) -> dict:
+    """The pick as the answer states it: its knobs and regime, its update fraction rho
+    (planned, and as its cells spent it), the FLOP split its cells charged, and (a flat
+    sweep's, whose selection may read a prediction) its observed score's SE and gain.
+    ``fallback``: knobs to use where ``configs`` has none (a ladder's candidate)."""
+    mine = cells[cells["cell_id"].isin(pick["cell_ids"])]
+    total = float(mine["total_flops"].fillna(0).sum()) if "total_flops" in mine else 0.0
+    shares = {p: (float(mine[f"flops_{p}"].fillna(0).sum()) / total
+                  if total and f"flops_{p}" in mine else math.nan) for p in CHARGED_PHASES}
+    realized = (float(mine["rho_realized"].mean()) if "rho_realized" in mine
+                and mine["rho_realized"].notna().any() else math.nan)
+    knobs = {k: v for k, v in _knobs(configs, pick["config_id"]).items() if v is not None}
+    out = (fallback or {}) | pick | knobs | {"shares": shares, "rho_realized": realized,
+                          "regime": pick.get("regime") or knobs.get("regime")}
+    row = configs[configs["config_id"] == pick["config_id"]]
+    if "se" not in pick and len(row):  # a flat pick: its observed pilot mean
+        mean, se = float(row["mean"].iloc[0]), float(row["se"].iloc[0])
+        out |= {"observed": mean, "observed_lo": float(row["lo"].iloc[0]),
+                "observed_hi": float(row["hi"].iloc[0]), "se": se}
+        start = starts.get(pick["model"])
+        if start is not None:
+            gain, gain_se = mean - start["accuracy"], math.hypot(se, start["se"])
+            out |= {"start": start["accuracy"], "gain": gain, "gain_se": gain_se,
+                    "gain_text": gain_text(gain, gain_se, _z(level))}
+    return out
+
+
+def ladder_answer(ladder: dict, configs: pd.DataFrame, cells: pd.DataFrame,
+                  evals: pd.DataFrame, targets: list[str], *, level: float,
+                  starts: dict[str, dict]) -> tuple[dict | None, pd.DataFrame]:
+    """A ladder's runner-up (with the difference from the pick) and its findings.
+
+    Args:
+        ladder: ``ladder.json``.
+        configs: the first rung's ranked configs on the primary target (knobs, regime).
+        cells, evals: every rung's cells and checkpoint evals.
+        targets: the evaluated targets, the primary (selection's) first.
+        starts: each size's warm start on the primary target.
+
+    Returns:
+        (runner_up or None, findings: one row per (by, value), :data:`FINDING_COLUMNS`).
+    """
+    z = _z(level)
+    ranking = [_knobs(configs, c["config_id"]) | c for c in
+               ladder_selection(ladder, configs, k=10 ** 6, level=level, starts=starts)]
+    primary, rows = targets[0], []
+    for by, key in (("size", "model"), ("reward", "reward")):
+        for value in sorted({c[key] for c in ranking}):
+            best = next(c for c in ranking if c[key] == value)
+            rows.append(_finding(by, value, best["config_id"], best, primary, best["score"],
+                                 best["se"], best["basis_used"].replace("observed at ", ""),
+                                 z, starts.get(best["model"])))
+    for target in targets:
+        best = (ranking[0] if target == primary else
+                _best_on(ladder, cells, evals, target))
+        if best is None:
+            continue
+        start = (starts if target == primary else
+                 warm_starts(evals, cells, target=target)).get(best["model"])
+        rows.append(_finding("target", target, best["config_id"], best, target,
+                             best["score"], best["se"],
+                             best.get("read_at") or best["basis_used"].replace(
+                                 "observed at ", ""), z, start))
+    for rung in ladder["rungs"]:
+        clean = [c for c in rung["candidates"] if not c.get("guard")]
+        if not clean:
+            continue
+        best = max(clean, key=lambda c: (c["score"], c["config"]))
+        rows.append(_finding("budget", f"{fmt_fraction(rung['fraction'])} "
+                             f"({fmt_flops(rung['budget_flops'])})", best["config"], best,
+                             primary, best["score"], best["se"],
+                             f"rung {rung['rung']} ({len(rung['candidates'])} configs)",
+                             z, starts.get(best["model"])))
+    return _ladder_runner_up(ladder, ranking, z), pd.DataFrame(rows, columns=FINDING_COLUMNS)
+
+
+def _best_on(ladder: dict, cells: pd.DataFrame, evals: pd.DataFrame,
+             target: str) -> dict | None:
+    """The best config on a reported target, at the highest rung that scored it (seeds
+    averaged, binomial SE pooled): the other targets are scored at the last rung."""
+    points = ladder_points(ladder, cells, evals, target=target)
+    points = points[points["rung"] > 0]
+    if points.empty:
+        return None
+    top = int(points["rung"].max())
+    ends = points[points["rung"] == top].sort_values("flops").groupby("lineage").tail(1)
+    guarded = {c["config"] for r in ladder["rungs"] for c in r["candidates"] if c.get("guard")}
+    scored = []
+    for config, group in ends.groupby("config_id"):
+        k = len(group)
+        score = float(group["accuracy"].mean())
+        se = math.sqrt(sum(binomial_se(a, int(n)) ** 2
+                           for a, n in zip(group["accuracy"], group["n"]))) / k
+        scored.append((config in guarded, -score, config, score, se, group.iloc[0]))
+    _, _, config, score, se, row = min(scored)
+    fraction = next(r["fraction"] for r in ladder["rungs"] if r["rung"] == top)
+    return {"config_id": config, "model": row["model"], "reward": row["reward"],
+            "group_size": row["group_size"], "update_epochs": row["update_epochs"],
+            "score": score, "se": se, "read_at": f"rung {top} ({fmt_fraction(fraction)})"}
+
+
+def _ladder_runner_up(ladder: dict, ranking: list[dict], z: float) -> dict | None:
+    """The second of the final ranking, and the pick's lead over it at the highest rung
+    both reached (where the ladder compared them)."""
+    if len(ranking) < 2:
+        return None
+    pick, second = ranking[0], ranking[1]
+    rung = min(pick["rung"], second["rung"])
+    at = {c["config"]: c for c in ladder["rungs"][rung - 1]["candidates"]}
+    a, b = at.get(pick["config_id"]), at.get(second["config_id"])
+    if a is None or b is None:
+        return None
+    where = f"rung {rung} ({fmt_fraction(ladder['rungs'][rung - 1]['fraction'])})"
+    return second | difference(a["score"], a["se"], b["score"], b["se"], z, where)
+
+
+def difference(score: float, se: float, other: float, other_se: float, z: float,
+               where: str) -> dict:
+    """The pick's lead over another config, with its normal interval and a verdict."""
+    diff, diff_se = score - other, math.hypot(se, other_se)
+    lo, hi = diff - z * diff_se, diff + z * diff_se
+    return {"diff": diff, "diff_se": diff_se, "diff_lo": lo, "diff_hi": hi,
+            "clear": bool(lo > 0), "compared_at": where}
+
+
+def flat_answer(ranked: dict, selected: list[dict], targets: list[str], *, level: float,
+                starts: dict[str, dict], evals: pd.DataFrame, cells: pd.DataFrame
+                ) -> tuple[dict | None, pd.DataFrame]:
+    """A flat sweep's runner-up and findings, read from each target's ranked configs
+    (observed pilot means, bootstrap intervals); one budget, so no budget rows."""
+    z, primary = _z(level), targets[0]
+    configs = ranked[primary][0]
+    rows = []
+    for by, key in (("size", "model"), ("reward", "reward")):
+        for value, group in configs.groupby(key, sort=True):
+            best = group.iloc[0]
+            rows.append(_finding(by, value, best["config_id"], best, primary, best["mean"],
+                                 best["se"], "pilot end", z, starts.get(best["model"]),
+                                 best["lo"], best["hi"]))
+    for target in targets:
+        best = ranked[target][0].iloc[0]
+        start = (starts if target == primary else
+                 warm_starts(evals, cells, target=target)).get(best["model"])
+        rows.append(_finding("target", target, best["config_id"], best, target,
+                             best["mean"], best["se"], "pilot end", z, start, best["lo"],
+                             best["hi"]))
+    runner = None
+    if selected and len(configs) > 1:
+        pick = configs[configs["config_id"] == selected[0]["config_id"]].iloc[0]
+        other = configs[configs["config_id"] != pick["config_id"]].iloc[0]
+        runner = ({k: other[k] for k in ("config_id", "model", "reward", "group_size",
+                                         "update_epochs", "se", "lo", "hi")}
+                  | {"score": other["mean"], "basis_used": "observed at the pilot's end"}
+                  | difference(pick["mean"], pick["se"], other["mean"], other["se"], z,
+                               "the pilot's end"))
+    return runner, pd.DataFrame(rows, columns=FINDING_COLUMNS)
+
+
+def full_run(buys: pd.DataFrame, pick: dict, cells: pd.DataFrame) -> dict:
+    """What the pick costs at the full budget: its size's row of the budget's table
+    (:func:`race.analysis.buys.budget_buys`: steps, completions, tokens, split), and
+    ``flops_per_s``: the charged FLOP/s the size's fresh pilot cells ran at (a continued
+    rung's FLOPs accumulate along its lineage; eval and loading left out), on ``device``."""
+    row = buys[buys["model"] == pick["model"]]
+    out = {} if row.empty else row.iloc[0].to_dict()
+    mine = cells[(cells["model"] == pick["model"]) & (cells["status"] == "ok")]
+    if "continues" in mine:
+        mine = mine[~mine["continues"].fillna("").astype(bool)]
+    walls = [f"wall_s_{p}" for p in CHARGED_PHASES if f"wall_s_{p}" in mine]
+    seconds = float(mine[walls].fillna(0).to_numpy().sum()) if walls else 0.0
+    flops = float(mine["total_flops"].fillna(0).sum()) if "total_flops" in mine else 0.0
+    out["flops_per_s"] = flops / seconds if seconds > 0 and flops > 0 else math.nan
+    device = mine["device"].dropna() if "device" in mine else pd.Series(dtype=str)
+    out["device"] = str(device.iloc[0]) if len(device) else ""
+    return out
+
+
+def verdict(runner: dict, level: float) -> str:
+    """``+0.030 [-0.06, 0.12]: not clear at 90%``."""
+    word = ("clear" if runner["clear"] else "not clear")
+    return (f"{runner['diff']:+.3f} [{runner['diff_lo']:+.2f}, {runner['diff_hi']:+.2f}] at "
+            f"{runner['compared_at']}: {word} at {level:.0%}")
+

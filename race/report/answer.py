@@ -1,0 +1,170 @@
+"""The answer first: the opening of ``leaderboard.md`` and of the terminal summary,
+rendered from what :mod:`race.analysis.answer` decided (the pick, its runner-up, what it
+costs at the full budget, the best allocation by size, reward, target and budget).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from race.analysis.answer import verdict
+from race.analysis.sweep import SweepAnalysis
+from race.core.fmt import CHARGED_PHASES, fmt_flops
+from race.core.fmt import acc as _acc
+from race.core.fmt import interval as _interval
+from race.core.fmt import label as _label
+from race.core.fmt import md_table as _md_table
+from race.report.buys import count
+
+
+def _split(shares: dict) -> str:
+    """``rollout 31% / learning 69% / feedback 0%`` (``-`` when unknown)."""
+    if any(math.isnan(shares.get(p, math.nan)) for p in CHARGED_PHASES):
+        return "FLOP split unknown"
+    return " / ".join(f"{p} {shares[p]:.0%}" for p in CHARGED_PHASES)
+
+
+def _rho(pick: dict) -> str:
+    realized, planned = pick.get("rho_realized"), pick.get("rho_planned")
+    parts = []
+    if realized is not None and not math.isnan(float(realized)):
+        parts.append(f"rho {float(realized):.2f} as spent")
+    if planned is not None and not math.isnan(float(planned)):
+        parts.append(f"{float(planned):.2f} planned")
+    return ", ".join(parts) if parts else "rho unknown"
+
+
+def _score(pick: dict, target: str) -> str:
+    """The pick's score as selection read it, with its SE and gain."""
+    basis = {"observed": "observed at the pilot's end",
+             "extrapolated": "predicted at the full budget"}.get(pick["basis_used"],
+                                                                 pick["basis_used"])
+    text = (f"`{target}` {_interval(pick['score'], pick['lo'], pick['hi'])} "
+            f"(SE {_acc(pick.get('se'))}), {basis}")
+    if pick.get("basis_used") == "extrapolated" and "observed" in pick:
+        observed = _interval(pick["observed"], pick["observed_lo"], pick["observed_hi"])
+        text += f"; observed {observed}"
+    return text + (f"; {pick['gain_text']}" if pick.get("gain_text") else "")
+
+
+def pick_line(result: SweepAnalysis) -> str:
+    pick = result.pick
+    return (f"**Pick: `{pick['config_id']}`, {_label(pick)}**: {pick.get('regime')} regime "
+            f"({_rho(pick)}); FLOPs {_split(pick['shares'])}. {_score(pick, result.primary)}.")
+
+
+def runner_up_line(result: SweepAnalysis) -> str:
+    runner = result.runner_up
+    if runner is None:
+        return "Runner-up: none (one config ran)."
+    return (f"Runner-up: `{runner['config_id']}`, {_label(runner)}, "
+            f"{_interval(runner['score'], runner['lo'], runner['hi'])} "
+            f"{runner['basis_used']}. The pick's lead: {verdict(runner, result.level)}.")
+
+
+def full_line(result: SweepAnalysis) -> str:
+    """What the pick's recipe buys at the full budget, and how long it would run."""
+    full_flops = float(result.ok["full_budget_flops"].iloc[0])
+    row = result.full
+    if not row or "steps" not in row:
+        return (f"At the full budget ({fmt_flops(full_flops)} FLOPs): not solved "
+                f"({result.buys_note or 'no spec'}).")
+    text = (f"At the full budget ({fmt_flops(full_flops)} FLOPs) the pick buys "
+            f"{row['steps']:,} GRPO steps, {count(row['completions'])} completions and "
+            f"{count(row['tokens_trained'])} tokens trained ({_split(_shares(row))})")
+    rate = row.get("flops_per_s", math.nan)
+    if rate and not math.isnan(rate):
+        hours = full_flops / rate / 3600
+        text += (f", about {hours:.2g} h at the {fmt_flops(rate)} FLOP/s its size's "
+                 f"pilots ran at{' on ' + row['device'] if row.get('device') else ''}")
+    prediction = _pick_prediction(result)
+    return text + "." + (f" {prediction}." if prediction else "")
+
+
+def _shares(row: dict) -> dict:
+    return {p: row.get(f"share_{p}", math.nan) for p in CHARGED_PHASES}
+
+
+def _pick_prediction(result: SweepAnalysis) -> str:
+    """The pick's sigmoid extrapolated to F, where one fits: a ladder's through its
+    rungs, a flat sweep's through its pilot's checkpoints."""
+    if result.ladder is None:  # a flat pick: its own pilot curve's fit
+        row = result.primary_configs
+        row = row[row["config_id"] == result.pick["config_id"]]
+        if row.empty or row["fit_method"].iloc[0] != "sigmoid":
+            return ""
+        row = row.iloc[0]
+        return (f"Its pilot curve's sigmoid predicts "
+                f"{_interval(row['prediction'], row['prediction_lo'], row['prediction_hi'])} "
+                f"there")
+    fits = result.lineage_fits
+    if fits is None or fits.empty:
+        return ""
+    mine = fits[(fits["config_id"] == result.pick["config_id"]) & (fits["method"] == "sigmoid")]
+    if mine.empty:
+        return ""
+    return (f"A sigmoid through its rungs predicts "
+            f"{_interval(mine['prediction'].mean(), mine['lo'].mean(), mine['hi'].mean())} "
+            f"there")
+
+
+def findings_markdown(findings: pd.DataFrame, level: float) -> str:
+    """The conditional findings: one row per (by, condition)."""
+    rows = []
+    for _, f in findings.iterrows():
+        gain = ("-" if f["gain"] is None or math.isnan(f["gain"]) else
+                f"{f['gain']:+.3f} (SE {f['gain_se']:.3f})")
+        rows.append([f["by"], f["value"], f"`{f['config_id']}`", _label(f),
+                     f"{_interval(f['score'], f['lo'], f['hi'])}", gain, f["target"],
+                     f["read_at"]])
+    return _md_table(["by", "condition", "config", "allocation", f"score [{level:.0%}]",
+                      "vs warm start", "on", "read at"], rows, "lllllrll")
+
+
+def answer_markdown(result: SweepAnalysis) -> str:
+    """The leaderboard's opening: the pick, the runner-up, the full-budget cost, then
+    the findings table (about 25 lines for two sizes, two rewards, three targets and
+    four rungs)."""
+    if not result.pick:
+        return "No config was selected."
+    parts = [pick_line(result), runner_up_line(result), full_line(result)]
+    if result.findings is not None and len(result.findings):
+        scope = ("; a flat sweep has one budget: `race sweep budget=a,b` compares budgets"
+                 if result.ladder is None else "; budget: the leader at each rung")
+        parts += [f"Best allocation by condition ({result.level:.0%} intervals; gain over "
+                  f"the size's warm start on the same target, with SE{scope}):",
+                  findings_markdown(result.findings, result.level)]
+    return "\n\n".join(parts)
+
+
+def _best(findings: pd.DataFrame, by: str) -> str:
+    part = findings[findings["by"] == by]
+    return ", ".join(f"{r['value']} {_interval(r['score'], r['lo'], r['hi'])} "
+                     f"({r['config_id']})" for _, r in part.iterrows())
+
+
+def answer_lines(result: SweepAnalysis) -> list[str]:
+    """The terminal summary's opening: the same answer, one line each."""
+    if not result.pick:
+        return ["no config was selected"]
+    pick, lines = result.pick, []
+    lines.append(f"pick: {pick['config_id']} {_label(pick)} ({pick.get('regime')}, "
+                 f"{_rho(pick)}): {_score(pick, result.primary).replace('`', '')}")
+    runner = result.runner_up
+    if runner is not None:
+        lines.append(f"runner-up: {runner['config_id']} {_label(runner)} "
+                     f"{_acc(runner['score'])}; lead {verdict(runner, result.level)}")
+    row = result.full
+    if row and "steps" in row:
+        lines.append(f"full budget {fmt_flops(float(result.ok['full_budget_flops'].iloc[0]))}"
+                     f" FLOPs buys the pick {row['steps']:,} steps, "
+                     f"{count(row['completions'])} completions, "
+                     f"{count(row['tokens_trained'])} tokens trained ({_split(_shares(row))})")
+    findings = result.findings
+    if findings is not None and len(findings):
+        for by in ("size", "reward", "target"):
+            if (findings["by"] == by).any():
+                lines.append(f"best by {by}: {_best(findings, by)}")
+    return lines
