@@ -111,7 +111,9 @@ def folder_entry(name: str) -> dict[str, Any]:
         family = TOKENIZER_FAMILIES.get(
             read_config_json(folder, "tokenizer_config.json", key="model").get(
                 "tokenizer_class"), "")
-    return dataclasses.asdict(shape) | {"hf_id": str(folder), "tokenizer": family}
+    return dataclasses.asdict(shape) | {"hf_id": str(folder), "tokenizer": family,
+                                        "context_tokens": config.get("max_position_embeddings")
+                                        or 0}
 
 
 def read_config_json(folder: str | Path, file: str = "config.json", *,

@@ -7,8 +7,8 @@ down. Bad input (unknown names, impossible knobs, malformed overrides: a
 the key, the value and the fix, and exits with code 2; never a traceback. Anything else
 is a bug in RACE: its traceback, one line asking to report it, and exit code 1.
 
-Nothing imports it. May import: analysis, catalog, config, core, errors, pilot, report,
-run, store.
+Nothing imports it. May import: analysis, catalog, config, core, errors, integrations,
+pilot, report, run, store.
 """
 
 from __future__ import annotations
@@ -37,14 +37,17 @@ from race.config import (
     to_run_spec,
     to_specs,
     validate,
+    with_task_lengths,
 )
 from race.core.cards import cell_cards
 from race.core.fmt import fmt_flops
 from race.core.specs import pilot_flops
 from race.errors import UsageError
+from race.integrations.trackers import log_sweep
 from race.pilot.budget import check_budget
 from race.pilot.loop import run_pilot
 from race.report.budgets import write_budget_report
+from race.report.buys import budget_buys_text
 from race.report.card import cell_card_json, cell_card_text
 from race.report.validation import validation_section
 from race.report.write import write_failures, write_report
@@ -53,11 +56,13 @@ from race.run.grid import (
     cell_label,
     cost_warning,
     eval_budget_warning,
+    length_warning,
     plan_grid,
     plan_summary,
     plan_table,
 )
 from race.run.launch.slurm import check_slurm
+from race.run.prefetch import hub_needs, plan_needs_text, prefetch
 from race.run.sweep import plan_budget_sweeps, plan_sweep, run_sweep
 from race.run.validate import run_validation
 from race.store.cell import CELLS, CellDir
@@ -70,6 +75,8 @@ INTERNAL_ERROR = 1
 SUBCOMMANDS = {
     "flops": "print a compute card: FLOPs per phase, shares and totals (runs nothing)",
     "plan": "expand the allocation grid and solve each cell's steps and FLOPs (runs nothing)",
+    "prefetch": "download every hub model and dataset a sweep of these overrides reads into "
+                "the Hugging Face cache (run it on the node that submits)",
     "sweep": "plan, launch every pilot (local, slurm, inline), wait, resume, summarise",
     "pilot": "run one allocation cell as a budgeted GRPO pilot (pilot.fraction x budget)",
     "report": "rank regimes, fit curves, draw the frontier, write the compute card",
@@ -138,12 +145,38 @@ def cmd_plan(overrides: Overrides) -> int:
         print(plan_table(plan))
         print()
         print(plan_summary(plan))
+        buys = budget_buys_text(plan.budget_flops, [c.spec for c in plan.runnable],
+                                completion_tokens=plan.base.grid.completion_tokens)
+        if buys.strip():  # one line per policy size: what the same budget buys each
+            print(buys)
         if cost_warning(plan):
             print(cost_warning(plan), file=sys.stderr)
         if eval_budget_warning(plan):
             print(eval_budget_warning(plan), file=sys.stderr)
+        if length_warning(plan):
+            print(length_warning(plan), file=sys.stderr)
+        needs = plan_needs_text(hub_needs(c.spec for c in plan.runnable))
+        if needs:
+            print(needs, file=sys.stderr)
         if budgets:
             print()
+    return 0
+
+
+def cmd_prefetch(overrides: Overrides) -> int:
+    """``race prefetch``: plan like ``race plan``, then download what its cells read from
+    the hub (policies, reward models, datasets) into the Hugging Face cache."""
+    budgets, rest = overrides.budget_axis()
+    plans = ([plan_grid(rest.with_budget(b), runnable=False) for b in budgets]
+             if budgets else [plan_grid(overrides, runnable=False)])
+    needs = hub_needs(c.spec for plan in plans for c in plan.runnable)
+    if not needs:
+        print("race prefetch: nothing to fetch (no hub model or dataset in this plan)")
+        return 0
+    for need, folder in prefetch(needs, report=lambda line: print(line, file=sys.stderr)):
+        print(f"{need.label}: {folder}")
+    print(f"race prefetch: {len(needs)} repo(s) in the Hugging Face cache; `race sweep` with "
+          f"the same overrides reads them offline (HF_HUB_OFFLINE=1 on the compute nodes)")
     return 0
 
 
@@ -177,6 +210,8 @@ def _sweep_one(plan, overrides: Overrides, sweep_dir: Path) -> int:
         print(f"race sweep: {cost_warning(plan)}", file=sys.stderr)
     if eval_budget_warning(plan):
         print(f"race sweep: {eval_budget_warning(plan)}", file=sys.stderr)
+    if length_warning(plan):
+        print(f"race sweep: {length_warning(plan)}", file=sys.stderr)
     for cell in (c for c in plan.cells if c.refused):
         print(f"race sweep: refused {cell_label(cell)} "
               f"({' '.join(f'{k}={v}' for k, v in cell.knobs)}): {cell.refused}",
@@ -186,7 +221,8 @@ def _sweep_one(plan, overrides: Overrides, sweep_dir: Path) -> int:
     outcome = run_sweep(plan, base, list(overrides), sweep_dir)
     frame = pd.read_csv(SweepDir(sweep_dir).pilots)
     if outcome["ok"]:
-        _report(sweep_dir, base)
+        written = _report(sweep_dir, base)
+        log_sweep(base.report.tracker, base.report.tracker_project, sweep_dir, written)
     else:
         write_failures(sweep_dir, frame)
         _print_failures_table(frame)
@@ -253,6 +289,17 @@ def cmd_validate(sweep_dir: str, overrides: Overrides) -> int:
         print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
     return 0 if not comparison["failed"] else 1
 
+
+# What to do when a command cannot write a file: the key that moves what it writes
+RESULTS_FIX = ("make the sweep folder writable, or copy it to a writable place and run "
+               "the command on the copy")
+WRITE_FIXES = {
+    "sweep": "make it writable, or write the results elsewhere with sweep.out_dir=<folder>",
+    "pilot": "make it writable, or write the cell elsewhere with pilot.out_dir=<folder>",
+    "report": RESULTS_FIX, "validate": RESULTS_FIX,
+    "plan": "make it writable", "flops": "make it writable",
+    "prefetch": "make the Hugging Face cache writable, or point HF_HOME at a writable folder",
+}
 
 # Fixes appended to Hydra's own messages, matched on their first words.
 HYDRA_HINTS = {
@@ -335,7 +382,7 @@ def _pilot_budget_key(cfg) -> str:
 
 def _hydra_pilot(cfg) -> str:
     """One pilot as a Hydra task function (``race pilot -m``); returns its status."""
-    typed = OmegaConf.to_object(cfg)
+    typed = with_task_lengths(OmegaConf.to_object(cfg))
     spec = to_run_spec(typed, pilot_flops(full_budget(typed), typed.pilot.fraction))
     summary = run_pilot(spec, CellDir.of(typed.pilot.out_dir, spec.cell_id).path)
     print(f"race pilot: {spec.cell_id} {summary['status']}, {summary['steps']} steps, "
@@ -386,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         _parser().print_help()
         return USAGE_ERROR
-    commands = {"flops": cmd_flops, "pilot": cmd_pilot, "plan": cmd_plan, "sweep": cmd_sweep}
+    commands = {"flops": cmd_flops, "pilot": cmd_pilot, "plan": cmd_plan, "sweep": cmd_sweep,
+                "prefetch": cmd_prefetch}
     try:
         overrides = Overrides(args.overrides)  # parsed once; malformed: Hydra's error
         if args.command in ("report", "validate"):
@@ -405,8 +453,12 @@ def main(argv: list[str] | None = None) -> int:
             return USAGE_ERROR
         if error.errno in (errno.EACCES, errno.EROFS, errno.EPERM) and error.filename:
             print(f"race {args.command}: cannot write {error.filename} ({error.strerror}); "
-                  f"make it writable, or write elsewhere with sweep.out_dir=<folder> "
-                  f"(pilot.out_dir for race pilot)", file=sys.stderr)
+                  f"{WRITE_FIXES[args.command]}", file=sys.stderr)
+            return USAGE_ERROR
+        if error.errno == errno.ENAMETOOLONG and error.filename:
+            print(f"race {args.command}: a path is too long for this file system "
+                  f"({str(error.filename)[:60]}...); shorten sweep.name or sweep.out_dir",
+                  file=sys.stderr)
             return USAGE_ERROR
         return _internal_error(args.command, error)
     except KeyboardInterrupt:

@@ -137,13 +137,16 @@ class RewardInputTooLong(UsageError):
 class PromptTooLong(UsageError):
     """A prompt plus the generation cap does not fit the policy's context window."""
 
-    def __init__(self, model: str, prompt_tokens: int, max_new_tokens: int, context: int):
+    def __init__(self, model: str, prompt_tokens: int, max_new_tokens: int, context: int,
+                 *, nominal: bool = False):
         self.prompt_tokens, self.context = prompt_tokens, context
+        prompt = (f"a prompt of about {prompt_tokens} tokens (task.prompt_tokens)" if nominal
+                  else f"a prompt of {prompt_tokens} tokens")
         super().__init__(
-            f"model={model}: a prompt of {prompt_tokens} tokens plus grid.max_new_tokens="
+            f"model={model}: {prompt} plus grid.max_new_tokens="
             f"{max_new_tokens} exceeds its context of {context} tokens; lower "
-            f"grid.max_new_tokens to {max(0, context - prompt_tokens)} or less, or drop "
-            f"the longer problems from task.source")
+            f"grid.max_new_tokens to {max(0, context - prompt_tokens)} or less"
+            + ("" if nominal else ", or drop the longer problems from task.source"))
 
 
 class DamagedResult(UsageError):
@@ -174,3 +177,16 @@ class NoSpace(UsageError):
 
     def __reduce__(self):  # raised in pilot processes, pickled back to the sweep
         return (NoSpace, (self.path,))
+
+
+class WeightsMissing(UsageError):
+    """Hub weights (or a hub dataset) that are not in the Hugging Face cache, where a
+    command needs them before it runs: fetch them first with ``race prefetch``."""
+
+    def __init__(self, key: str, repo_id: str, revision: str, why: str = ""):
+        self.key, self.repo_id, self.revision = key, repo_id, revision
+        at = f" at revision {revision}" if revision else ""
+        super().__init__(
+            f"{key}={repo_id}: not in the Hugging Face cache{at}{f' ({why})' if why else ''}; "
+            f"on a machine that reaches the hub (the node that submits), run `race prefetch` "
+            f"with the same overrides as this command, then rerun it")

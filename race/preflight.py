@@ -9,36 +9,36 @@ functions, so the plan and the pilot can never disagree about what is valid.
 - data (``task.source``, ``task.ood_source``): every split the pilot reads (train and each
   evaluation target) parses and is non-empty; a binary file is named.
 - a policy folder: ``config.json`` is a JSON object naming a causal-LM architecture,
-  weights are present, and the tokenizer's ids fit the model's ``vocab_size``.
+  weights are present and whole (every shard an index names; each safetensors file as
+  long as its header says), the embedding's rows equal ``vocab_size``, and the
+  tokenizer's ids fit it.
+- the generation cap: a prompt plus ``grid.max_new_tokens`` fits the policy's context.
 - a reward-model folder: ``config.json`` is a JSON object and weights are present; a
   folder that ships its own modelling code (``auto_map``) is refused unless
   ``reward.trust_remote_code=true`` (no folder code ever runs without it).
 
-Reads JSON and data files only: no torch, no weights loaded.
+Reads JSON, data files and safetensors headers only: no torch, no weights loaded.
 
 May import: catalog, errors, tasks.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from race.catalog import read_config_json
-from race.errors import UsageError
+from race.errors import PromptTooLong, UsageError, WeightsMissing
 from race.tasks import build_task
+from race.tasks.base import is_local
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 # architectures a policy may have: Hugging Face's causal-LM heads
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 REMOTE_CODE_FLAG = "reward.trust_remote_code=true"
-
-
-def is_local(path: str) -> bool:
-    """Whether a source or model id names a local path (else a hub or dataset name)."""
-    return bool(path) and (path.startswith(("/", "./", "../", "~")) or Path(path).exists())
 
 
 def has_weights(folder: Path) -> bool:
@@ -92,6 +92,115 @@ def check_policy_folder(folder: str | Path, *, key: str = "model") -> None:
         raise UsageError(f"{key}={folder}: its tokenizer has {tokens} tokens, more than the "
                          f"model's vocab_size={vocab} embedding rows (ids >= {vocab} cannot "
                          f"be embedded); save the tokenizer the model was trained with")
+    check_weight_files(folder, key=key, vocab_size=vocab)
+
+
+def safetensors_header(path: Path) -> dict[str, Any]:
+    """The tensor table of a ``.safetensors`` file (name -> dtype, shape, data_offsets),
+    read from its header alone; ValueError when the file is cut short or its header is
+    not what the format writes (8 bytes of header length, the JSON header, the data)."""
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{size} bytes, shorter than the 8-byte header length")
+        length = int.from_bytes(head, "little")
+        if length > size - 8:
+            raise ValueError(f"its header claims {length} bytes but the file has {size}")
+        try:
+            header = json.loads(handle.read(length).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise ValueError("its header is not valid JSON") from None
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    end = max((v["data_offsets"][1] for v in tensors.values()), default=0)
+    if 8 + length + end > size:
+        raise ValueError(f"its tensors need {8 + length + end} bytes but the file has "
+                         f"{size} (cut short: a copy or download that did not finish)")
+    return tensors
+
+
+def check_weight_files(folder: Path, *, key: str, vocab_size: int | None = None) -> None:
+    """Every weight shard an index names is present, every ``.safetensors`` file is whole,
+    and the embedding's rows equal ``config.json``'s ``vocab_size`` (read from the
+    safetensors headers: no weights loaded).
+
+    Raises:
+        UsageError: naming ``key``, the file and the fix.
+    """
+    fix = "copy or download the folder again (huggingface-cli download, or save_pretrained)"
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (folder / index).is_file():
+            shards = sorted(set((read_config_json(folder, index, key=key).get("weight_map")
+                                 or {}).values()))
+            missing = [s for s in shards if not (folder / s).is_file()]
+            if missing:
+                raise UsageError(f"{key}={folder}: {index} names {len(shards)} weight "
+                                 f"file(s) and {len(missing)} are missing ({missing[0]}"
+                                 f"{', ...' if len(missing) > 1 else ''}); {fix}")
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            tensors = safetensors_header(path)
+        except (ValueError, KeyError, TypeError, IndexError) as error:
+            raise UsageError(f"{key}={folder}: {path.name} is damaged ({error}); {fix}"
+                             ) from None
+        rows = next((v["shape"][0] for k, v in tensors.items()
+                     if k.endswith("embed_tokens.weight") and v.get("shape")), None)
+        if isinstance(vocab_size, int) and rows is not None and rows != vocab_size:
+            raise UsageError(f"{key}={folder}: config.json says vocab_size={vocab_size} but "
+                             f"the weights' embedding has {rows} rows ({path.name}); the "
+                             f"config belongs to another checkpoint: save the folder again "
+                             f"with save_pretrained")
+
+
+# what a policy or reward model needs from a hub repository (no other checkpoints' files)
+WEIGHT_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.py")
+
+
+def hub_snapshot(repo_id: str, revision: str = "", *, repo_type: str = "model"
+                 ) -> Path | None:
+    """The folder of ``repo_id`` at ``revision`` (a branch, tag or commit; "": main) in the
+    Hugging Face cache (``$HF_HUB_CACHE``, ``$HF_HOME``), or None when it is not there.
+    Never touches the network; the folder's name is the snapshot's commit hash."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, repo_type=repo_type, revision=revision or None,
+                                      local_files_only=True, allow_patterns=WEIGHT_PATTERNS))
+    except (LocalEntryNotFoundError, FileNotFoundError, ValueError, OSError):
+        return None
+
+
+def resolve_weights(path_or_id: str, revision: str = "", *, key: str = "model"
+                    ) -> tuple[str, str]:
+    """Where a model loads from and the revision that is: a local folder as it is (no
+    revision), a hub id as its snapshot folder in the cache and that snapshot's commit
+    hash. Every pilot loads a hub model through this, so vLLM and transformers read the
+    same files and the results can record them.
+
+    Raises:
+        WeightsMissing: a hub id that is not in the cache (naming ``race prefetch``).
+    """
+    if not path_or_id or is_local(path_or_id):
+        return path_or_id, ""
+    folder = hub_snapshot(path_or_id, revision)
+    if folder is None:
+        raise WeightsMissing(key, path_or_id, revision)
+    return str(folder), folder.name
+
+
+def check_context(model: str, prompt_tokens: int, max_new_tokens: int, context: int | None,
+                  *, nominal: bool = False) -> None:
+    """A prompt of ``prompt_tokens`` plus the generation cap fits the policy's context
+    window of ``context`` tokens (its ``max_position_embeddings``; None or 0: unknown, not
+    checked). ``race plan`` checks the task's nominal prompt (``nominal``), the pilot each
+    step's longest one.
+
+    Raises:
+        PromptTooLong: naming the model, the lengths and the cap that would fit.
+    """
+    if context and prompt_tokens + max_new_tokens > context:
+        raise PromptTooLong(model, prompt_tokens, max_new_tokens, context, nominal=nominal)
 
 
 def check_reward_folder(folder: str | Path, *, trust_remote_code: bool,
@@ -107,6 +216,7 @@ def check_reward_folder(folder: str | Path, *, trust_remote_code: bool,
     if not has_weights(folder):
         raise UsageError(f"{key}={folder}: no weights in that folder (none of "
                          f"{', '.join(WEIGHT_FILES)}); save them with save_pretrained")
+    check_weight_files(folder, key=key)
 
 
 def open_task(entry: Mapping[str, Any], targets: Iterable[str], *, local_only: bool = False):

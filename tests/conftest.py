@@ -90,10 +90,10 @@ class Shaped:
 
 @pytest.fixture
 def broken_policy(tmp_path, policy):
-    """A model folder with the policy's config.json and tokenizer and a weights file of
-    garbage bytes: it passes every check before the pilot (race.preflight: the weights
-    exist, the architecture is causal, the tokenizer fits), and its pilot fails when the
-    model loads."""
+    """A model folder with the policy's config.json and tokenizer and a whole safetensors
+    file of one wrongly shaped tensor: it passes every check before the pilot
+    (race.preflight: the weights exist and are whole, the architecture is causal, the
+    tokenizer fits), and its pilot fails when the model loads (a size mismatch)."""
     from pathlib import Path
 
     from race import catalog
@@ -103,7 +103,10 @@ def broken_policy(tmp_path, policy):
     for name in (*catalog.TOKENIZER_FILES, "config.json"):
         if (Path(policy) / name).is_file():
             shutil.copy(Path(policy) / name, broken / name)
-    (broken / "model.safetensors").write_bytes(b"not a safetensors file" * 8)
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"model.norm.weight": torch.zeros(3)}, str(broken / "model.safetensors"))
     return broken
 
 

@@ -88,6 +88,31 @@ CASES = [
                  "inside sweep.out_dir", id="sweep-name-escapes"),
     pytest.param(["sweep", "sweep.name=/tmp/x"], "sweep.name=/tmp/x: must name a folder "
                  "inside sweep.out_dir", id="sweep-name-absolute"),
+    pytest.param(["plan", "model=tiny-s", "budget=1e25"], "GRPO steps, past "
+                 "pilot.max_steps=100000; lower budget", id="plan-absurd-budget"),
+    pytest.param(["sweep", "model=tiny-s", "budget=1e25"], "past pilot.max_steps",
+                 id="sweep-absurd-budget"),
+    pytest.param(["plan", "model=tiny-s", "budget=1e17", "pilot.max_steps=1000000000",
+                  "pilot.device=cpu"],
+                 "h on cpu at 1e+10 FLOP/s, past pilot.max_hours=168", id="sweep-too-long"),
+    pytest.param(["plan", "grid.max_new_tokens=600"], "plus grid.max_new_tokens=600 exceeds "
+                 "its context of 512 tokens; lower grid.max_new_tokens to 496",
+                 id="plan-cap-past-context"),
+    pytest.param(["sweep", "grid.max_new_tokens=600"], "exceeds its context of 512",
+                 id="sweep-cap-past-context"),
+    pytest.param(["plan", "task=gsm8k", "task.source=data/x.jsonl", "grid.max_new_tokens=40"],
+                 "task.source=data/x.jsonl"
+                 ": source='data/x.jsonl': no such file", id="plan-relative-source"),
+    pytest.param(["sweep", "task=gsm8k", "task.source=data/x.jsonl", "grid.max_new_tokens=40"],
+                 "no such file",
+                 id="sweep-relative-source"),
+    pytest.param(["sweep", "sweep.name=" + "x" * 300], "300 bytes, past the 200 a folder "
+                 "name may have", id="sweep-name-300"),
+    pytest.param(["sweep", "task=gsm8k", "task.source=/tmp/my", "data", "dir/x.jsonl"],
+                 "data: not a key=value override; if it is the rest of task.source's value "
+                 "(a path with spaces), quote the whole override in the shell: "
+                 "\"task.source=/tmp/my data dir/x.jsonl\" (Hydra keeps the spaces)",
+                 id="path-with-spaces"),
     pytest.param(["sweep", "launcher.checkpoint_every=-1"], "launcher.checkpoint_every=-1: "
                  "must be >= 0", id="checkpoint-every"),
     pytest.param(["sweep", "launcher=slurm", "launcher.partition=nope"],
@@ -215,12 +240,32 @@ def _small_vocab(folder: Path) -> None:
     _config(folder, vocab_size=100)
 
 
+def _missing_shard(folder: Path) -> None:
+    """An index naming two shards, one of them absent (a download that stopped)."""
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+        "lm_head.weight": "model-00002-of-00002.safetensors"}}))
+
+
+def _truncated(folder: Path) -> None:
+    path = folder / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:-1000])
+
+
+def _vocab_mismatch(folder: Path) -> None:
+    """config.json of a checkpoint with more vocabulary rows than the weights hold (the
+    tokenizer still fits both)."""
+    _config(folder, vocab_size=json.loads((folder / "config.json").read_text())["vocab_size"]
+            + 64)
+
+
 def _model_case(tmp: Path, world: dict, edit) -> list[str]:
     return [f"model={_folder(tmp, world, edit)}", *GSM8K, f"task.source={world['data']}"]
 
 
 # (command, arguments built from (tmp_path, world), text the one line must contain)
-GSM8K = ["task=gsm8k", "budget=1e12"]
+GSM8K = ["task=gsm8k", "budget=1e12", "grid.max_new_tokens=40"]
 FILE_CASES = [
     pytest.param("sweep", lambda t, w: [f"model={w['policy']}", *GSM8K, "task.source="
                  f"{_data(t, [])}"], "data.jsonl: holds no GSM8K rows", id="data-empty"),
@@ -248,6 +293,13 @@ FILE_CASES = [
                  "valid JSON", id="model-config-invalid"),
     pytest.param("sweep", lambda t, w: _model_case(t, w, _small_vocab), "its tokenizer has "
                  "500 tokens, more than the model's vocab_size=100", id="tokenizer-too-big"),
+    pytest.param("plan", lambda t, w: _model_case(t, w, _missing_shard), "names 2 weight "
+                 "file(s) and 1 are missing (model-00002-of-00002.safetensors); copy or "
+                 "download the folder again", id="model-missing-shard"),
+    pytest.param("sweep", lambda t, w: _model_case(t, w, _truncated), "model.safetensors is "
+                 "damaged (its tensors need", id="model-truncated-safetensors"),
+    pytest.param("plan", lambda t, w: _model_case(t, w, _vocab_mismatch), "but the weights' "
+                 "embedding has", id="model-vocab-mismatch"),
     pytest.param("sweep", lambda t, w: [f"model={w['policy']}", *GSM8K, "task.source="
                  f"{w['data']}", "reward=qwen2.5-math-prm-7b",
                  f"reward.model={_remote_code_folder(t, w)}"],
@@ -306,6 +358,32 @@ DAMAGED = [
     pytest.param("validate", lambda s: (_cell(s) / "spec.json").unlink(), "spec.json: missing",
                  "rerun the same race sweep command", id="spec-missing"),
 ]
+
+
+def test_sweep_out_dir_that_is_a_file_exits_2_one_line(tmp_path):
+    (tmp_path / "results").write_text("not a folder\n")
+    _one_line(_run(["sweep", f"sweep.out_dir={tmp_path / 'results'}"], tmp_path), "sweep",
+              "is a file, not a folder; give a folder for the results")
+    assert (tmp_path / "results").read_text() == "not a folder\n"
+
+
+def test_report_names_a_cell_folder_without_its_spec_as_damaged(finished_sweep, tmp_path):
+    """A folder under cells/ that lost its spec.json is a row of the report (damaged, with
+    the fix), and the counts add up to every folder."""
+    sweep = tmp_path / "s"
+    shutil.copytree(finished_sweep, sweep)
+    lost = sweep / "cells" / "0123456789ab"
+    shutil.copytree(_cell(sweep), lost)
+    (lost / "spec.json").unlink()
+    folders = len(list((sweep / "cells").iterdir()))
+    out = _run(["report", str(sweep)], tmp_path)
+    assert out.returncode == 0, out.stderr
+    counts = f"{folders - 1} ok, 0 failed, 0 missing, 1 damaged"  # adds up to every folder
+    assert f"cells: {counts}" in out.stdout
+    board = (sweep / "leaderboard.md").read_text()
+    assert f"Cells: {counts}." in board
+    assert "`0123456789ab`" in board and "no spec.json" in board and "delete the cell " \
+        "folder" in board
 
 
 @pytest.mark.parametrize("command, damage, named, fix", DAMAGED)

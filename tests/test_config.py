@@ -6,7 +6,7 @@ import re
 import pytest
 
 from race import catalog
-from race.config import compose_config, to_run_spec, to_specs
+from race.config import compose_config, compose_many, to_run_spec, to_specs
 from race.core import flops
 
 PAIRS = [(m, r, t) for m, r, t in itertools.product(catalog.names("model"),
@@ -105,7 +105,7 @@ def test_composing_once_gives_what_hydra_composes_per_cell(fixed, variants):
 # pilot.eval_targets=null means every target of the task (resolved per task by
 # to_run_spec), where a bare RunSpec evaluates test and ood; the schema's other nulls are
 # the spec's zeros (race.config.spec.SPEC_NULLS)
-PER_TASK = {"eval_targets"}
+PER_TASK = {"eval_targets", "max_new_tokens"}  # null in the schema: the task resolves it
 
 
 def _disagreements(sections) -> dict:
@@ -154,3 +154,11 @@ def test_the_defaults_check_catches_a_drift():
     assert _disagreements([GridConfig(lr=5e-5), PilotConfig(checkpoints=[0.5, 1.0])]) == {
         "GridConfig.lr": (5e-5, 3e-4), "PilotConfig.checkpoints": ([0.5, 1.0],
                                                                   (0.25, 0.5, 0.75, 1.0))}
+
+
+@pytest.mark.parametrize("task, cap", [("arith", 40), ("gsm8k", 512), ("math", 1024)])
+def test_the_generation_cap_is_the_tasks_unless_the_grid_sets_one(task, cap):
+    assert compose_config([f"task={task}"]).grid.max_new_tokens == cap
+    assert compose_config([f"task={task}", "grid.max_new_tokens=64"]).grid.max_new_tokens == 64
+    many = compose_many([], [[f"task={task}"], ["task=arith"]])
+    assert [c.grid.max_new_tokens for c in many] == [cap, 40]

@@ -384,3 +384,25 @@ def test_kill_tree_reaches_children_started_from_any_thread(tmp_path):
         time.sleep(0.05)
     else:
         pytest.fail(f"child {child}, started from a thread, survived _kill_tree")
+
+
+def test_a_job_that_stopped_on_a_full_disk_is_named_before_any_summary_is_written():
+    """A SLURM job's pilot that hit a full disk returns NO_SPACE and writes nothing: the
+    sweep must end naming that file, not write a failed summary (and fail on spec.json)."""
+    from race.errors import NoSpace
+    from race.run.launch.base import NO_SPACE, raise_no_space
+
+    class Job:
+        def __init__(self, outcome):
+            self.outcome = outcome
+
+        def done(self):
+            return True
+
+        def result(self):
+            return self.outcome
+
+    with pytest.raises(NoSpace, match="cells/abc/summary.json"):
+        raise_no_space(Job({"status": NO_SPACE, "path": "cells/abc/summary.json"}))
+    raise_no_space(Job({"status": "ok"}))  # anything else: nothing to say
+    raise_no_space(None)

@@ -129,9 +129,11 @@ def test_diverged_minibatch_charges_what_ran_and_nothing_more(tmp_path, policy, 
             expected += sum(flops.lora_train_flops(shape, lengths, lora,
                                                    convention=convention)
                             for lengths in trained)
-            if k == diverge_step:  # the diverged minibatch ran its forward pass only
-                expected += flops.forward_flops(shape, minibatches[-1], convention=convention,
-                                                lora=lora)
+            if k == diverge_step:  # the diverged minibatch ran its forward pass, and the
+                last = minibatches[-1]  # chunked head's gradient taken during that forward
+                positions = sum(last) if convention == "model" else len(last) * max(last)
+                expected += (flops.forward_flops(shape, last, convention=convention, lora=lora)
+                             + flops.head_flops_per_position(shape) * positions)
         assert summary[f"flops_{convention}"]["learning"] == expected, convention
     assert summary["flops"] == summary[f"flops_{spec.convention}"]
 
@@ -538,3 +540,16 @@ def test_spent_so_far_reads_rows_written_after_the_state_evals_included(tmp_path
     results.write_jsonl(tmp_path / "metrics.jsonl", rows[:1])  # nothing after the state
     ledger, steps, evals = spent_so_far(spec, tmp_path)
     assert ledger.flops == flops_of(1.0) and steps == 1
+
+
+def test_work_no_counter_saw_is_not_measured_rather_than_zero():
+    """A vLLM rollout runs outside torch's dispatcher: FlopCounterMode sees nothing, so its
+    phase's measured FLOPs are None ("not measured") in the summary, not 0.0."""
+    from race.pilot.state import Ledger
+
+    ledger = Ledger()
+    ledger.add("learning", 10.0, 12.0, 12.0)
+    ledger.add("rollout", 5.0, 6.0, None)
+    ledger.add("rollout", 5.0, 6.0, 0.0)  # a later measured piece does not undo it
+    assert ledger.measured()["rollout"] is None and ledger.measured()["learning"] == 12.0
+    assert ledger.flops["model"]["rollout"] == 10.0  # the formulas still count it

@@ -65,6 +65,21 @@ def test_underspend_at_most_two_percent_with_50_steps(tmp_path, policy):
     assert 0.98 * spec.budget_flops <= summary["total_flops"] <= spec.budget_flops
 
 
+def test_the_last_step_runs_at_the_full_cap_or_not_at_all(tmp_path, policy):
+    """A remainder that cannot pay for a full worst-case step is left unspent and reported,
+    never spent on a step whose completions are cut short (all rewards 0, all advantages
+    0: the adapters would move on AdamW's momentum alone)."""
+    spec = small_spec(3.5, checkpoints=(1.0,), eval_targets=("test",), eval_examples=2)
+    summary = run(spec, tmp_path, policy)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if r["kind"] == "step"]
+    assert steps and all(r["max_new_tokens"] == spec.max_new_tokens for r in steps)
+    assert summary["unspent_flops"] == spec.budget_flops - summary["total_flops"]
+    worst = worst_step_flops(spec, 10)
+    assert 0 < summary["unspent_flops"] < worst  # stopped only when a full step no longer fit
+    assert summary["steps"] >= 3
+
+
 def test_same_seed_same_metrics(tmp_path, policy):
     spec = small_spec(4)
     run(spec, tmp_path / "a", policy)

@@ -267,3 +267,36 @@ def test_nan_scores_are_caught(prm, monkeypatch):
     monkeypatch.setattr(prm.model, "forward", nan_forward)
     with pytest.raises(ValueError, match=r"value nan outside \[0.0, 1.0\].*a broken completion"):
         prm(["q"], ["a broken completion"])
+
+
+def test_scores_a_math_trace_split_as_the_model_card_splits_it(prm, tmp_path):
+    """A task=math trace (MATH-500's layout, LaTeX steps separated by blank lines, a
+    \\boxed{} answer) reaches the PRM as the model card lays it out: the bare problem as
+    the user's turn, one <extra_0> after each step, one score per step."""
+    import json
+
+    from race.rewards import build_reward
+    from race.tasks.math import MathTask
+
+    problem = "Convert the point $(0,3)$ in rectangular coordinates to polar coordinates."
+    data = tmp_path / "math500.jsonl"
+    data.write_text(json.dumps({"problem": problem, "solution": "r = 3 and theta = pi/2, so "
+                                "$\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}$",
+                                "answer": "\\left( 3, \\frac{\\pi}{2} \\right)",
+                                "subject": "Precalculus", "level": 2,
+                                "unique_id": "test/precalculus/807.json"}) + "\n")
+    task = MathTask(source="", eval=json.dumps({"math500": str(data)}))
+    example = task.sample("math500", 1)[0]
+    trace = ("We have $r = \\sqrt{0^2 + 3^2} = 3$.\n\n"
+             "The point lies on the positive $y$-axis, so $\\theta = \\frac{\\pi}{2}$.\n\n"
+             "The answer is $\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}$.")
+    steps = split_steps(trace)
+    assert len(steps) == 3
+    text = prm.format_input(example.problem, steps)
+    assert f"<|im_start|>user\n{problem}<|im_end|>" in text
+    assert text.count(TAG) == 3 and text.endswith(f"\\right)}}$.{TAG}<|im_end|>\n")
+    rewards = prm([example.problem], [trace])
+    assert len(prm.last_step_scores[0]) == 3 and 0.0 <= rewards[0] <= 1.0
+    assert task.verify(trace, example.answer)  # the rule reward pays the same trace
+    rule = build_reward({"kind": "rule", "name": "rule"}, task)
+    assert rule([example.prompt], [trace], answer=[example.answer]) == [1.0]

@@ -368,7 +368,8 @@ def test_a_full_disk_ends_the_sweep_with_one_line_files_whole_and_the_rerun_resu
     capsys.readouterr()
     assert run("full", _DiskFillsUp(counted.calls // 2)) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()
-             and not line.startswith(("race sweep: grid", "race sweep: 1 pilot", "[sweep]"))]
+             and not line.startswith(("race sweep: grid", "race sweep: 1 pilot", "[sweep]",
+                                      "race sweep: warning: grid.max_new_tokens"))]
     assert len(lines) == 1, lines
     assert lines[0].startswith("race sweep: no space left on ") and lines[0].endswith(
         "; free space and rerun: finished cells are kept")
@@ -452,11 +453,98 @@ def test_a_read_only_results_folder_is_one_line_naming_it(tmp_path):
         out = subprocess.run([sys.executable, "-m", "race.cli", "sweep", *SMALL,
                               f"sweep.out_dir={mount}/results"], capture_output=True,
                              text=True, timeout=300, cwd=tmp_path)
+        # the model cache on the read-only disk: the fix is RACE_CACHE_DIR, not sweep.out_dir
+        cache = subprocess.run([sys.executable, "-m", "race.cli", "sweep", *SMALL,
+                                f"sweep.out_dir={tmp_path}/results"], capture_output=True,
+                               text=True, timeout=300, cwd=tmp_path,
+                               env=dict(os.environ, RACE_CACHE_DIR=f"{mount}/cache"))
+        # race report of a sweep on a read-only disk: sweep.out_dir is not what it reads
+        report = subprocess.run([sys.executable, "-m", "race.cli", "report", str(mount)],
+                                capture_output=True, text=True, timeout=300, cwd=tmp_path)
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+    assert cache.returncode == 2, cache.stderr
+    assert cache.stderr.strip().splitlines()[-1].startswith(
+        f"race sweep: RACE_CACHE_DIR: cannot write the model cache {mount}/cache")
+    assert "set RACE_CACHE_DIR to a writable folder" in cache.stderr
+    assert not (tmp_path / "results").exists()
+    assert report.returncode == 2 and "Traceback" not in report.stderr, report.stderr
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1] == (
         f"race sweep: cannot write {mount}/results (Read-only file system); make it "
-        f"writable, or write elsewhere with sweep.out_dir=<folder> (pilot.out_dir for race "
-        f"pilot)")
+        f"writable, or write the results elsewhere with sweep.out_dir=<folder>")
+
+
+def test_a_reused_sweep_name_with_another_plan_is_refused_and_the_same_plan_resumes(
+        tmp_path, policy):
+    """sweep.name=s at 2e10, then at 4e10: refused with one line naming what differs, the
+    folder untouched; the first command again resumes (nothing reruns); sweep.extend=true
+    adds the second plan's cell on purpose, and sweep.json then lists both."""
+    first = sweep(tmp_path, policy, "launcher=inline")
+    assert first.returncode == 0, first.stderr[-2000:]
+    record = (tmp_path / "s" / "sweep.json").read_text()
+    other = subprocess.run([sys.executable, "-m", "race.cli", "sweep", *[
+        "budget=4e10" if a.startswith("budget=") else a for a in SMALL], "launcher=inline",
+        f"model.hf_id={policy}", f"sweep.out_dir={tmp_path}", "sweep.name=s"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert other.returncode == 2, other.stderr
+    lines = [line for line in other.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in other.stderr
+    assert lines[0].startswith("race sweep: sweep.name=s: ")
+    assert "holds another plan's sweep (budget 2e+10 there, 4e+10 here)" in lines[0]
+    assert "give another sweep.name, or pass sweep.extend=true" in lines[0]
+    knob = sweep(tmp_path, policy, "launcher=inline", "grid.lr=2e-3")
+    assert knob.returncode == 2 and "(grid.lr=2e-3 here)" in knob.stderr, knob.stderr
+    assert (tmp_path / "s" / "sweep.json").read_text() == record  # nothing written
+    assert len(list((tmp_path / "s" / "cells").iterdir())) == 1
+    again = sweep(tmp_path, policy, "launcher=inline")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "(1 already done before this run)" in again.stdout
+    extended = sweep(tmp_path, policy, "launcher=inline", "grid.lr=2e-3", "sweep.extend=true")
+    assert extended.returncode == 0, extended.stderr[-2000:]
+    cells = json.loads((tmp_path / "s" / "sweep.json").read_text())["cells"]
+    assert len({c["cell_id"] for c in cells}) == 2
+    assert len(list((tmp_path / "s" / "cells").iterdir())) == 2
+    resumed = sweep(tmp_path, policy, "launcher=inline")  # part of the extended plan
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert len(json.loads((tmp_path / "s" / "sweep.json").read_text())["cells"]) == 2
+
+
+def test_report_during_a_running_pilot_says_running_not_missing(tmp_path, policy):
+    from race.store import claims
+
+    out = sweep(tmp_path, policy, "launcher=inline", "grid.lr=1e-3,2e-3")
+    assert out.returncode == 0, out.stderr[-2000:]
+    cell = sorted((tmp_path / "s" / "cells").iterdir())[0]
+    (cell / "summary.json").unlink()
+    with claims.cell_lock(cell):  # as a pilot holds it for its whole life
+        report = subprocess.run([sys.executable, "-m", "race.cli", "report",
+                                 str(tmp_path / "s")], capture_output=True, text=True,
+                                timeout=300, cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert "cells: 1 ok, 0 failed, 0 missing, 1 running" in report.stdout
+    assert "running now (pid" in (tmp_path / "s" / "leaderboard.md").read_text()
+
+
+def test_a_disk_that_fills_at_the_summary_names_the_summary(tmp_path, policy, monkeypatch,
+                                                          capsys):
+    import errno
+    import tempfile
+
+    from race import cli
+    from race.store import io as results
+
+    real = tempfile.mkstemp
+
+    def mkstemp(*args, prefix="", **kwargs):
+        if prefix.startswith(".summary.json"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(*args, prefix=prefix, **kwargs)
+
+    monkeypatch.setattr(results.tempfile, "mkstemp", mkstemp)
+    code = cli.main(["sweep", *SMALL, f"model.hf_id={policy}", "launcher=inline",
+                     f"sweep.out_dir={tmp_path}", "sweep.name=s"])
+    assert code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("race sweep: no space left on ") and "summary.json" in last, last

@@ -117,7 +117,7 @@ def test_without_the_package_the_error_names_the_extra(monkeypatch):
 def test_plan_sweeps_datasets_as_an_axis_and_flops_accounts_it(capsys):
     plan = plan_grid(["task=reasoning-gym", "task.dataset=chain_sum,basic_arithmetic",
                       "model=tiny-m", "reward=rule", "grid.group_size=4",
-                      "grid.update_epochs=1"], runnable=False)
+                      "grid.update_epochs=1", "grid.max_new_tokens=40"], runnable=False)
     assert dict(plan.axes)["task.dataset"] == ("chain_sum", "basic_arithmetic")
     datasets = [dict(c.spec.task)["dataset"] for c in plan.cells]
     assert datasets == ["chain_sum", "basic_arithmetic"]

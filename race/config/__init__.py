@@ -20,6 +20,7 @@ from race.config.compose import (
     hydra_overrides,
     register_configs,
     split_overrides,
+    with_task_lengths,
 )
 from race.config.schema import (
     EMBEDDED_BUDGET,
@@ -59,4 +60,5 @@ __all__ = [
     "check_reward_built", "compose_config", "compose_many", "eval_targets", "full_budget",
     "hydra_overrides", "register_configs", "schema_problems", "selection_problems",
     "split_overrides", "task_entry", "to_run_spec", "to_specs", "validate",
+    "with_task_lengths",
 ]

@@ -27,6 +27,26 @@ def _parser() -> OverridesParser:
     return OverridesParser.create()
 
 
+def _check_words(texts: list[str]) -> None:
+    """A word that is not ``key=value`` (nor a ``~key`` deletion) after an override is
+    almost always the rest of an unquoted value with spaces: say so, with the quoting."""
+    for index, text in enumerate(texts):
+        if "=" in text or text.startswith("~"):
+            continue
+        start = index
+        while start > 0 and "=" not in texts[start - 1]:
+            start -= 1
+        if start > 0:
+            end = next((i for i in range(index, len(texts)) if "=" in texts[i]), len(texts))
+            whole = " ".join(texts[start - 1:end])
+            raise UsageError(f"{text}: not a key=value override; if it is the rest of "
+                             f"{whole.split('=', 1)[0]}'s value (a path with spaces), quote "
+                             f"the whole override in the shell: \"{whole}\" (Hydra keeps the "
+                             f"spaces)")
+        raise UsageError(f"{text}: not a key=value override; write overrides as key=value, "
+                         f"e.g. budget=1e15 (race <command> --help)")
+
+
 class Overrides(list):
     """A command's ``key=value`` overrides as typed (the list's items), with Hydra's parse
     of each (``parsed``): parsed once per command, then read by every split, check and
@@ -37,6 +57,8 @@ class Overrides(list):
 
     def __init__(self, texts=(), parsed=None):
         super().__init__(texts)
+        if parsed is None:
+            _check_words(list(self))
         self.parsed = (list(parsed) if parsed is not None else
                        _parser().parse_overrides(list(self)) if self else [])
 
@@ -144,7 +166,7 @@ def check_group_choices(overrides: Overrides) -> None:
 
 # dicts whose keys are the user's (a reasoning-gym generator's config fields): Hydra adds a
 # key it does not have yet only with ++, so task.config.max_terms=4 is passed on as that
-OPEN_DICTS = ("task.config.", "task.ood_config.")
+OPEN_DICTS = ("task.config.", "task.ood_config.", "task.eval.")
 
 
 def open_dict_overrides(overrides: list[str]) -> list[str]:
@@ -187,7 +209,16 @@ def compose_config(overrides: Overrides | list[str]) -> RaceConfig:
     """Compose ``conf/config.yaml`` with Hydra overrides into a typed :class:`RaceConfig`."""
     overrides = Overrides.of(overrides)
     check_group_choices(overrides)
-    return OmegaConf.to_object(_compose(overrides))
+    return with_task_lengths(OmegaConf.to_object(_compose(overrides)))
+
+
+def with_task_lengths(cfg: RaceConfig) -> RaceConfig:
+    """``grid.max_new_tokens=null`` resolved to the task's own cap (``task.max_new_tokens``),
+    so that everything downstream reads one integer. Returns a new config (composed
+    sections are shared between a grid's cells: never changed in place)."""
+    if cfg.grid.max_new_tokens is not None:
+        return cfg
+    return replace(cfg, grid=replace(cfg.grid, max_new_tokens=cfg.task.max_new_tokens))
 
 
 def compose_many(fixed: Overrides | list[str], variants: list[list[str]]) -> list[RaceConfig]:
@@ -242,7 +273,7 @@ def compose_many(fixed: Overrides | list[str], variants: list[list[str]]) -> lis
         by_section: dict[str, list[str]] = {}
         for text in variant:
             by_section.setdefault(parsed[text].key_or_group.split(".")[0], []).append(text)
-        configs.append(replace(base_obj, **{
+        configs.append(with_task_lengths(replace(base_obj, **{
             section: section_value(section, tuple(own))
-            for section, own in by_section.items()}))
+            for section, own in by_section.items()})))
     return configs

@@ -24,6 +24,7 @@ from race.core import guards, ladder
 from race.core.regime import RegimeThresholds
 from race.core.specs import RunSpec
 from race.core.stats import REPORT
+from race.pilot.budget import MAX_PILOT_HOURS, MAX_PILOT_STEPS
 from race.pilot.state import CHECKPOINT_EVERY
 from race.tasks.arith import ArithTask
 from race.tasks.reasoning_gym import as_text
@@ -51,6 +52,9 @@ class ModelConfig:
     name: str = MISSING
     # Hugging Face id or local path of the weights ("" for models RACE builds itself)
     hf_id: str = ""
+    # a hub id's revision: a branch, tag or commit hash ("": main); the snapshot a pilot
+    # loads is recorded with its results (race prefetch fetches it)
+    revision: str = ""
     # architecture numbers from the model's config.json
     hidden_size: int = MISSING
     intermediate_size: int = MISSING
@@ -70,6 +74,9 @@ class ModelConfig:
     tokenizer: str = ""
     # token a process reward model scores at
     step_tag: str = ""
+    # context window, tokens (config.json's max_position_embeddings; 0: unknown): race
+    # plan refuses a generation cap that cannot fit beside the task's prompts
+    context_tokens: int = 0
 
 
 @dataclass
@@ -94,6 +101,8 @@ class RewardConfig:
     # rule: what the verifier checks: answer (the final answer, sparse) | structured
     # (format and final answer) | steps (credit per correct step, dense)
     check: str = "answer"
+    # the reward model's hub revision (branch, tag or commit; "": main)
+    revision: str = ""
     # let a reward-model checkpoint run its own modelling code (its config.json's
     # auto_map); off: such a folder is refused, and the weights of a hub id load into
     # RACE's copy of the architecture
@@ -111,6 +120,8 @@ class TaskConfig:
     prompt_tokens: int = MISSING
     # nominal mean completion length, tokens
     completion_tokens: int = MISSING
+    # the task's generation cap, tokens: what grid.max_new_tokens=null (the default) means
+    max_new_tokens: int = MISSING
     # reasoning steps per completion (PRM step tags)
     steps_per_trace: int = 0
     # data files (a .jsonl/.json/.parquet file or a folder of them); "" for the embedded
@@ -118,6 +129,20 @@ class TaskConfig:
     source: str = ""
     # GSM8K-format: a file of out-of-distribution problems (the ood target; "": none)
     ood_source: str = ""
+    # math: the dataset's config (subset, e.g. main) and the split training reads; val and
+    # test from their own sources ("": cut from source by a hash of each problem)
+    subset: str = ""
+    train_split: str = ""
+    val_source: str = ""
+    test_source: str = ""
+    # math: the fields a row's problem, answer and solution are read from ("": the public
+    # formats' own: problem or question; answer, else the last \boxed{} of solution)
+    problem_key: str = ""
+    answer_key: str = ""
+    solution_key: str = ""
+    # math: evaluation-only targets by name, each a source (a file, a folder or a dataset
+    # name) or {source, subset, split, problem_key, answer_key}: task.eval.math500=<file>
+    eval: dict[str, Any] = field(default_factory=dict)
     # GSM8K-format and reasoning-gym prompts in the policy's chat template: a system
     # message ("": none) and the instruction after each question ("": the task's own)
     system_prompt: str = ""
@@ -157,8 +182,8 @@ class GridConfig:
     prompts_per_step: int = _CELL.prompts_per_step
     # G: completions per prompt (>= 2 for a group baseline)
     group_size: int = _CELL.group_size
-    # generation cap, tokens
-    max_new_tokens: int = _CELL.max_new_tokens
+    # generation cap, tokens (null: the task's own, task.max_new_tokens)
+    max_new_tokens: int | None = None
     # mean completion length, tokens (null: the task's, capped at max_new_tokens)
     completion_tokens: int | None = None
     # mu: passes over each rollout batch
@@ -197,6 +222,9 @@ class PilotConfig:
     temperature: float = _CELL.temperature
     # PPO clip range of the importance ratio
     clip_eps: float = _CELL.clip_eps
+    # pilot.backend=vllm on a GPU: the share of the GPU's memory vLLM may take, 0-1 (null:
+    # derived from the memory plan so that what the learner needs stays free; docs/gpus.md)
+    gpu_memory_utilization: float | None = None
     # pilot.backend=vllm: weight each token's surrogate by min(pi_old / pi_vllm, tis_cap),
     # correcting for the engine's own numerics (truncated importance sampling; 0: off)
     tis_cap: float = _CELL.tis_cap
@@ -224,6 +252,10 @@ class PilotConfig:
     dtype: str = _CELL.dtype
     # where `race pilot` writes cells/<cell_id>/
     out_dir: str = "results/pilots"
+    # sanity bounds on one pilot, checked by race plan and race sweep before anything
+    # runs: GRPO steps its budget buys, and its estimated wall hours on the chosen device
+    max_steps: int = MAX_PILOT_STEPS
+    max_hours: float = MAX_PILOT_HOURS
 
 
 @dataclass
@@ -281,6 +313,9 @@ class SweepConfig:
     # folder under out_dir (null: <task>-<budget>-<hash of the cells>, stable across reruns)
     name: str | None = None
     out_dir: str = "results"
+    # a folder already holding another plan's sweep is refused (two experiments would
+    # mix in one report); true adds this plan's cells to it on purpose
+    extend: bool = False
 
 
 @dataclass
@@ -344,6 +379,13 @@ class ReportConfig:
     top_k: int = REPORT.top_k
     # rank validation candidates on extrapolated (curve fit) or observed pilot scores
     basis: str = REPORT.basis
+    # the experiment tracker every pilot (and the sweep's pick) logs to: none | wandb |
+    # trackio | mlflow | tensorboard (each an extra: pip install 'race[wandb]'); offline
+    # stores follow the tracker's own settings (WANDB_MODE, TRACKIO_DIR,
+    # MLFLOW_TRACKING_URI); tensorboard writes under <sweep>/tensorboard/
+    tracker: str = _CELL.tracker
+    # the tracker's project (W&B, trackio) or experiment (MLflow)
+    tracker_project: str = _CELL.tracker_project
 
 
 @dataclass
@@ -393,6 +435,12 @@ GROUP_SCHEMAS = {"model": ModelConfig, "reward": RewardConfig, "task": TaskConfi
                  "grid": GridConfig, "launcher": LauncherConfig}
 
 
+# what a math task reads of its TaskConfig (race.tasks.math.MathTask)
+MATH_FIELDS = ("name", "source", "subset", "train_split", "val_source", "test_source",
+               "problem_key", "answer_key", "solution_key", "system_prompt", "answer_format",
+               "eval")
+
+
 def task_entry(task: TaskConfig) -> dict[str, Any]:
     """What the pilot's task reads of ``task`` (the embedded task's knobs, a data task's
     files and prompt format, or a reasoning-gym generator with its knobs as JSON text)."""
@@ -400,6 +448,9 @@ def task_entry(task: TaskConfig) -> dict[str, Any]:
         values = asdict(task) | {"config": as_text(task.config),
                                  "ood_config": as_text(task.ood_config)}
         keys = ("name", "dataset", "config", "ood_config", "system_prompt", "answer_format")
+    elif task.name == "math":
+        values = asdict(task) | {"eval": as_text(task.eval) if task.eval else ""}
+        keys = MATH_FIELDS
     else:
         values = asdict(task)
         keys = ("name", *ARITH_FIELDS) if task.name == "arith" else (

@@ -104,6 +104,10 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True,
     if runnable and cfg.task.name == "gsm8k" and not cfg.task.source:
         raise UsageError("task.source=: GSM8K-format pilots read a local data file; give "
                          "task.source=<file.jsonl|.json|.parquet> (question, answer '#### N')")
+    if runnable and cfg.task.name == "math" and not cfg.task.source:
+        raise UsageError("task.source=: task=math pilots train on problem/answer rows; give "
+                         "task.source=<a .jsonl/.json/.parquet file, a folder or a dataset "
+                         "name> (MATH-500, Polaris or GSM8K layouts)")
     if runnable and cfg.task.name == "reasoning-gym" and in_family(cfg.model.tokenizer):
         raise UsageError(f"model={cfg.model.name}: the embedded tiny policies read and write "
                          f"only the arithmetic task's {cfg.model.vocab_size} characters, "
@@ -112,19 +116,21 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True,
                          f"small one)")
     # trust_remote_code only when set (the id contract: cells without it keep their ids)
     reward = {k: v for k, v in asdict(cfg.reward).items()
-              if v is not None and not (k == "trust_remote_code" and not v)}
+              if v is not None and not (k in ("trust_remote_code", "revision") and not v)}
     return RunSpec(
         model=cfg.model.name, reward=tuple(sorted(reward.items())),
         task=tuple(sorted(task_entry(cfg.task).items())),
         warmstart=tuple(sorted(asdict(cfg.warmstart).items())),
         budget_flops=float(budget_flops), eval_targets=eval_targets(cfg),
-        policy_path=cfg.model.hf_id, policy=specs.policy, reward_model=specs.reward.model,
+        policy_path=cfg.model.hf_id, policy_revision=cfg.model.revision,
+        policy=specs.policy, reward_model=specs.reward.model,
+        tracker=cfg.report.tracker, tracker_project=cfg.report.tracker_project,
         **cell_knobs(cfg))
 
 
 # knobs the schema writes as null where a spec writes 0 for the same meaning (the whole
-# rollout batch; measure the peak FLOP/s)
-SPEC_NULLS = {"minibatch_size": 0, "peak_flops": 0.0}
+# rollout batch; measure the peak FLOP/s; derive vLLM's share of the GPU)
+SPEC_NULLS = {"minibatch_size": 0, "peak_flops": 0.0, "gpu_memory_utilization": 0.0}
 # spec fields the schema has under the same name but that to_run_spec resolves itself
 _RESOLVED = ("eval_targets",)
 _SPEC_FIELDS = {f.name for f in fields(RunSpec)}

@@ -7,6 +7,8 @@ torch is imported only by the device checks, and only when a GPU is named.
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
 import math
 from pathlib import Path, PurePath
 
@@ -21,7 +23,7 @@ from race.config.schema import (
 )
 from race.core.flops import CONVENTIONS
 from race.core.ladder import KEEP_SIZES, PROMOTE_BY
-from race.core.specs import AGGREGATIONS, HEADS
+from race.core.specs import AGGREGATIONS, HEADS, TRACKERS
 from race.core.stats import BASES
 from race.errors import UsageError
 from race.nn.devices import DEVICES, DTYPES, resolve_device, visible_gpus
@@ -29,7 +31,9 @@ from race.rewards import REWARD_KINDS as BUILT_REWARDS
 from race.rewards.rule import CHECKS
 from race.tasks import task_targets
 from race.tasks.arith import ArithTask
-from race.tasks.reasoning_gym import config_problems
+from race.tasks.base import is_local
+from race.tasks.math import eval_entries
+from race.tasks.reasoning_gym import as_text, config_problems
 
 
 def _finite_problems(cfg: RaceConfig) -> list[str]:
@@ -199,6 +203,10 @@ def validate(cfg: RaceConfig) -> None:
     if pilot.tis_cap < 0 or (pilot.tis_cap > 0 and pilot.backend != "vllm"):
         problems.append(f"pilot.tis_cap={pilot.tis_cap}: must be >= 0, and corrects vLLM "
                         f"rollouts only; use pilot.backend=vllm or pilot.tis_cap=0")
+    share = pilot.gpu_memory_utilization
+    if share is not None and not 0 < share <= 1:
+        problems.append(f"pilot.gpu_memory_utilization={share}: vLLM's share of the GPU must "
+                        f"be in (0, 1], e.g. 0.4 (null: derived from the memory plan)")
     for key, value, choices in (("pilot.device", pilot.device, DEVICES),
                                 ("pilot.dtype", pilot.dtype, DTYPES)):
         if value not in choices:
@@ -219,9 +227,24 @@ def validate(cfg: RaceConfig) -> None:
     problems += testbed_problems(cfg)
     if cfg.report.basis not in BASES:
         problems.append(f"report.basis={cfg.report.basis!r}: use observed or extrapolated")
+    problems += tracker_problems(cfg.report.tracker)
     problems += [p for p in schema_problems(cfg) if p.split("=", 1)[0] not in broken]
     if problems:
         raise UsageError("; ".join(problems))
+
+
+def tracker_problems(tracker: str) -> list[str]:
+    """``report.tracker`` names a known tracker whose package is importable (found, never
+    imported: the trackers' packages are heavy)."""
+    if tracker not in TRACKERS:
+        close = difflib.get_close_matches(tracker, list(TRACKERS), n=1, cutoff=0.4)
+        hint = f"; did you mean report.tracker={close[0]}?" if close else ""
+        return [f"report.tracker={tracker!r}: use one of {'|'.join(TRACKERS)}{hint}"]
+    package = TRACKERS[tracker]
+    if package and importlib.util.find_spec(package) is None:
+        return [f"report.tracker={tracker}: the {package} package is not installed; "
+                f"pip install 'race[{tracker}]', or use report.tracker=none"]
+    return []
 
 
 def schema_problems(cfg: RaceConfig) -> list[str]:
@@ -258,15 +281,23 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
     pilot = cfg.pilot
     need(pilot.clip_eps > 0, "pilot.clip_eps", pilot.clip_eps, "must be > 0, e.g. 0.2")
     need(pilot.seed >= 0, "pilot.seed", pilot.seed, "must be >= 0")
+    need(pilot.max_steps >= 1, "pilot.max_steps", pilot.max_steps, "must be >= 1")
+    need(pilot.max_hours > 0, "pilot.max_hours", pilot.max_hours, "must be > 0 hours")
     checkpoints = list(pilot.checkpoints)
     need(all(0 < c <= 1 for c in checkpoints) and checkpoints == sorted(set(checkpoints)),
          "pilot.checkpoints", checkpoints, "need ascending, distinct budget fractions in "
          "(0, 1], e.g. pilot.checkpoints=[0.25,0.5,0.75,1.0]")
+    if cfg.task.name == "math":
+        try:  # task.eval.<name>: names and entries (every problem at once, as below)
+            eval_entries(as_text(cfg.task.eval) if cfg.task.eval else "",
+                         has_source=bool(cfg.task.source))
+        except UsageError as error:
+            return problems + [str(error)]
     has = task_targets(task_entry(cfg.task))
     if pilot.eval_targets is not None:
         targets = list(pilot.eval_targets)
         shown = f"[{','.join(map(str, targets))}]"
-        unknown = [t for t in targets if t not in ("val", "test", "ood")]
+        unknown = [t for t in targets if t not in (*has, "val", "test", "ood")]
         if not targets:
             problems.append(f"pilot.eval_targets=[]: evaluate at least one target, e.g. "
                             f"pilot.eval_targets=[{','.join(has)}], or null for all the "
@@ -286,9 +317,10 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
             problems.append(f"pilot.eval_targets={shown}: task={cfg.task.name} has no ood "
                             f"problems ({why}); give {give}, or drop ood, e.g. "
                             f"pilot.eval_targets=[{','.join(t for t in targets if t != 'ood')}]")
-    need(pilot.select_target in ("val", "test", "ood"), "pilot.select_target",
-         pilot.select_target, "use val (selection reads a held-out split; never select "
-         "on test)")
+    need(pilot.select_target in (*has, "val", "test", "ood"), "pilot.select_target",
+         pilot.select_target, f"use one of the task's targets [{','.join(has)}]: val "
+         f"(selection reads a held-out split; never select on test), or a named "
+         f"evaluation target (task.eval.<name>)")
     for key, value in (("regime.feedback_heavy", cfg.regime.feedback_heavy),
                        ("regime.learning_heavy", cfg.regime.learning_heavy),
                        ("regime.search_heavy", cfg.regime.search_heavy)):
@@ -322,26 +354,40 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
     return problems
 
 
+# the longest folder name sweep.name may give (bytes; most file systems stop at 255)
+MAX_NAME_BYTES = 200
+
+
 def sweep_name_problems(sweep: SweepConfig) -> list[str]:
     """``sweep.name`` must name a folder inside ``sweep.out_dir`` (no ``..``, no absolute
-    path): a sweep never writes outside its results folder."""
+    path, no part over :data:`MAX_NAME_BYTES`): a sweep never writes outside its results
+    folder. ``sweep.out_dir`` must be (or lead to) a folder, not a file."""
+    problems = []
+    existing = next((p for p in (Path(sweep.out_dir).expanduser(),
+                                 *Path(sweep.out_dir).expanduser().parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        problems.append(f"sweep.out_dir={sweep.out_dir}: {existing} is a file, not a folder; "
+                        f"give a folder for the results, e.g. sweep.out_dir=results")
     name = sweep.name
     if name is None:
-        return []
+        return problems
     parts = PurePath(name).parts
     if not name.strip() or PurePath(name).is_absolute() or ".." in parts or name in (".",):
-        return [f"sweep.name={name}: must name a folder inside sweep.out_dir="
-                f"{sweep.out_dir} (no '..', no absolute path); e.g. sweep.name=my-sweep, "
-                f"or set sweep.out_dir to write elsewhere"]
-    return []
+        problems.append(f"sweep.name={name}: must name a folder inside sweep.out_dir="
+                        f"{sweep.out_dir} (no '..', no absolute path); e.g. "
+                        f"sweep.name=my-sweep, or set sweep.out_dir to write elsewhere")
+    elif any(len(part.encode()) > MAX_NAME_BYTES for part in parts):
+        problems.append(f"sweep.name={name[:40]}...: {len(name.encode())} bytes, past the "
+                        f"{MAX_NAME_BYTES} a folder name may have here (file systems allow "
+                        f"255, and a budget list adds a subfolder); give a shorter name")
+    return problems
 
 
 def check_paths(cfg: RaceConfig) -> None:
     """Local files the pilot will read must exist (before anything is launched)."""
     for key, value in (("task.source", cfg.task.source), ("task.ood_source", cfg.task.ood_source),
                        ("model.hf_id", cfg.model.hf_id)):
-        local = value.startswith(("/", "./", "../", "~"))
-        if value and local and not Path(value).expanduser().exists():
+        if value and is_local(value) and not Path(value).expanduser().exists():
             raise UsageError(f"{key}={value}: no such file or folder; check the path (a "
                              f"local {'model folder' if key == 'model.hf_id' else 'data file'}"
                              f"), or leave {key} empty for the default")

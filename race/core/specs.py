@@ -236,6 +236,11 @@ class RewardShape:
 # Ways to fold per-token losses [B, T] into one scalar (race.core.grpo.masked_mean).
 AGGREGATIONS: tuple[str, ...] = ("token", "sequence")
 
+# Experiment trackers a pilot may log to (``report.tracker``), each with the package it
+# needs ("": none); race.integrations.trackers has one class per name
+TRACKERS: dict[str, str] = {"none": "", "wandb": "wandb", "trackio": "trackio",
+                            "mlflow": "mlflow", "tensorboard": "tensorboard"}
+
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:
@@ -247,8 +252,10 @@ class RunSpec:
     The id contract (:attr:`cell_id`, :attr:`config_id`, :attr:`lineage_id`): a short
     sha256 of the fields as sorted JSON, leaving out
 
-    - what does not change what runs: ``peak_flops`` (a reporting reference) and the
-      shapes ``policy`` and ``reward_model`` (the names determine them);
+    - what does not change what runs: ``peak_flops`` (a reporting reference), the
+      shapes ``policy`` and ``reward_model`` (the names determine them),
+      ``gpu_memory_utilization`` (where vLLM's memory goes, not what it computes) and
+      ``tracker``, ``tracker_project`` (where its metrics are watched);
     - a field added after ids were in use, while it holds the value it was added with
       (:data:`ID_OMITTED_DEFAULTS`): every cell planned before it existed keeps its id
       and its results folder. A new knob joins that table with its default.
@@ -281,6 +288,8 @@ class RunSpec:
     scale_rewards: bool = True
     seed: int = 0
     backend: str = "hf"
+    # backend=vllm on a GPU: vLLM's share of it (0: derived from the memory plan)
+    gpu_memory_utilization: float = 0.0
     checkpoints: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
     eval_examples: int = 64
     eval_targets: tuple[str, ...] = ("test", "ood")
@@ -290,6 +299,8 @@ class RunSpec:
     measure: bool = False
     # where the policy's weights load from ("": the tiny family's cached warm start)
     policy_path: str = ""
+    # a hub policy's revision (branch, tag or commit; "": main), resolved in the cache
+    policy_revision: str = ""
     # the cell (a sibling folder) whose final state this pilot continues: a ladder rung
     # resumes the rung below ("": starts from the warm start)
     continues: str = ""
@@ -310,6 +321,10 @@ class RunSpec:
     # its budget never read the catalog again (None: read ``model``/``reward`` by name)
     policy: ModelShape | None = None
     reward_model: ModelShape | None = None
+    # the experiment tracker the pilot logs to (TRACKERS: none | wandb | trackio | mlflow |
+    # tensorboard) and the tracker's project: where it is watched, not what runs
+    tracker: str = "none"
+    tracker_project: str = "race"
 
     def _fields(self, *, lineage: bool = False) -> dict[str, Any]:
         """The fields an id hashes (the id contract, in the class docstring)."""
@@ -320,8 +335,11 @@ class RunSpec:
         if lineage:
             values.pop("continues", None)
             values.pop("score_start", None)  # an eval plan shared within a config's seeds
-        for key in ("peak_flops", "policy", "reward_model"):  # a reporting reference and
-            values.pop(key, None)                            # what the names determine
+        # a reporting reference, what the names determine, vLLM's share of a GPU, and
+        # where the metrics are watched
+        for key in ("peak_flops", "policy", "reward_model", "gpu_memory_utilization",
+                    "tracker", "tracker_project"):
+            values.pop(key, None)
         return values
 
     @property
@@ -381,11 +399,12 @@ def pilot_flops(full_budget_flops: float, fraction: float) -> float:
 # ids were in use (the id contract, RunSpec's docstring)
 ID_OMITTED_DEFAULTS = {"continues": "", "device": "auto", "dtype": "auto",
                        "micro_batch_size": 0, "tis_cap": 0.0, "score_start": True,
-                       "report_from_flops": 0.0}
+                       "report_from_flops": 0.0, "policy_revision": ""}
 
 # The fields that determine a warm start's evaluation (the same model greedily on the same
 # problems, scored by the same reward): cells that agree on them score one warm start
-START_FIELDS = ("model", "reward", "task", "warmstart", "policy_path", "max_new_tokens",
+START_FIELDS = ("model", "reward", "task", "warmstart", "policy_path", "policy_revision",
+                "max_new_tokens",
                 "select_target", "select_examples", "eval_examples", "eval_targets",
                 "backend", "device", "dtype", "convention")
 

@@ -1,4 +1,4 @@
-"""The pilot's budget rule: a cell's worst-case GRPO step, the last step's cap, the check.
+"""The pilot's budget rule: a cell's worst-case GRPO step and the check.
 
 ``race plan``, the pilot and the reports all decide "does the next step fit?" here, from
 the cell's :class:`~race.core.specs.RunSpec` alone (shapes from the catalog, the reward's own
@@ -32,6 +32,7 @@ from race.core import flops
 from race.core.flops import reward_extra_tokens
 from race.core.specs import LoraShape, ModelShape, RewardShape, RunSpec
 from race.errors import BudgetTooSmall
+from race.nn.devices import visible_gpus
 
 
 @lru_cache(maxsize=256)
@@ -73,20 +74,26 @@ def uses_old_pass(spec: RunSpec) -> bool:
     return spec.tis_cap > 0 and spec.backend != "hf"
 
 
-def last_step_cap(spec: RunSpec, prompt_tokens: int, remaining_flops: float) -> int:
-    """The largest generation cap whose worst-case step fits ``remaining_flops`` (0: none).
+# Sanity bounds on one pilot (pilot.max_steps, pilot.max_hours): a budget that buys more
+# is a typo (budget=1e25), not a pilot; raise them on purpose.
+MAX_PILOT_STEPS = 100_000
+MAX_PILOT_HOURS = 168.0  # one week
+# Charged FLOP/s a whole pilot ran at (eval and loading included), measured: the tiny
+# family on one CPU thread with two pilots running (~1e10-2e10), a Qwen2.5-0.5B-shaped
+# bf16 pilot on one H200 with Hugging Face generate (2.5e12, docs/gpus.md). Estimates of
+# wall time only: slower than a tuned GPU pilot, so they err towards refusing.
+PILOT_FLOPS_PER_S = {"cpu": 1e10, "cuda": 2.5e12}
 
-    The final step of a pilot shortens its completions rather than leaving the budget
-    unspent, which keeps underspend to a fraction of one short step.
-    """
-    low, high = 0, spec.max_new_tokens
-    while low < high:
-        mid = (low + high + 1) // 2
-        if worst_step_flops(spec, prompt_tokens, mid) <= remaining_flops:
-            low = mid
-        else:
-            high = mid - 1
-    return low
+
+def machine_device() -> str:
+    """``cuda`` when this machine has a visible CUDA device (torch is asked), else ``cpu``."""
+    return "cuda" if visible_gpus() else "cpu"
+
+
+def pilot_hours(pilot_flops: float, device: str) -> float:
+    """Estimated wall hours of a pilot that charges ``pilot_flops`` on ``device``
+    (``cpu`` or ``cuda``), at :data:`PILOT_FLOPS_PER_S`."""
+    return pilot_flops / PILOT_FLOPS_PER_S[device] / 3600
 
 
 def eval_problems(spec: RunSpec) -> dict[str, int]:

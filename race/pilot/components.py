@@ -8,7 +8,7 @@ process plans and launches pilots without them).
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from race.errors import RewardFormatTooLong, UsageError
 from race.nn.devices import resolve_device, resolve_dtype, torch_dtype
 from race.pilot.learner import LearnerConfig, LoraLearner
 from race.pilot.rollout.hf import HFBackend
-from race.pilot.rollout.vllm import VLLMBackend, engine_size
+from race.pilot.rollout.vllm import VLLMBackend, engine_settings
 from race.rewards import build_reward
 from race.tasks import prompt_bound, with_chat_template
 from race.warmstart.policies import build_tiny_policy, warm_start_recipe
@@ -35,6 +35,9 @@ class Components:
     learner: Any
     backend: Any
     tokenizer: Any
+    # the weights each model loaded: {"policy": {"source", "revision"}, "reward": ...}
+    # (a hub snapshot's commit hash; "" for a local folder)
+    weights: dict = field(default_factory=dict)
 
 
 def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Components:
@@ -57,8 +60,11 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
         build_tiny_policy(spec.model, recipe=warm_start_recipe(spec.model, dict(spec.task),
                                                                dict(spec.warmstart)))
         if in_family(shape.tokenizer) else shape.hf_id)
-    if preflight.is_local(str(folder)):
-        preflight.check_policy_folder(folder, key=preflight.policy_key(spec))
+    key = preflight.policy_key(spec)
+    source = str(folder)
+    folder, revision = preflight.resolve_weights(source, spec.policy_revision, key=key)
+    if preflight.is_local(source):
+        preflight.check_policy_folder(folder, key=key)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
         tokenizer.padding_side = "left"
@@ -82,17 +88,22 @@ def build_components(spec: RunSpec, policy_folder: Path | None = None) -> Compon
                             measure=spec.measure)
     elif spec.backend == "vllm":
         # sized from the cell: its longest prompt plus the cap, one step's P x G sequences
-        size = engine_size(shape, dtype, max_new_tokens=spec.max_new_tokens,
-                           prompt_tokens=prompt_bound(task, tokenizer,
-                                                      ("train", *spec.eval_targets)),
-                           sequences=spec.prompts_per_step * spec.group_size)
+        # (on a GPU, its share beside the learner from the memory plan)
+        size = engine_settings(spec, shape, dtype, device=device,
+                               prompt_tokens=prompt_bound(task, tokenizer,
+                                                          ("train", *spec.eval_targets)))
         backend = VLLMBackend(folder, shape, learner.lora, seed=spec.seed, dtype=dtype, **size)
     else:
         raise UsageError(f"pilot.backend={spec.backend!r}: use hf or vllm")
     reward = build_reward(dict(spec.reward), task, device=device, dtype=dtype,
                           shape=spec.reward_model,
                           family=(dict(spec.task), dict(spec.warmstart)))
-    return Components(task, reward, learner, backend, tokenizer)
+    weights = {"policy": {"source": source, "revision": revision}}
+    reward_source = getattr(spec.reward_model, "hf_id", "") if spec.reward_model else ""
+    if reward_source and not preflight.is_local(reward_source):
+        weights["reward"] = {"source": reward_source,
+                             "revision": getattr(reward, "revision", "")}
+    return Components(task, reward, learner, backend, tokenizer, weights)
 
 
 def release_memory(device: str) -> None:

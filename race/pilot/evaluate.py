@@ -10,11 +10,11 @@ import contextlib
 import hashlib
 
 from race.core.specs import RunSpec
-from race.errors import PromptTooLong
 from race.nn.devices import PhaseMeter
 from race.pilot.budget import checkpoint_problems, trace_token_limit
 from race.pilot.components import Components
 from race.pilot.state import Ledger
+from race.preflight import check_context
 
 
 def _measuring(spec: RunSpec):
@@ -54,8 +54,7 @@ def longest_prompt(parts: Components, spec: RunSpec, prompts: list[str]) -> int:
                   for p in prompts)
     context = getattr(getattr(parts.learner.model, "config", None),
                       "max_position_embeddings", None)
-    if context and longest + spec.max_new_tokens > context:
-        raise PromptTooLong(spec.model, longest, spec.max_new_tokens, context)
+    check_context(spec.model, longest, spec.max_new_tokens, context)  # as race plan does
     return longest
 
 
@@ -79,7 +78,7 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
             longest_prompt(parts, spec, prompts)
             out = parts.backend.generate(prompts, n=1, max_new_tokens=spec.max_new_tokens,
                                          greedy=True)
-            ledger.add("eval", out.flops_model, out.flops_executed, out.flops_measured or 0.0)
+            ledger.add("eval", out.flops_model, out.flops_executed, out.flops_measured)
             answers = [ex.answer for ex in examples]
             problems = [ex.problem for ex in examples]
             rewards = score(spec, parts, ledger, "eval", out, problems, answers)

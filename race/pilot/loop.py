@@ -14,7 +14,8 @@ The ledger counts FLOPs from the tokens that happened, in both conventions, and 
 the budget in ``spec.convention``. ``metrics.jsonl`` holds only what is deterministic for a
 seed (FLOPs, rewards, losses, evals), so two runs give identical files; wall seconds by
 phase go to ``timing.jsonl`` beside it and to the summary. A step runs only if its worst
-case (every completion at ``max_new_tokens``) fits, so a pilot never overspends.
+case (every completion at ``max_new_tokens``) fits, so a pilot never overspends; what is
+left when the next full step no longer fits is reported as ``unspent_flops``.
 The summary is written at the end, and also when the pilot fails (``status: failed``,
 the error, and everything spent until then).
 
@@ -50,7 +51,7 @@ from race.nn.devices import (
     resolve_dtype,
     throughput,
 )
-from race.pilot.budget import check_budget, last_step_cap, worst_step_flops
+from race.pilot.budget import check_budget, worst_step_flops
 from race.pilot.components import (
     Components,
     build_components,
@@ -81,7 +82,8 @@ from race.store.io import append_jsonl, no_space, write_json, write_jsonl, write
 def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = None,
               progress: Callable[[dict], None] | None = None,
               checkpoint_every: int = CHECKPOINT_EVERY, stop: Callable[[], bool] | None = None,
-              keep_final_state: bool = False) -> dict:
+              keep_final_state: bool = False, log: Callable[[dict], None] | None = None
+              ) -> dict:
     """Run one cell to its budget; write spec.json, metrics.jsonl, summary.json.
 
     Args:
@@ -97,6 +99,9 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
             scheduler's warning before a time limit or a preemption; a rerun continues).
         keep_final_state: keep the state at the end of the budget (a ladder rung that a
             later rung may continue: ``spec.continues`` of that rung names this cell).
+        log: called with every metrics row as it is recorded (a step's row with its wall
+            seconds by phase under ``wall_s``; each target's eval row), from the first row
+            of the cell's history on: an experiment tracker's feed. It must not raise.
 
     A spec that ``continues`` another cell starts from that cell's final state: its
     steps, ledger and metrics rows carry over, so no FLOP is spent twice, and its summary
@@ -119,9 +124,9 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     check_budget(spec, prompt_tokens=1)  # before any model loads or any file is written
     device = resolve_device(spec.device)  # pilot.device=cuda without CUDA: refused here
     dtype = resolve_dtype(spec.dtype, device)
-    run = _Session.begin(spec, CellDir(cell_dir), PhaseMeter(device))
+    run = _Session.begin(spec, CellDir(cell_dir), PhaseMeter(device), log)
     ledger, meter = run.state.ledger, run.meter
-    engine, status, error = None, "ok", None
+    engine, status, error, parts = None, "ok", None, None
     try:
         parts = components or build_components(spec)
         engine = _engine_args(parts)
@@ -139,7 +144,7 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
                                              temperature=spec.temperature,
                                              seed=spec.seed * 7919 + run.state.steps)
             ledger.add("rollout", out.flops_model, out.flops_executed,
-                       out.flops_measured or 0.0)
+                       out.flops_measured)
             answers = [examples[i].answer for i in out.prompt_index]
             problems = [examples[i].problem for i in out.prompt_index]
             with meter.phase("feedback", ledger.wall_s):
@@ -167,10 +172,11 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
         if full is not None:  # a full disk is not the cell's failure: stop, resume later
             raise full from exc
         status, error = "failed", run.record_failure(exc)
-    summary = run.finish(status, error, device=device, dtype=dtype, engine=engine)
+    summary = run.finish(status, error, device=device, dtype=dtype, engine=engine,
+                         weights=getattr(parts, "weights", None) if parts else None)
     if status == "ok" and not keep_final_state:  # a failed pilot keeps its state (resume)
         shutil.rmtree(run.cell.state, ignore_errors=True)  # AdamW moments: twice the adapter
-    parts = None  # noqa: F841 (the models go before the next pilot of this slot starts)
+    parts = None  # the models go before the next pilot of this slot starts
     release_memory(device)
     return summary
 
@@ -189,9 +195,12 @@ class _Session:
     continued_from: dict | None  # the cell below on a ladder, and its steps
     prior_s: dict[str, float]  # the wall clock a resumed pilot started from
     written: int  # rows of state.rows already in metrics.jsonl
+    log: Callable[[dict], None] | None = None  # a tracker's feed (run_pilot's ``log``)
+    logged: int = 0  # rows of state.rows already handed to ``log``
 
     @classmethod
-    def begin(cls, spec: RunSpec, cell: CellDir, meter: PhaseMeter) -> _Session:
+    def begin(cls, spec: RunSpec, cell: CellDir, meter: PhaseMeter,
+              log: Callable[[dict], None] | None = None) -> _Session:
         """Resume a saved state of this cell, continue the cell below it on a ladder, or
         start afresh; count what an earlier, unfinished run spent as redone; rewrite the
         cell's files to that state (whatever a crashed run wrote after it is dropped)."""
@@ -217,7 +226,7 @@ class _Session:
         write_jsonl(cell.timing, state.timing)
         cell.summary.unlink(missing_ok=True)  # running: no verdict yet
         return cls(spec, cell, state, meter, wall_start, resumed_from, continued_from,
-                   dict(ledger.wall_s), len(state.rows))
+                   dict(ledger.wall_s), len(state.rows), log)
 
     def restore_or_evaluate(self, parts: Components) -> None:
         """Put a resumed or continued state into the live learner (and save it when it
@@ -232,18 +241,24 @@ class _Session:
         ledger.wall_s["load"] += time.perf_counter() - self.wall_start
         if fresh and self.spec.score_start:  # else its group's scoring cell has it
             self.evaluate(parts, 0.0)
+        self.emit()
 
     def step_cap(self, longest: int) -> int:
         """The next step's generation cap: ``max_new_tokens`` when its worst case fits the
-        budget left, else the largest that fits (0: none, the pilot ends). A first step
-        that cannot fit raises :class:`~race.errors.BudgetTooSmall`."""
+        budget left, else 0 (the pilot ends; the rest is reported as ``unspent_flops``).
+        A first step that cannot fit raises :class:`~race.errors.BudgetTooSmall`.
+
+        A last step at a shorter cap would be no step at all: with completions cut below
+        their natural length every reward, hence every advantage, is 0, and the adapters
+        move through AdamW's momentum alone while the truncation guard reads a cut batch.
+        """
         spec, steps = self.spec, self.state.steps
         remaining = spec.budget_flops - self.state.ledger.charged(spec.convention)
         if worst_step_flops(spec, longest) <= remaining:
             return spec.max_new_tokens
         if steps == 0:
             check_budget(spec, longest)  # raises: recorded as a failed pilot
-        return last_step_cap(spec, longest, remaining)
+        return 0
 
     def update(self, parts: Components, out, advantages: tuple[float, ...]) -> dict:
         """The learner's mu epochs on this batch, charged to learning (a diverged update
@@ -287,7 +302,18 @@ class _Session:
             append_jsonl(self.cell.metrics, new)
         self.written = len(state.rows)
         append_jsonl(self.cell.timing, state.timing[-1])
+        self.emit()
         return row
+
+    def emit(self) -> None:
+        """Hand ``log`` the rows it has not seen (a step's row with its wall seconds)."""
+        if self.log is None:
+            return
+        wall = {t["step"]: t["wall_s"] for t in self.state.timing}
+        for row in self.state.rows[self.logged:]:
+            timed = row.get("kind") == "step" and row.get("step") in wall
+            self.log(row | {"wall_s": wall[row["step"]]} if timed else row)
+        self.logged = len(self.state.rows)
 
     def evaluate(self, parts: Components, fraction: float) -> None:
         """Evaluate every held-out target at the checkpoint ``fraction`` of the budget."""
@@ -317,16 +343,18 @@ class _Session:
         return error
 
     def finish(self, status: str, error: str | None, *, device: str, dtype: str,
-               engine: dict | None) -> dict:
+               engine: dict | None, weights: dict | None = None) -> dict:
         """Write the whole metrics file and the summary, with the session's throughput.
         Returns the summary."""
         spec, state = self.spec, self.state
         ledger = settle_other(state.ledger, self.prior_s, time.perf_counter() - self.wall_start)
         write_jsonl(self.cell.metrics, state.rows)  # the whole file, atomically
+        self.emit()
         peak = spec.peak_flops or measure_peak_flops(device, dtype)
         summary = build_summary(
             spec, ledger, state.steps, state.evals, status, error, self.resumed_from,
             continued_from=self.continued_from, device=device, dtype=dtype, engine=engine,
+            weights=weights or {},
             peak_flops=peak, peak_measured=not spec.peak_flops,
             throughput=throughput(ledger.flops["model"], ledger.flops["executed"],
                                   ledger.wall_s, peak, self.meter.peak_gib),

@@ -46,15 +46,29 @@ class Ledger:
     wall_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         (*PHASES, "load", "other"), 0.0))
     redone: dict[str, dict[str, float]] = field(default_factory=_zeros)
+    # phases with work FlopCounterMode could not see (a vLLM engine runs outside torch's
+    # dispatcher): their measured FLOPs are "not measured", never 0
+    unmeasured: list[str] = field(default_factory=list)
 
     def charged(self, convention: str) -> float:
         f = self.flops[convention]
         return f["rollout"] + f["learning"] + f["feedback"]
 
-    def add(self, phase: str, model: float, executed: float, measured: float = 0.0) -> None:
+    def add(self, phase: str, model: float, executed: float,
+            measured: float | None = 0.0) -> None:
+        """Count one piece of work; ``measured=None``: its FLOPs could not be measured."""
         self.flops["model"][phase] += model
         self.flops["executed"][phase] += executed
-        self.flops["measured"][phase] += measured
+        if measured is None:
+            if phase not in self.unmeasured:
+                self.unmeasured.append(phase)
+        else:
+            self.flops["measured"][phase] += measured
+
+    def measured(self) -> dict[str, float | None]:
+        """Measured FLOPs by phase, None where some of the phase's work was not measured."""
+        return {p: None if p in self.unmeasured else v
+                for p, v in self.flops["measured"].items()}
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         """A copy of ``flops`` (what a metrics row records)."""
@@ -95,8 +109,9 @@ def build_summary(spec: RunSpec, ledger: Ledger, steps: int, evals: list[dict], 
             "total_flops": ledger.charged(spec.convention),
             "flops": dict(charged), "flops_model": ledger.flops["model"],
             "flops_executed": ledger.flops["executed"],
-            "flops_measured": ledger.flops["measured"] if spec.measure else None,
+            "flops_measured": ledger.measured() if spec.measure else None,
             "redone": dict(redone), "redone_flops": sum(redone.values()),
+            "unspent_flops": max(0.0, spec.budget_flops - ledger.charged(spec.convention)),
             "wall_s": ledger.wall_s, "steps": steps, "final_eval": final,
             "initial_eval": initial, "resumed_from_step": resumed_from_step} | extra
 
@@ -250,7 +265,7 @@ def settle_other(ledger: Ledger, prior_s: dict[str, float], session_s: float) ->
     """
     claimed = sum(ledger.wall_s[k] - prior_s[k] for k in ledger.wall_s if k != "other")
     return Ledger(ledger.flops, ledger.wall_s | {"other": prior_s["other"] + session_s
-                                                 - claimed}, ledger.redone)
+                                                 - claimed}, ledger.redone, ledger.unmeasured)
 
 
 def continued_state(spec: RunSpec, cell_dir: Path) -> PilotState | None:

@@ -15,7 +15,7 @@ from race.catalog import load_model_shape
 from race.core.specs import ModelShape
 from race.errors import UnknownName
 from race.nn.devices import torch_dtype
-from race.preflight import check_reward_folder, is_local
+from race.preflight import check_reward_folder, is_local, resolve_weights
 from race.rewards.base import Reward, RewardFlops, check_rewards
 from race.rewards.qwen_prm import QwenPRM
 from race.rewards.rule import RuleReward
@@ -38,11 +38,15 @@ def _prm(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
         return TinyPRM(entry["name"], entry["model"], aggregate=aggregate, device=device,
                        dtype=dtype, shape=shape,
                        folder=family_prm(entry["model"], *family))
-    return QwenPRM(shape.hf_id, shape, aggregate=aggregate, name=entry["name"],
-                   step_tag=shape.step_tag or "<extra_0>",
-                   max_steps=int(entry.get("max_steps") or 0), device=device,
-                   dtype=torch_dtype(dtype),
-                   trust_remote_code=_trusts_code(entry, shape.hf_id))
+    folder, revision = resolve_weights(shape.hf_id, str(entry.get("revision") or ""),
+                                       key="reward.model")  # a hub id: its cache snapshot
+    prm = QwenPRM(folder, shape, aggregate=aggregate, name=entry["name"],
+                  step_tag=shape.step_tag or "<extra_0>",
+                  max_steps=int(entry.get("max_steps") or 0), device=device,
+                  dtype=torch_dtype(dtype),
+                  trust_remote_code=_trusts_code(entry, shape.hf_id))
+    prm.revision = revision
+    return prm
 
 
 def _trusts_code(entry: Mapping[str, Any], path_or_id: str) -> bool:

@@ -3,5 +3,6 @@
 (:mod:`~.validate`), all launching through one helper (:mod:`~.cells`: claim, warm-start,
 launch, wait), and the launchers themselves (:mod:`~.launch`).
 
-May import: analysis, catalog, config, core, errors, pilot, preflight, store, tasks, warmstart.
+May import: analysis, catalog, config, core, errors, integrations, pilot, preflight, store,
+tasks, warmstart.
 """

@@ -69,6 +69,13 @@ def launch_cells(folder: Path, specs: list, launcher, me: dict, *, label: str = 
             "by_other": held, "launched": sorted(mine)}
 
 
+def needs_warm_start(spec) -> bool:
+    """Whether a cell's pilot needs a tiny policy or tiny PRM built into the model cache."""
+    policy = not spec.policy_path and in_family(load_entry("model", spec.model).get("tokenizer"))
+    prm = dict(spec.reward).get("model")
+    return bool(policy or (prm and in_family(load_entry("model", prm).get("tokenizer"))))
+
+
 def warm_start(specs, workers: int) -> list[str]:
     """Build the tiny policies and tiny PRMs the pilots need (cached; built once).
 

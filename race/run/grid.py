@@ -40,12 +40,16 @@ from race.core.regime import regime_label
 from race.core.specs import LoraShape, PhaseFlops, RunSpec, pilot_flops, start_key
 from race.errors import RewardTokenizerMismatch, UsageError
 from race.pilot.budget import (
+    PILOT_FLOPS_PER_S,
     checkpoints_after,
     eval_problems,
+    machine_device,
+    pilot_hours,
     planned_evaluations,
     reports_at,
     worst_step_flops,
 )
+from race.pilot.rollout.vllm import check_cell as check_vllm_cell
 
 # the defaults' owner (a full fine-tuning cell's memory is planned at the default rank)
 _CELL = RunSpec(model="", reward=(), task=(), budget_flops=0.0)
@@ -241,10 +245,46 @@ def plan_grid(overrides: Overrides | list[str], *, runnable: bool = True) -> Pla
         raise UsageError(f"budget={budget:.3g}: no cell can buy one GRPO step with its pilot "
                          f"budget ({knob}; cheapest cell: {cheapest.refused}); raise budget "
                          f"or {fix}")
+    check_bounds(cells, base, budget, budget * (ladder.rungs[-1] if ladder else fraction),
+                 device=pilot_device(base, runnable))
     # every data file and model folder the pilots will read, opened before any runs
     preflight.check_plan(c.spec for c in cells if c.spec is not None)
     return Plan(budget, fraction, tuple((k, tuple(v)) for k, v in axes.items()),
                 tuple(cells), base.task.name, base, ladder)
+
+
+def pilot_device(cfg, runnable: bool) -> str | None:
+    """Where the pilots will run, as far as the command can tell: ``cuda`` when the launcher
+    gives GPUs or ``pilot.device=cuda``; ``cpu`` when ``pilot.device=cpu``; for
+    ``pilot.device=auto``, a sweep's own machine (torch asked), and None for ``race plan``,
+    which plans for wherever the pilots will go and must not import torch."""
+    if uses_gpus(cfg):
+        return "cuda"
+    if cfg.pilot.device == "cpu" or (cfg.pilot.device == "auto" and not runnable):
+        return "cpu" if cfg.pilot.device == "cpu" else None
+    return machine_device()
+
+
+def check_bounds(cells: list[Cell], base, budget: float, longest_flops: float, *,
+                 device: str | None) -> None:
+    """Refuse a plan whose longest pilot (``longest_flops`` charged: a ladder's last rung)
+    buys more GRPO steps than ``pilot.max_steps`` or, on a known ``device``, would run
+    longer than ``pilot.max_hours`` (:func:`race.pilot.budget.pilot_hours`): a typo in the
+    budget, not a pilot. One UsageError naming the first such cell."""
+    pilot = base.pilot
+    for cell in (c for c in cells if not c.refused and c.steps):
+        steps = cell.steps * longest_flops / cell.spec.budget_flops
+        hours = pilot_hours(longest_flops, device) if device else 0.0
+        if steps <= pilot.max_steps and hours <= pilot.max_hours:
+            continue
+        knobs = " ".join(f"{k}={v}" for k, v in _knobs(cell).items())
+        what = (f"{steps:.3g} GRPO steps, past pilot.max_steps={pilot.max_steps}"
+                if steps > pilot.max_steps else
+                f"about {hours:.3g} h on {device} at {PILOT_FLOPS_PER_S[device]:.2g} "
+                f"FLOP/s, past pilot.max_hours={pilot.max_hours:g}")
+        raise UsageError(f"budget={budget:.3g}: the cell {knobs} would run a pilot of "
+                         f"{fmt_flops(longest_flops)} FLOPs, {what}; lower budget (or "
+                         f"pilot.fraction, selection.rungs), or raise that bound on purpose")
 
 
 def ladder_eval_plan(cells: list[Cell], ladder: LadderPlan, budget: float) -> list[Cell]:
@@ -334,6 +374,11 @@ def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True,
     spec = to_run_spec(cfg, pilot_flops(budget, fraction), runnable=runnable, specs=specs)
     if ladder:
         spec = replace(spec, checkpoints=tuple(float(c) for c in cfg.selection.rung_checkpoints))
+    # a cap that cannot fit the context is no budget question: refused before "raise budget"
+    preflight.check_context(cfg.model.name, cfg.task.prompt_tokens, spec.max_new_tokens,
+                            cfg.model.context_tokens, nominal=True)
+    if spec.backend == "vllm":  # what the engine cannot serve, refused before it loads
+        check_vllm_cell(specs.policy, cuda=uses_gpus(cfg), lora_rank=spec.lora_rank)
     step = flops.grpo_step_flops(specs.policy, specs.reward, convention=cfg.convention,
                                  lora=specs.lora, **specs.kwargs())
     steps = int(spec.budget_flops // step.total)
@@ -381,7 +426,8 @@ def cell_memory(cfg, specs) -> MemoryPlan:
     return plan_memory(specs.policy, specs.lora or LoraShape(grid.lora_rank or _CELL.lora_rank),
                        dtype=dtype, rows=rows, micro_rows=micro,
                        prompt_tokens=cfg.task.prompt_tokens,
-                       max_new_tokens=grid.max_new_tokens, reward_model=reward)
+                       max_new_tokens=grid.max_new_tokens, reward_model=reward,
+                       backend=cfg.pilot.backend)
 
 
 def plan_table(plan: Plan) -> str:
@@ -455,6 +501,21 @@ def eval_budget_warning(plan: Plan) -> str:
             f"(pilot.select_examples, pilot.eval_examples), fewer checkpoints "
             f"(pilot.checkpoints) or targets (pilot.eval_targets), or raise "
             f"selection.pilot_budget")
+
+
+def length_warning(plan: Plan) -> str:
+    """One line when a cell's generation cap is below the task's typical completion
+    (``task.completion_tokens``): most completions would be cut before their answer, and
+    a cut completion states none (it earns 0). "" otherwise."""
+    task = plan.base.task
+    short = sorted({c.spec.max_new_tokens for c in plan.runnable
+                    if c.spec.max_new_tokens < task.completion_tokens})
+    if not short:
+        return ""
+    return (f"warning: grid.max_new_tokens={short[0]} is below task={task.name}'s typical "
+            f"completion of {task.completion_tokens} tokens: most completions would be cut "
+            f"before their answer (a cut completion earns 0); raise grid.max_new_tokens, or "
+            f"leave it unset for the task's own cap ({task.max_new_tokens})")
 
 
 def ladder_text(ladder: LadderPlan) -> str:

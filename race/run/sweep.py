@@ -25,14 +25,17 @@ from pathlib import Path
 
 from race.analysis.surfaces import with_update_fractions
 from race.config import Overrides
-from race.run.cells import launch_cells
+from race.errors import UsageError
+from race.run.cells import launch_cells, needs_warm_start
 from race.run.grid import Plan, plan_grid
 from race.run.ladder import run_ladder
 from race.run.launch.slurm import check_slurm
+from race.run.prefetch import check_needs, hub_needs
 from race.store import claims
-from race.store.io import read_json, write_csv, write_json
+from race.store.io import SWEEP_JSON_FIX, read_json, read_result, write_csv, write_json
 from race.store.pilots import pilots_frame
 from race.store.sweep import SweepDir
+from race.warmstart.policies import check_cache_writable
 
 
 def sweep_name(plan: Plan) -> str:
@@ -80,12 +83,71 @@ def sweep_record(plan: Plan, cfg, overrides: list[str], **extra) -> dict:
 def plan_sweep(overrides: Overrides) -> tuple[Plan, Path]:
     """The plan of one budget's sweep and its folder (``sweep.out_dir`` /
     ``sweep.name``, or :func:`sweep_name`), its launcher checked (a SLURM partition or
-    request the cluster lacks: UsageError)."""
+    request the cluster lacks: UsageError) and the folder's own plan compared
+    (:func:`check_same_plan`)."""
     plan = plan_grid(overrides)
     base = plan.base
     if base.launcher.name == "slurm":
         check_slurm(base.launcher)
-    return plan, Path(base.sweep.out_dir) / (base.sweep.name or sweep_name(plan))
+    check_needs(hub_needs(c.spec for c in plan.runnable))  # hub weights, before any folder
+    if any(needs_warm_start(c.spec) for c in plan.runnable):
+        check_cache_writable()  # the tiny family is built into the cache
+    folder = Path(base.sweep.out_dir) / (base.sweep.name or sweep_name(plan))
+    check_same_plan(folder, plan, list(overrides), extend=base.sweep.extend)
+    return plan, folder
+
+
+def _planned_ids(cells: list[dict]) -> set[str]:
+    return {c["cell_id"] for c in cells if c.get("cell_id") and not c.get("refused")}
+
+
+# keys that say where and how a sweep runs, not what it runs
+_NOT_THE_PLAN = ("sweep.", "launcher", "report.", "hydra")
+
+
+def _plan_keys(overrides) -> set[str]:
+    """The overrides that shape a plan's cells (the budget is compared on its own)."""
+    return {t for t in overrides if not t.lstrip("+~").startswith(_NOT_THE_PLAN)
+            and not t.startswith("budget=")}
+
+
+def check_same_plan(folder: Path, plan: Plan, overrides: list[str], *,
+                    extend: bool = False) -> None:
+    """Refuse to run ``plan`` in a folder that holds another plan's sweep.
+
+    A folder's ``sweep.json`` lists the cells it was planned with; the same plan again
+    (or part of it) resumes, a different one (another budget, grid or knob) would mix two
+    experiments in one report, so it is a UsageError naming what differs, unless ``extend``
+    (``sweep.extend=true``: add the new cells to the folder on purpose). A folder with no
+    ``sweep.json`` is new. Nothing is written here.
+    """
+    path = SweepDir(folder).record
+    if extend or not path.is_file():
+        return
+    record = read_result(path, SWEEP_JSON_FIX)
+    held, planned = _planned_ids(record.get("cells", [])), {
+        c.spec.cell_id for c in plan.runnable}
+    if planned <= held:  # the same plan (or part of it, after an extension): resume
+        return
+    differs = []
+    if record.get("budget_flops") != plan.budget_flops:
+        differs.append(f"budget {float(record.get('budget_flops') or 0):.3g} there, "
+                       f"{plan.budget_flops:.3g} here")
+    axes = {k: list(v) for k, v in plan.axes}
+    if record.get("axes") != axes:
+        changed = sorted(k for k in set(axes) | set(record.get("axes", {}))
+                         if axes.get(k) != record.get("axes", {}).get(k))
+        differs.append(f"axes {', '.join(changed)} differ")
+    mine, theirs = _plan_keys(overrides), _plan_keys(record.get("overrides", []))
+    if mine != theirs:
+        differs.append(", ".join([*(f"{t} here" for t in sorted(mine - theirs)),
+                                  *(f"{t} there" for t in sorted(theirs - mine))]))
+    if not differs:
+        differs.append(f"{len(planned - held)} of its {len(planned)} cells are not among the "
+                       f"{len(held)} planned there")
+    raise UsageError(f"sweep.name={folder.name}: {folder} holds another plan's sweep "
+                     f"({'; '.join(differs)}); give another sweep.name, or pass "
+                     f"sweep.extend=true to add these cells to it on purpose")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +169,19 @@ def plan_budget_sweeps(rest: Overrides, budgets: list[float]
     base = plans[0].base
     if base.launcher.name == "slurm":
         check_slurm(base.launcher)
+    check_needs(hub_needs(c.spec for p in plans for c in p.runnable))
+    if any(needs_warm_start(c.spec) for p in plans for c in p.runnable):
+        check_cache_writable()
     name = base.sweep.name or "-".join([plans[0].task, "budgets", *(
         sweep_name(p).rsplit("-", 1)[1] for p in plans)])[:80]
     parent = Path(base.sweep.out_dir) / name
-    return parent, [BudgetSweep(p, rest.with_budget(p.budget_flops),
-                                parent / f"budget-{p.budget_flops:.3g}".replace("+", ""))
-                    for p in plans]
+    sweeps = [BudgetSweep(p, rest.with_budget(p.budget_flops),
+                          parent / f"budget-{p.budget_flops:.3g}".replace("+", ""))
+              for p in plans]
+    for sweep in sweeps:
+        check_same_plan(sweep.folder, sweep.plan, list(sweep.overrides),
+                        extend=base.sweep.extend)
+    return parent, sweeps
 
 
 def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
@@ -137,6 +206,8 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
     me = claims.this_process()
     record = sweep_record(plan, cfg, overrides, started=started, finished=None,
                           launcher=cfg.launcher.name)
+    # the folder's cells stay described (an extension, or a rerun of part of its plan)
+    record["cells"] = _extended_cells(sweep_dir, record["cells"])
     _write_record(sweep_dir, record)
     if plan.ladder is None:
         outcome = launch_cells(sweep_dir, [c.spec for c in plan.runnable], cfg.launcher, me)
@@ -154,6 +225,14 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
     return {"ok": record["ok"], "failed": record["failed"], "skipped": outcome["skipped"],
             "ran": outcome["ran"], "wall_s": outcome["wall_s"],
             "by_other": outcome["by_other"]}
+
+
+def _extended_cells(sweep_dir: Path, cells: list[dict]) -> list[dict]:
+    """The cells ``sweep.json`` already lists, then those of ``cells`` it does not."""
+    path = SweepDir(sweep_dir).record
+    held = read_result(path, SWEEP_JSON_FIX).get("cells", []) if path.is_file() else []
+    known = {c.get("cell_id") for c in held}
+    return held + [c for c in cells if c.get("cell_id") not in known]
 
 
 def _write_record(sweep_dir: Path, record: dict, run: dict | None = None) -> None:

@@ -129,3 +129,10 @@ def last_charged_flops(path: Path) -> float:
 def cell_dirs(sweep_dir: Path) -> list[Path]:
     """The cell folders of a sweep (``cells/<cell_id>/`` holding a spec.json), sorted."""
     return sorted(p.parent for p in (Path(sweep_dir) / CELLS).glob(f"*/{SPEC}"))
+
+
+def every_cell_dir(sweep_dir: Path) -> list[Path]:
+    """Every folder under ``<sweep>/cells/``, sorted, whether or not it holds a spec.json:
+    what a report must account for (a folder without its spec is damaged, not absent)."""
+    folder = Path(sweep_dir) / CELLS
+    return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []

@@ -12,35 +12,56 @@ from pathlib import Path
 
 import pandas as pd
 
-from race.store.cell import SUMMARY, CellDir, cell_dirs
+from race.store.cell import SPEC, SUMMARY, CellDir, every_cell_dir
+from race.store.claims import running_pilot
 from race.store.io import read_result
+
+# what a cell folder can be, in the order counts are printed: ok and failed pilots left a
+# verdict; missing ones never finished (a rerun resumes them); running ones hold their run
+# lock now; damaged folders lack their spec.json, so nothing says what they ran
+STATUSES = ("ok", "failed", "missing", "running", "damaged")
 
 # spec fields copied into every row
 SPEC_COLUMNS = ("model", "seed", "prompts_per_step", "group_size", "max_new_tokens",
                 "update_epochs", "minibatch_size", "lr", "lora_rank", "kl_coef",
-                "temperature", "backend", "convention", "config_id", "continues")
+                "temperature", "backend", "convention", "config_id", "continues",
+                "select_target")
 
 
 def pilot_row(cell_dir: Path) -> dict:
     """One cell as a flat row: its knobs, status, FLOPs and seconds by phase, final evals.
 
-    A cell without ``summary.json`` (never finished) is reported as ``status: missing``.
+    A cell without ``summary.json`` is ``running`` while a pilot holds its run lock, else
+    ``missing`` (never finished); a folder without ``spec.json`` is ``damaged`` (or
+    ``running``, while its pilot is starting), its id the folder's name.
     """
     cell = CellDir(cell_dir)
     rerun = cell.rerun_fix()
+    running = running_pilot(cell.path)
+    if not cell.spec.is_file():
+        if running is not None:
+            return {"cell_id": cell.path.name, "status": "running",
+                    "error": "its pilot is starting (no spec.json yet)"}
+        return {"cell_id": cell.path.name, "status": "damaged",
+                "error": f"no {SPEC}: nothing says what this cell ran; {rerun}"}
     spec = read_result(cell.spec, rerun)
     row = {"cell_id": spec["cell_id"]} | {k: spec.get(k) for k in SPEC_COLUMNS}
     row["reward"] = spec["reward"].get("name")
     row["task"] = spec["task"].get("name")
     row["budget_flops"] = spec["budget_flops"]
     if not cell.has_summary():
+        if running is not None:
+            return row | {"status": "running", "error": f"running now (pid "
+                          f"{running.get('pid')} on {running.get('host')}); report again "
+                          f"once the sweep finishes"}
         return row | {"status": "missing", "error": f"no {SUMMARY}: the pilot never "
                       "finished; rerun the sweep to resume it"}
     summary = read_result(cell.summary, rerun)
     row |= {"status": summary["status"], "error": summary.get("error"),
             "steps": summary.get("steps", 0), "total_flops": summary.get("total_flops", 0.0),
             "resumed_from_step": summary.get("resumed_from_step"),
-            "redone_flops": summary.get("redone_flops", 0.0)}
+            "redone_flops": summary.get("redone_flops", 0.0),
+            "unspent_flops": summary.get("unspent_flops")}
     for phase, value in summary.get("flops", {}).items():
         row[f"flops_{phase}"] = value
     for phase, value in summary.get("wall_s", {}).items():
@@ -58,5 +79,20 @@ def pilot_row(cell_dir: Path) -> dict:
 
 
 def pilots_frame(sweep_dir: Path):
-    """``pilots.csv`` as a DataFrame: one row per cell folder of the sweep."""
-    return pd.DataFrame([pilot_row(d) for d in cell_dirs(sweep_dir)])
+    """``pilots.csv`` as a DataFrame: one row per cell folder of the sweep (damaged ones
+    included)."""
+    return pd.DataFrame([pilot_row(d) for d in every_cell_dir(sweep_dir)])
+
+
+def status_counts(status) -> dict[str, int]:
+    """How many cells have each of :data:`STATUSES` (``status``: an iterable of them)."""
+    values = list(status)
+    return {name: sum(v == name for v in values) for name in STATUSES}
+
+
+def counts_text(status) -> str:
+    """``"3 ok, 1 failed, 0 missing"``, then running and damaged where there are any: the
+    counts add up to every cell folder."""
+    counts = status_counts(status)
+    shown = [k for k in STATUSES if k in ("ok", "failed", "missing") or counts[k]]
+    return ", ".join(f"{counts[k]} {k}" for k in shown)

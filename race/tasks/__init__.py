@@ -1,5 +1,6 @@
-"""Tasks: the embedded arithmetic chains, GSM8K-format data and reasoning-gym's
-generators, behind one registry.
+"""Tasks: the embedded arithmetic chains, GSM8K-format data, MATH-style problem/answer data
+(``task=math``: MATH-500, Polaris, GSM8K layouts, with named evaluation targets) and
+reasoning-gym's generators, behind one registry.
 
 A task gives ``sample(split, n, seed) -> list[Example]``, ``verify(completion, answer,
 problem="")`` (the problem is :attr:`Example.problem`; only tasks that score against the
@@ -15,7 +16,6 @@ May import: catalog, core, errors.
 from __future__ import annotations
 
 import dataclasses
-import random
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,8 +25,9 @@ from typing import Any
 from race.catalog import did_you_mean
 from race.errors import UnknownName, UsageError
 from race.tasks.arith import ArithTask
-from race.tasks.base import Example
+from race.tasks.base import HELD_OUT, Example, sample_rows
 from race.tasks.gsm8k import load_gsm8k
+from race.tasks.math import MathTask
 from race.tasks.reasoning_gym import ReasoningGymTask, has_ood
 from race.tasks.verify import answers_match
 
@@ -34,7 +35,6 @@ from race.tasks.verify import answers_match
 # "#### N" first, then a final \\boxed{} or number)
 ANSWER_FORMAT = ("Solve it step by step, then give the final answer on its own line as "
                  "'#### <number>'.")
-HELD_OUT = {0: "test", 1: "val"}  # crc32(question) % 10 -> split; the rest is train
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +91,14 @@ class Gsm8kTask:
         return [dataclasses.replace(ex, split=split) for ex in kept]
 
     def sample(self, split: str, n: int, seed: int = 0) -> list[Example]:
-        rows = list(self.rows(split))
-        random.Random(f"{self.name}/{split}/{seed}").shuffle(rows)
-        return [rows[i % len(rows)] for i in range(n)]
+        """``n`` problems of ``split`` in a seeded order: ``train`` cycles (GRPO steps may
+        see a problem again); a held-out split never repeats one, so a split smaller
+        than ``n`` gives each of its problems once (the evaluation's real ``n``)."""
+        return sample_rows(self.rows(split), split, n, f"{self.name}/{split}/{seed}")
 
     def verify(self, completion: str, answer: str, problem: str = "") -> bool:
         return answers_match(completion, answer)
+
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,7 @@ def with_chat_template(task: Any, tokenizer: Any) -> Any:
 
 
 TASKS: dict[str, Callable[..., Any]] = {"arith": ArithTask, "gsm8k": Gsm8kTask,
-                                        "reasoning-gym": ReasoningGymTask}
+                                        "math": MathTask, "reasoning-gym": ReasoningGymTask}
 
 
 def task_targets(entry: Mapping[str, Any]) -> tuple[str, ...]:
@@ -170,6 +172,8 @@ def task_targets(entry: Mapping[str, Any]) -> tuple[str, ...]:
     a reasoning-gym task when its generator has a harder setting). ``pilot.eval_targets=
     null`` evaluates all of them."""
     name = entry.get("name", "")
+    if name == "math":  # the training source's val and test, then the named eval targets
+        return build_task(entry).targets()
     if name == "gsm8k":
         return ("val", "test", "ood") if entry.get("ood_source") else ("val", "test")
     if name == "reasoning-gym":

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from race.errors import UsageError
-from race.tasks.base import Example
+from race.tasks.base import FILE_SUFFIXES, Example
 from race.tasks.verify import normalize_number
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,6 @@ PROMPT_TEMPLATE = ("{question}\n"
                    "Solve it step by step, then give the final answer on its own line "
                    "as '#### <number>'.")
 
-FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 # GSM8K's calculator annotations, "48/2 = <<48/2=24>>24": tool markup, not reasoning text.
 _CALCULATOR_RE = re.compile(r"<<[^<>]*>>")
@@ -175,7 +174,10 @@ def _parquet_rows(path: Path) -> Iterable[tuple[int, Any]]:
     return enumerate(frame.to_dict(orient="records"), start=1)
 
 
-def _dataset_rows(name: str, split: str) -> Iterable[tuple[int, Any]]:
+def _dataset_rows(name: str, split: str, subset: str | None = "main"
+                  ) -> Iterable[tuple[int, Any]]:
+    """Rows of ``datasets.load_dataset(name, subset, split=split)`` (GSM8K's config is
+    ``main``; task=math passes its own ``task.subset``, None for none)."""
     try:
         import datasets
     except ImportError as error:
@@ -183,7 +185,7 @@ def _dataset_rows(name: str, split: str) -> Iterable[tuple[int, Any]]:
                           f"name with the `datasets` library, which is not installed; "
                           f"`pip install datasets`, or pass a local .jsonl/.json/.parquet "
                           f"file") from error
-    return enumerate(datasets.load_dataset(name, "main", split=split), start=1)
+    return enumerate(datasets.load_dataset(name, subset, split=split), start=1)
 
 
 def _split_file(folder: Path, split: str) -> Path:

@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from race.catalog import closest
 from race.errors import MissingExtra, UnknownName, UsageError
-from race.tasks.base import Example
+from race.tasks.base import Example, sample_rows
 
 ANSWER_FORMAT = ("Think it through step by step, then end with the final answer alone "
                  "after 'Answer:', e.g. 'Answer: 42'.")
@@ -315,10 +314,10 @@ class ReasoningGymTask:
                        trace=trace, split=split, question=question)
 
     def sample(self, split: str, n: int, seed: int = 0) -> list[Example]:
-        """``n`` problems of ``split`` in a seeded order (cycling when n > its size)."""
-        rows = list(self.rows(split))
-        random.Random(f"{self.name}/{self.dataset}/{split}/{seed}").shuffle(rows)
-        return [rows[i % len(rows)] for i in range(n)]
+        """``n`` problems of ``split`` in a seeded order (:func:`~race.tasks.base.sample_rows`:
+        train cycles, a held-out split never repeats a problem)."""
+        return sample_rows(self.rows(split), split, n,
+                           f"{self.name}/{self.dataset}/{split}/{seed}")
 
     def _find(self, problem: str, answer: str) -> tuple[Any, dict]:
         index = self._cache.setdefault("_index", {})

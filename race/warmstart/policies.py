@@ -22,6 +22,7 @@ build or evaluate a model (heavy: a cached warm start needs none of them).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -119,6 +120,28 @@ def single_thread():
         torch.set_num_threads(threads)
 
 
+@contextlib.contextmanager
+def _cache_writes(folder: Path):
+    """A cache that cannot be written is the cache's problem, not the results': its fix is
+    ``RACE_CACHE_DIR`` (``sweep.out_dir`` cannot help), a UsageError saying so."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
+            raise
+        raise UsageError(f"RACE_CACHE_DIR: cannot write the model cache {folder} "
+                         f"({error.strerror}); set RACE_CACHE_DIR to a writable folder, e.g. "
+                         f"RACE_CACHE_DIR=/tmp/race-cache race sweep ...") from None
+
+
+def check_cache_writable() -> None:
+    """Refuse, before a sweep writes anything, a model cache it could not build into."""
+    folder = cache_dir()
+    with _cache_writes(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+
+
 def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], dict], *,
                  rebuild: bool = False) -> Path:
     """``cache_dir()/kind/name-<hash of payload>``, built once by ``build(staging)``.
@@ -131,8 +154,9 @@ def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], di
     folder = cache_dir() / kind / f"{name}-{key}"
     if (folder / "build_info.json").is_file() and not rebuild:
         return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
+    with _cache_writes(folder.parent):
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
         with single_thread():
             info = build(staging) | {"cache_key": key}

@@ -13,9 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from race.core.specs import RunSpec
+from race.errors import NoSpace
 from race.pilot.state import unfinished_summary
 from race.store.cell import CellDir
 from race.store.io import write_json
+
+# PilotJob's status for a pilot stopped by a full disk (no summary was written)
+NO_SPACE = "no_space"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,18 @@ class JobEnd:
 
     message: str
     crashed: bool
+
+
+def raise_no_space(job) -> None:
+    """Raise :class:`~race.errors.NoSpace` naming the file when a finished job returned
+    the pilot's full-disk outcome (``race.run.launch.job.NO_SPACE``), before anything
+    tries to write a summary for it on the same full disk (which would name that file)."""
+    try:
+        outcome = job.result() if job is not None and job.done() else None
+    except Exception:  # a failed or killed job: job_error says why
+        return
+    if isinstance(outcome, dict) and outcome.get("status") == NO_SPACE:
+        raise NoSpace(outcome.get("path") or "")
 
 
 def job_error(job, task: Task | None) -> JobEnd:

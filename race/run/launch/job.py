@@ -15,8 +15,10 @@ from pathlib import Path
 
 from race.core.specs import RunSpec
 from race.errors import NoSpace
+from race.integrations.trackers import pilot_feed
 from race.pilot.loop import run_pilot
 from race.pilot.state import StopRequested
+from race.run.launch.base import NO_SPACE
 from race.run.launch.slurm import slurm_resources
 from race.store import claims
 
@@ -80,9 +82,6 @@ def deliver(signum: int, preempt: int) -> None:
     os.kill(os.getpid(), signum)
 
 
-# PilotJob's status for a pilot stopped by a full disk (no summary was written)
-NO_SPACE = "no_space"
-
 
 class PilotJob:
     """The picklable callable every launcher runs: one pilot, resumed if checkpointed.
@@ -112,16 +111,22 @@ class PilotJob:
         torch.set_num_threads(self.threads)
         # the cell's run lock for the pilot's whole life: no other process runs it meanwhile
         with StopSignals() as stop, claims.cell_lock(cell_dir):
+            feed = pilot_feed(spec, Path(cell_dir))  # report.tracker (None: none)
             try:
                 summary = run_pilot(spec, Path(cell_dir), stop=stop,
                                     checkpoint_every=self.checkpoint_every,
-                                    keep_final_state=self.keep_final_state)
+                                    keep_final_state=self.keep_final_state, log=feed)
             except StopRequested:
+                if feed:
+                    feed.finish()  # before the signal, which may end the process
                 stop.forward()  # under submitit: checkpoint() and requeue; exits
                 raise
             except NoSpace as full:  # nothing torn, nothing recorded: the caller stops
                 return {"status": NO_SPACE, "error": str(full), "path": full.path,
                         "steps": 0, "total_flops": 0.0}
+            finally:
+                if feed:
+                    feed.finish()
         if stop.received == stop.preempt:  # too late for this pilot, not for its slot
             self.unanswered.append((stop.received, stop.preempt))
         elif stop.received is not None:  # SIGTERM during the final evaluation: end now

@@ -19,8 +19,8 @@ import uuid
 from pathlib import Path
 
 from race.errors import NoSpace
-from race.run.launch.base import Ended, Task, job_error, record_lost
-from race.run.launch.job import NO_SPACE, deliver
+from race.run.launch.base import NO_SPACE, Ended, Task, job_error, record_lost
+from race.run.launch.job import deliver
 from race.store.claims import CellBusy, owner_alive, this_process
 
 

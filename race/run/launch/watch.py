@@ -39,7 +39,15 @@ from contextlib import closing, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from race.run.launch.base import Counts, Ended, Task, Watcher, job_error, record_lost
+from race.run.launch.base import (
+    Counts,
+    Ended,
+    Task,
+    Watcher,
+    job_error,
+    raise_no_space,
+    record_lost,
+)
 from race.run.launch.job import PilotJob, slots, threads
 from race.run.launch.local import InlineWatcher, LocalWatcher
 from race.run.launch.slurm import SlurmWatcher, slurm_parameters
@@ -150,6 +158,7 @@ def _count_end(end: Ended, counts: Counts) -> None:
         record_lost(end.task, end.lost)
     cell = end.task.cell
     if not cell.has_summary():  # its job returned or died without writing one
+        raise_no_space(end.submission)  # a full disk: not the cell's failure, nothing to add
         record_lost(end.task, job_error(end.submission, end.task).message)
     ok = cell.is_ok()  # damaged: counted failed, rerun next time
     counts.done += ok
