@@ -51,12 +51,12 @@ from race.report.buys import budget_buys_text
 from race.report.card import cell_card_json, cell_card_text
 from race.report.validation import validation_section
 from race.report.write import write_failures, write_report
+from race.run.bounds import length_warning
 from race.run.cells import held_text
 from race.run.grid import (
     cell_label,
     cost_warning,
     eval_budget_warning,
-    length_warning,
     plan_grid,
     plan_summary,
     plan_table,

@@ -44,7 +44,7 @@ def test_missing_vllm_error_names_the_install_commands(monkeypatch, tmp_path):
 
 
 def test_lora_rank_rounds_up_to_a_rank_vllm_accepts():
-    from race.pilot.rollout.vllm import prompt_seed, vllm_lora_rank
+    from race.pilot.rollout.vllm_settings import prompt_seed, vllm_lora_rank
 
     assert [vllm_lora_rank(r) for r in (1, 2, 8, 9, 16, 33)] == [1, 8, 8, 16, 16, 64]
     with pytest.raises(ValueError, match="grid.lora_rank=1000"):
@@ -321,7 +321,7 @@ def test_the_memory_plan_counts_vllms_weights_kv_cache_and_working_set():
 def test_colocated_settings_are_derived_from_the_memory_plan():
     from race.core.memory import GIB
     from race.errors import UsageError
-    from race.pilot.rollout.vllm import colocated_settings, engine_args
+    from race.pilot.rollout.vllm_settings import colocated_settings, engine_args
 
     plan, total = _qwen_plan("vllm"), 141 * GIB  # one H200
     share = colocated_settings(plan, total)["gpu_memory_utilization"]
@@ -360,7 +360,11 @@ def test_the_pilot_sizes_the_engine_from_its_spec():
     from race.catalog import load_model_shape
     from race.core.memory import plan_memory
     from race.core.specs import RunSpec
-    from race.pilot.rollout.vllm import CPU_KV_BLOCK_TOKENS, engine_args, engine_settings
+    from race.pilot.rollout.vllm_settings import (
+        CPU_KV_BLOCK_TOKENS,
+        engine_args,
+        engine_settings,
+    )
 
     shape = load_model_shape("qwen2.5-0.5b")
     spec = RunSpec("qwen2.5-0.5b", (("kind", "rule"), ("name", "rule")), (("name", "gsm8k"),),
@@ -393,7 +397,7 @@ def test_race_plan_refuses_what_vllm_cannot_serve_and_counts_its_memory(capsys):
     from race import cli
     from race.core.memory import GIB
     from race.errors import UsageError
-    from race.pilot.rollout.vllm import check_cell
+    from race.pilot.rollout.vllm_settings import check_cell
     from race.run.grid import plan_grid
 
     assert cli.main(["plan", "model=tiny-s", "pilot.backend=vllm"]) == 2
@@ -472,7 +476,8 @@ def test_a_step_of_8_prompts_x_8_with_prompts_over_100_tokens(long_standin):
     sequences of 112-token prompts through 4,096-token chunks) runs, reproducibly, with
     the engine sized from the cell."""
     from race.core.specs import RunSpec
-    from race.pilot.rollout.vllm import VLLMBackend, close_engine, engine_settings
+    from race.pilot.rollout.vllm import VLLMBackend, close_engine
+    from race.pilot.rollout.vllm_settings import engine_settings
 
     shape, rows = long_standin["shape"], long_standin["rows"]
     prompts = [r["question"] for r in rows[:8]]

@@ -27,6 +27,7 @@ from race.core.stats import REPORT
 from race.pilot.budget import MAX_PILOT_HOURS, MAX_PILOT_STEPS
 from race.pilot.state import CHECKPOINT_EVERY
 from race.tasks.arith import ArithTask
+from race.tasks.math import MathTask
 from race.tasks.reasoning_gym import as_text
 from race.warmstart.policies import WarmStartRecipe
 
@@ -435,10 +436,8 @@ GROUP_SCHEMAS = {"model": ModelConfig, "reward": RewardConfig, "task": TaskConfi
                  "grid": GridConfig, "launcher": LauncherConfig}
 
 
-# what a math task reads of its TaskConfig (race.tasks.math.MathTask)
-MATH_FIELDS = ("name", "source", "subset", "train_split", "val_source", "test_source",
-               "problem_key", "answer_key", "solution_key", "system_prompt", "answer_format",
-               "eval")
+# what a math task reads of its TaskConfig: MathTask's own fields
+MATH_FIELDS = tuple(f.name for f in fields(MathTask) if not f.name.startswith("_"))
 
 
 def task_entry(task: TaskConfig) -> dict[str, Any]:

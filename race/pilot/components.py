@@ -19,7 +19,8 @@ from race.errors import RewardFormatTooLong, UsageError
 from race.nn.devices import resolve_device, resolve_dtype, torch_dtype
 from race.pilot.learner import LearnerConfig, LoraLearner
 from race.pilot.rollout.hf import HFBackend
-from race.pilot.rollout.vllm import VLLMBackend, engine_settings
+from race.pilot.rollout.vllm import VLLMBackend
+from race.pilot.rollout.vllm_settings import engine_settings
 from race.rewards import build_reward
 from race.tasks import prompt_bound, with_chat_template
 from race.warmstart.policies import build_tiny_policy, warm_start_recipe

@@ -69,11 +69,18 @@ def launch_cells(folder: Path, specs: list, launcher, me: dict, *, label: str = 
             "by_other": held, "launched": sorted(mine)}
 
 
+def family_models(spec) -> tuple[str | None, str | None]:
+    """The tiny policy and tiny PRM a cell's pilot needs built into the model cache (None
+    where its weights come from elsewhere: ``policy_path``, a Hugging Face id)."""
+    policy = spec.model if not spec.policy_path and in_family(
+        load_entry("model", spec.model).get("tokenizer")) else None
+    prm = dict(spec.reward).get("model")
+    return policy, prm if prm and in_family(load_entry("model", prm).get("tokenizer")) else None
+
+
 def needs_warm_start(spec) -> bool:
     """Whether a cell's pilot needs a tiny policy or tiny PRM built into the model cache."""
-    policy = not spec.policy_path and in_family(load_entry("model", spec.model).get("tokenizer"))
-    prm = dict(spec.reward).get("model")
-    return bool(policy or (prm and in_family(load_entry("model", prm).get("tokenizer"))))
+    return any(family_models(spec))
 
 
 def warm_start(specs, workers: int) -> list[str]:
@@ -82,11 +89,9 @@ def warm_start(specs, workers: int) -> list[str]:
     Returns the names built or found. Models with weights elsewhere (``policy_path`` or a
     Hugging Face id) need nothing.
     """
-    policies = sorted({s.model for s in specs if not s.policy_path
-                       and in_family(load_entry("model", s.model).get("tokenizer"))})
-    prms = sorted({dict(s.reward)["model"] for s in specs
-                   if dict(s.reward).get("model")
-                   and in_family(load_entry("model", dict(s.reward)["model"]).get("tokenizer"))})
+    built = [family_models(s) for s in specs]
+    policies = sorted({policy for policy, _ in built if policy})
+    prms = sorted({prm for _, prm in built if prm})
     if not policies and not prms:
         return []
     start = time.perf_counter()

@@ -40,16 +40,14 @@ from race.core.regime import regime_label
 from race.core.specs import LoraShape, PhaseFlops, RunSpec, pilot_flops, start_key
 from race.errors import RewardTokenizerMismatch, UsageError
 from race.pilot.budget import (
-    PILOT_FLOPS_PER_S,
     checkpoints_after,
     eval_problems,
-    machine_device,
-    pilot_hours,
     planned_evaluations,
     reports_at,
     worst_step_flops,
 )
-from race.pilot.rollout.vllm import check_cell as check_vllm_cell
+from race.pilot.rollout.vllm_settings import check_cell as check_vllm_cell
+from race.run.bounds import cell_knobs, check_bounds, pilot_device, uses_gpus
 
 # the defaults' owner (a full fine-tuning cell's memory is planned at the default rank)
 _CELL = RunSpec(model="", reward=(), task=(), budget_flops=0.0)
@@ -253,40 +251,6 @@ def plan_grid(overrides: Overrides | list[str], *, runnable: bool = True) -> Pla
                 tuple(cells), base.task.name, base, ladder)
 
 
-def pilot_device(cfg, runnable: bool) -> str | None:
-    """Where the pilots will run, as far as the command can tell: ``cuda`` when the launcher
-    gives GPUs or ``pilot.device=cuda``; ``cpu`` when ``pilot.device=cpu``; for
-    ``pilot.device=auto``, a sweep's own machine (torch asked), and None for ``race plan``,
-    which plans for wherever the pilots will go and must not import torch."""
-    if uses_gpus(cfg):
-        return "cuda"
-    if cfg.pilot.device == "cpu" or (cfg.pilot.device == "auto" and not runnable):
-        return "cpu" if cfg.pilot.device == "cpu" else None
-    return machine_device()
-
-
-def check_bounds(cells: list[Cell], base, budget: float, longest_flops: float, *,
-                 device: str | None) -> None:
-    """Refuse a plan whose longest pilot (``longest_flops`` charged: a ladder's last rung)
-    buys more GRPO steps than ``pilot.max_steps`` or, on a known ``device``, would run
-    longer than ``pilot.max_hours`` (:func:`race.pilot.budget.pilot_hours`): a typo in the
-    budget, not a pilot. One UsageError naming the first such cell."""
-    pilot = base.pilot
-    for cell in (c for c in cells if not c.refused and c.steps):
-        steps = cell.steps * longest_flops / cell.spec.budget_flops
-        hours = pilot_hours(longest_flops, device) if device else 0.0
-        if steps <= pilot.max_steps and hours <= pilot.max_hours:
-            continue
-        knobs = " ".join(f"{k}={v}" for k, v in _knobs(cell).items())
-        what = (f"{steps:.3g} GRPO steps, past pilot.max_steps={pilot.max_steps}"
-                if steps > pilot.max_steps else
-                f"about {hours:.3g} h on {device} at {PILOT_FLOPS_PER_S[device]:.2g} "
-                f"FLOP/s, past pilot.max_hours={pilot.max_hours:g}")
-        raise UsageError(f"budget={budget:.3g}: the cell {knobs} would run a pilot of "
-                         f"{fmt_flops(longest_flops)} FLOPs, {what}; lower budget (or "
-                         f"pilot.fraction, selection.rungs), or raise that bound on purpose")
-
-
 def ladder_eval_plan(cells: list[Cell], ladder: LadderPlan, budget: float) -> list[Cell]:
     """A ladder's cells with their eval spent where decisions are made: below the last
     rung only the selection target is scored (``spec.report_from_flops`` is the last
@@ -406,14 +370,6 @@ def solve_cell(cfg, budget: float, knobs, overrides, *, runnable: bool = True,
                 memory, sum(by_target.values()), by_target.get(spec.selection_target, 0.0))
 
 
-def uses_gpus(cfg) -> bool:
-    """Whether the pilots will run on GPUs: pilot.device=cuda, or the launcher gives
-    each one a GPU (``race plan`` cannot ask torch, and must not import it)."""
-    return (cfg.pilot.device == "cuda"
-            or (cfg.pilot.device == "auto"
-                and bool(cfg.launcher.gpus or cfg.launcher.gpus_per_node)))
-
-
 def cell_memory(cfg, specs) -> MemoryPlan:
     """A cell's estimated pilot memory, in the dtype it will run in."""
     dtype = cfg.pilot.dtype
@@ -436,14 +392,14 @@ def plan_table(plan: Plan) -> str:
     keys = always + [k for k, _ in plan.axes]
     short = {k: k.split(".")[-1].replace("group_size", "G").replace("update_epochs", "mu")
              for k in keys}
-    shown = [_knobs(c) for c in plan.cells]
+    shown = [cell_knobs(c) for c in plan.cells]
     widths = {k: max(len(short[k]), *(len(str(kn.get(k, ""))) for kn in shown)) for k in keys}
     header = (f"{'cell':<13}" + "".join(f"{short[k]:<{widths[k] + 2}}" for k in keys)
               + f"{'steps':>6}{'rollout':>19}{'learning':>19}{'feedback':>19}"
               + f"{'mem GiB':>9}  regime")
     lines = [header]
     for cell in plan.runnable:
-        knobs = _knobs(cell)
+        knobs = cell_knobs(cell)
         shares = cell.planned.shares()
         phases = "".join(f"{fmt_flops(getattr(cell.planned, p)):>11} {shares[p]:>6.1%}"
                          for p in ("rollout", "learning", "feedback"))
@@ -464,12 +420,6 @@ def plan_table(plan: Plan) -> str:
 def cell_label(cell: Cell) -> str:
     """The cell id, or a dash for a cell that cannot exist."""
     return cell.spec.cell_id if cell.spec else "-" * 12
-
-
-def _knobs(cell: Cell) -> dict[str, str]:
-    if cell.spec is None:
-        return dict(cell.knobs)
-    return {"model": cell.spec.model, "reward": dict(cell.spec.reward)["name"]} | dict(cell.knobs)
 
 
 def flat_share(plan: Plan) -> float:
@@ -501,21 +451,6 @@ def eval_budget_warning(plan: Plan) -> str:
             f"(pilot.select_examples, pilot.eval_examples), fewer checkpoints "
             f"(pilot.checkpoints) or targets (pilot.eval_targets), or raise "
             f"selection.pilot_budget")
-
-
-def length_warning(plan: Plan) -> str:
-    """One line when a cell's generation cap is below the task's typical completion
-    (``task.completion_tokens``): most completions would be cut before their answer, and
-    a cut completion states none (it earns 0). "" otherwise."""
-    task = plan.base.task
-    short = sorted({c.spec.max_new_tokens for c in plan.runnable
-                    if c.spec.max_new_tokens < task.completion_tokens})
-    if not short:
-        return ""
-    return (f"warning: grid.max_new_tokens={short[0]} is below task={task.name}'s typical "
-            f"completion of {task.completion_tokens} tokens: most completions would be cut "
-            f"before their answer (a cut completion earns 0); raise grid.max_new_tokens, or "
-            f"leave it unset for the task's own cap ({task.max_new_tokens})")
 
 
 def ladder_text(ladder: LadderPlan) -> str:

@@ -16,7 +16,6 @@ functions that use them.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from race.errors import UsageError, WeightsMissing
 from race.preflight import WEIGHT_PATTERNS, hub_snapshot
 from race.tasks.base import is_local
+from race.tasks.math import eval_entries
 
 # task fields that name a data source (a math task's evaluation targets are in ``eval``)
 SOURCE_KEYS = ("source", "val_source", "test_source", "ood_source")
@@ -52,9 +52,8 @@ def _task_needs(task: dict) -> list[HubNeed]:
         source = str(task.get(key) or "")
         if source and not is_local(source) and task.get("name") != "arith":
             needs.append(HubNeed("dataset", f"task.{key}", source, subset=task.get("subset", "")))
-    evals = task.get("eval") or ""
-    for name, entry in (json.loads(evals) if isinstance(evals, str) and evals else {}).items():
-        entry = entry if isinstance(entry, dict) else {"source": entry}
+    evals = eval_entries(str(task.get("eval") or ""), has_source=bool(task.get("source")))
+    for name, entry in evals.items():
         source = str(entry.get("source") or "")
         if source and not is_local(source):
             needs.append(HubNeed("dataset", f"task.eval.{name}", source,

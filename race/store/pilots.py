@@ -37,9 +37,8 @@ def pilot_row(cell_dir: Path) -> dict:
     """
     cell = CellDir(cell_dir)
     rerun = cell.rerun_fix()
-    running = running_pilot(cell.path)
     if not cell.spec.is_file():
-        if running is not None:
+        if running_pilot(cell.path) is not None:
             return {"cell_id": cell.path.name, "status": "running",
                     "error": "its pilot is starting (no spec.json yet)"}
         return {"cell_id": cell.path.name, "status": "damaged",
@@ -50,6 +49,7 @@ def pilot_row(cell_dir: Path) -> dict:
     row["task"] = spec["task"].get("name")
     row["budget_flops"] = spec["budget_flops"]
     if not cell.has_summary():
+        running = running_pilot(cell.path)  # asked only of a cell without a verdict
         if running is not None:
             return row | {"status": "running", "error": f"running now (pid "
                           f"{running.get('pid')} on {running.get('host')}); report again "
