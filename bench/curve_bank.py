@@ -77,6 +77,15 @@ import json
 import sys
 from pathlib import Path
 
+from bench.common import (
+    QUICK_PILOT,
+    add_quick,
+    merged,
+    quick_policy,
+    race,
+    scratch,
+    use_scratch_cache,
+)
 from race.store import io as results
 from race.store.cell import CellDir, cell_dirs
 
@@ -143,12 +152,25 @@ def mismatch(old: dict, record: dict) -> str | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dir", type=Path)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("sweep_dir", type=Path, nargs="?", help="the sweep folder to export")
+    parser.add_argument("--out", type=Path, default=None, help=f"the bank (default {DEFAULT_OUT})")
     parser.add_argument("--previous", type=Path, default=None,
                         help="the bank exported before (its runs are kept, and its cells "
                              "this folder has no cell of)")
+    add_quick(parser, "exports a one-cell sweep of a 2-step tiny-s run, into a temp folder")
     args = parser.parse_args()
+    if args.quick:
+        use_scratch_cache()
+        work = scratch("curve-bank")
+        race("sweep", *merged(QUICK_PILOT, ["selection.policy=flat", "pilot.fraction=1",
+                                           "budget=2.5e8", "launcher=inline",
+                                           f"model.hf_id={quick_policy()}",
+                                           f"sweep.out_dir={work}", "sweep.name=bank"]),
+             capture=True)
+        args.sweep_dir, args.out = work / "bank", args.out or work / "bank.json.gz"
+    if args.sweep_dir is None:
+        parser.error("give the sweep folder to export (or --quick)")
+    args.out = args.out or DEFAULT_OUT
     record = results.read_json(args.sweep_dir / "sweep.json")
     cells = [c for c in map(cell_curves, cell_dirs(args.sweep_dir)) if c]
     done = {c["cell_id"] for c in cells}

@@ -251,7 +251,7 @@ def markdown(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true",
+    parser.add_argument("--smoke", "--quick", action="store_true",
                         help="CPU, a miniature shape and tiny budgets (what CI runs)")
     parser.add_argument("--perf", action="store_true",
                         help="the performance check (bench/device_perf.py) instead")
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def perf_main(report: dict, device: str, dtype: str, work: Path, args) -> int:
     """``--perf``: bench/device_perf.py's sections, its JSON and table, one status line."""
-    import device_perf
+    from bench import device_perf
 
     ok = device_perf.run_perf(report, device, dtype, work, args.smoke)
     out = Path(args.out or ("results/device_check_perf_smoke.json" if args.smoke

@@ -32,8 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from device_check import _section, _task_texts, run_cell, standin_shape
-
+from bench.device_check import _section, _task_texts, run_cell, standin_shape
 from race.catalog import load_model_shape
 from race.core.specs import LoraShape, ModelShape, RunSpec
 from race.pilot.budget import worst_step_flops

@@ -12,7 +12,7 @@ error of three shortcuts against the measurement:
   lm_head both counted even when tied; 1/3 of it for forward-only phases.
 
 None of the shortcuts knows LoRA's cheaper backward or a KV-cache decode; they are applied
-to the real (unpadded) tokens. Usage: ``python bench/flops_accuracy.py [--markdown]``.
+to the real (unpadded) tokens. Usage: ``python bench/flops_accuracy.py [--markdown] [--quick]``.
 The last line is ``max_rel_error_executed=<value>``.
 """
 
@@ -25,6 +25,7 @@ import sys
 import peft
 import torch
 
+from bench.common import add_quick
 from race.catalog import load_model_shape
 from race.core import flops
 from race.core.specs import LoraShape, ModelShape
@@ -95,6 +96,7 @@ def rows_for(name: str, shape: ModelShape, device: str = "cpu"):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
+    add_quick(parser, "tiny-s on the meta device only")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     shapes = [(n, load_model_shape(n), "cpu") for n in ("tiny-s", "tiny-m", "tiny-l")]
@@ -102,6 +104,8 @@ def main() -> None:
                    dataclasses.replace(load_model_shape("qwen2.5-0.5b"), num_layers=2), "cpu"))
     shapes += [(f"{n} (meta)", load_model_shape(n), "meta")
                for n in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b")]
+    if args.quick:  # the cheapest rows: tiny-s counted on meta, no kernels run
+        shapes = [("tiny-s (meta)", load_model_shape("tiny-s"), "meta")]
 
     header = ["shape", "phase", "measured", "executed err", "model", "model err",
               "Kaplan err", "PaLM err", "verl err"]

@@ -14,6 +14,7 @@ import argparse
 import statistics
 import tempfile
 
+from bench.common import QUICK_PILOT, add_quick, quick_policy, use_scratch_cache
 from race.config import compose_config, to_run_spec
 from race.pilot.loop import run_pilot
 
@@ -23,14 +24,21 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--budget", type=float, default=4.5e12)  # README figures
     parser.add_argument("--eval-examples", type=int, default=256)
+    add_quick(parser, "two seeds of a 2-step tiny-s pilot on a 4-step warm start")
     args = parser.parse_args()
+    quick = []
+    if args.quick:
+        use_scratch_cache()
+        quick = [*QUICK_PILOT, f"model.hf_id={quick_policy()}", "pilot.eval_targets=[test,ood]"]
+        args.seeds = 2
     out = tempfile.mkdtemp(prefix="race-learning-gain-")
     print(f"{'seed':>4}{'steps':>7}{'FLOPs spent':>13}{'test start':>12}{'test end':>10}"
           f"{'ood start':>11}{'ood end':>9}{'wall s':>8}")
     gains = []
     for seed in range(args.seeds):
         cfg = compose_config(["model=tiny-m", "reward=rule", f"budget={args.budget}",
-                              f"pilot.seed={seed}", f"pilot.eval_examples={args.eval_examples}"])
+                              f"pilot.seed={seed}", f"pilot.eval_examples={args.eval_examples}",
+                              *quick])
         spec = to_run_spec(cfg, cfg.budget * cfg.pilot.fraction)
         summary = run_pilot(spec, f"{out}/{spec.cell_id}")
         assert summary["status"] == "ok", summary["error"]

@@ -31,11 +31,13 @@ import math
 import tempfile
 from pathlib import Path
 
+from bench.common import DATA as BENCH_DATA
+from bench.common import add_quick, quick_policy, scratch, use_scratch_cache
 from race.config import EMBEDDED_BUDGET, compose_config, to_run_spec
 from race.pilot.loop import run_pilot
 from race.store import io as results
 
-DATA = Path(__file__).parent / "data" / "learning_signal.json"
+DATA = BENCH_DATA / "learning_signal.json"
 # name -> overrides; the first is the testbed as it stood (clean warm start, old default)
 SETTINGS = {
     "clean, lr 5e-5, token": ["warmstart.flip=0", "grid.lr=5e-5", "grid.aggregation=token"],
@@ -58,11 +60,12 @@ def paired_gain(start: list[int], end: list[int]) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
-def run_one(setting: str, model: str, seed: int, fraction: float) -> dict:
-    """One pilot of ``setting`` and its paired ``val`` gain over its warm start."""
+def run_one(setting: str, model: str, seed: int, fraction: float, extra: tuple = ()) -> dict:
+    """One pilot of ``setting`` and its paired ``val`` gain over its warm start (``extra``:
+    overrides after the setting's)."""
     overrides = [f"model={model}", "reward=rule", f"pilot.fraction={fraction}",
                  f"pilot.seed={seed}", "pilot.eval_targets=[val]", "pilot.checkpoints=[1.0]",
-                 "pilot.select_examples=1000", "pilot.device=cpu", *SETTINGS[setting]]
+                 "pilot.select_examples=1000", "pilot.device=cpu", *SETTINGS[setting], *extra]
     cfg = compose_config(overrides)
     cfg.budget = EMBEDDED_BUDGET
     spec = to_run_spec(cfg, EMBEDDED_BUDGET * fraction)
@@ -78,7 +81,7 @@ def run_one(setting: str, model: str, seed: int, fraction: float) -> dict:
     return {"setting": setting, "model": model, "seed": seed, "fraction": fraction,
             "overrides": overrides, "cell_id": spec.cell_id, "steps": len(steps),
             "start": evals[0]["accuracy"], "end": evals[-1]["accuracy"],
-            "n": len(evals[0]["correct"]), "gain": gain, "se": se, "z": gain / se,
+            "n": len(evals[0]["correct"]), "gain": gain, "se": se, "z": gain / se if se else 0.0,
             "train_reward_first": sum(r["train_reward"] for r in steps[:fifth]) / fifth,
             "train_reward_last": sum(r["train_reward"] for r in steps[-fifth:]) / fifth,
             "wall_s": sum(summary["wall_s"].values())}
@@ -95,8 +98,17 @@ def main() -> None:
     parser.add_argument("--only", default="", help="one setting's name")
     parser.add_argument("--bar", type=float, default=5.0, help="gain, in SEs, every seed "
                         "must clear for a setting to count")
+    add_quick(parser, "one setting, tiny-s of a 4-step warm start, one seed, 2 steps, "
+                      "16 problems, results in a temp folder")
     args = parser.parse_args()
-    done = json.loads(DATA.read_text()) if DATA.is_file() else []
+    data, extra = DATA, ()
+    if args.quick:
+        use_scratch_cache()
+        data = scratch("learning-signal") / DATA.name
+        extra = (f"model.hf_id={quick_policy()}", "pilot.select_examples=16",
+                 "grid.prompts_per_step=2", "grid.group_size=2", "grid.max_new_tokens=12")
+        args.only, args.models, args.seeds, args.fraction = next(iter(SETTINGS)), "tiny-s", 1, 1e-4
+    done = json.loads(data.read_text()) if data.is_file() else []
     key = lambda r: (r["setting"], r["model"], r["seed"], round(r["fraction"], 6))  # noqa: E731
     have = {key(r) for r in done}
     settings = [args.only] if args.only else list(SETTINGS)
@@ -106,8 +118,8 @@ def main() -> None:
             for seed in range(args.seeds):
                 if (setting, model, seed, round(args.fraction, 6)) in have:
                     continue
-                done.append(run_one(setting, model, seed, args.fraction))
-                results.write_json(DATA, sorted(done, key=key))
+                done.append(run_one(setting, model, seed, args.fraction, extra))
+                results.write_json(data, sorted(done, key=key))
                 r = done[-1]
                 print(f"ran {setting} {model} seed {seed}: {r['start']:.3f} -> "
                       f"{r['end']:.3f} ({r['z']:+.1f} SE)", flush=True)

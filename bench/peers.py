@@ -65,8 +65,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from blackbox import AXES, FIDELITY, BankBlackbox
-from pasha import pasha_scheduler
+
+from bench.blackbox import AXES, FIDELITY, BankBlackbox
+from bench.pasha import pasha_scheduler
 
 METRIC = "val_accuracy"
 

@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from bench.common import QUICK_PILOT, add_quick, quick_policy, use_scratch_cache
 from race.config import compose_config, to_run_spec
 from race.pilot.loop import run_pilot
 
@@ -39,10 +40,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--budget", type=float, default=4.5e12)  # README figures
+    add_quick(parser, "a 2-step tiny-s pilot on a 4-step warm start")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     peak = matmul_peak_flops()
-    cfg = compose_config(["model=tiny-m", "reward=rule", f"budget={args.budget}"])
+    quick = []
+    if args.quick:
+        use_scratch_cache()
+        quick = [*QUICK_PILOT, f"model.hf_id={quick_policy()}"]
+    cfg = compose_config(["model=tiny-m", "reward=rule", f"budget={args.budget}", *quick])
     spec = to_run_spec(cfg, cfg.budget * cfg.pilot.fraction)
     start = time.perf_counter()
     summary = run_pilot(spec, tempfile.mkdtemp(prefix="race-profile-"))

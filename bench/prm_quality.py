@@ -9,14 +9,18 @@ step labels on held-out problems, on two kinds of traces:
   labelled by checking each line against the reference: the errors a pilot really sees.
 
 It also reports the FLOPs the PRM charges per scored token (model convention, from the
-tokens it actually scored) and its build time. Usage: ``python bench/prm_quality.py``.
+tokens it actually scored) and its build time. Usage: ``python bench/prm_quality.py
+[--quick]``.
 Last line: ``min_auc=<value>`` (the smallest held-out ``corrupted`` AUC over sizes).
 """
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 
+from bench.common import add_quick, quick_policy, quick_prm_recipe, quick_recipe, use_scratch_cache
 from race.rewards.tiny_prm import TinyPRM
 from race.tasks.arith import ArithTask, step_labels
 from race.warmstart.policies import build_info, build_tiny_policy
@@ -26,11 +30,12 @@ SIZES = ("prm-tiny-s", "prm-tiny-m")
 N_HELD_OUT = 512
 
 
-def sampled_traces(task: ArithTask, n: int) -> list[tuple]:
-    """(example, completion, labels) from the tiny-m policy sampling at temperature 1."""
+def sampled_traces(task: ArithTask, n: int, folder=None) -> list[tuple]:
+    """(example, completion, labels) from the tiny-m policy (``folder``: its default
+    build) sampling at temperature 1."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = build_tiny_policy("tiny-m")
+    folder = folder or build_tiny_policy("tiny-m")
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     examples = task.sample("test", n, seed=20_000)
@@ -54,23 +59,34 @@ def auc_of(prm: TinyPRM, rows: list[tuple]) -> float:
     scores = [s for row in prm.last_step_scores for s in row]
     labels = [label for _, trace, labels in rows for label in labels]
     assert len(scores) == len(labels)
+    if len(set(labels)) < 2:  # every step right or every step wrong: no AUC
+        return float("nan")
     return roc_auc(scores, labels)
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_quick(parser, "prm-tiny-s of 2 steps on a 4-step tiny-m, 16 problems")
+    args = parser.parse_args()
     torch.set_num_threads(1)
     task = ArithTask()
-    corrupted = labelled_traces(task, "test", N_HELD_OUT, seed=30_000, corrupt_fraction=0.5)
-    sampled = sampled_traces(task, N_HELD_OUT)
+    sizes, n_held_out, policy = SIZES, N_HELD_OUT, None
+    if args.quick:
+        use_scratch_cache()
+        sizes, n_held_out, policy = SIZES[:1], 16, quick_policy("tiny-m")
+    corrupted = labelled_traces(task, "test", n_held_out, seed=30_000, corrupt_fraction=0.5)
+    sampled = sampled_traces(task, n_held_out, policy)
     positives = sum(label for _, _, labels in sampled for label in labels)
     total = sum(len(labels) for _, _, labels in sampled)
-    print(f"held-out: {N_HELD_OUT} corrupted/reference traces; {N_HELD_OUT} tiny-m samples "
+    print(f"held-out: {n_held_out} corrupted/reference traces; {n_held_out} tiny-m samples "
           f"({positives}/{total} steps correct)")
     print(f"{'prm':<12}{'params':>9}{'AUC corrupted':>15}{'AUC sampled':>13}"
           f"{'FLOPs/token':>13}{'build s':>9}")
     aucs = []
-    for name in SIZES:
-        folder = build_tiny_prm(name)
+    for name in sizes:
+        folder = (build_tiny_prm(name, recipe=quick_prm_recipe(name, "tiny-m"),
+                                 policy_recipe=quick_recipe("tiny-m")) if args.quick
+                  else build_tiny_prm(name))
         prm = TinyPRM(name, name, folder=folder)
         auc_corrupted = auc_of(prm, corrupted)
         spent = prm.pop_flops()

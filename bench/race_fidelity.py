@@ -20,7 +20,8 @@ Writes ``fidelity.csv`` and ``fidelity.png`` there (and copies the figure to
 ``bench/figures/`` for the README).
 
 Usage: ``python bench/race_fidelity.py [--budget 2.8e11] [--fraction 0.25] [--seeds 2]
-[--slots 2]``. Last line: ``spearman=<x> kendall=<y> top1_regret=<z> pilot_cost_share=<w>``
+[--slots 2] [--quick]``. Last line: ``spearman=<x> kendall=<y> top1_regret=<z>
+pilot_cost_share=<w>``
 (for the observed pilot scores; the extrapolated ones are printed above it).
 """
 
@@ -36,16 +37,30 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from bench.common import (
+    FIGURES,
+    QUICK_PILOT,
+    add_quick,
+    merged,
+    quick_policy,
+    scratch,
+    use_scratch_cache,
+)
+
 KNOBS = ["model", "reward", "group_size", "update_epochs"]
 MAX_WIDTH = 0.3  # select_for_validation's default max_width (race.analysis.select)
 
 
 def sweep(out: Path, name: str, budget: float, fraction: float, seeds: int, slots: int,
-          target: str) -> None:
+          target: str, extra: tuple = ()) -> None:
+    """One ``race sweep`` of the default grid, every cell a flat pilot at ``fraction`` of
+    ``budget`` (the default ladder would shrink the pilots' budget below one step at this
+    budget, and this compares fixed-fraction pilots with full runs)."""
     seed_axis = ",".join(str(s) for s in range(seeds))
-    args = [sys.executable, "-m", "race.cli", "sweep", f"budget={budget}",
-            f"pilot.fraction={fraction}", f"pilot.seed={seed_axis}",
-            f"launcher.slots={slots}", f"sweep.out_dir={out}", f"sweep.name={name}"]
+    args = [sys.executable, "-m", "race.cli", "sweep", *merged(
+        [f"budget={budget}", "selection.policy=flat", f"pilot.fraction={fraction}",
+         f"pilot.seed={seed_axis}", f"launcher.slots={slots}", f"sweep.out_dir={out}",
+         f"sweep.name={name}"], extra)]
     print(f"$ race sweep {' '.join(args[4:])}", flush=True)
     done = subprocess.run(args)
     if done.returncode not in (0, 1):
@@ -152,11 +167,19 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2, help="launcher.slots")
     parser.add_argument("--target", default="test")
     parser.add_argument("--out", type=Path, default=Path("results/fidelity"))
+    add_quick(parser, "one tiny-s config of a 4-step warm start, 2 seeds, 2-step full runs")
     args = parser.parse_args()
     if args.seeds < 2:
         raise SystemExit("--seeds must be >= 2 (seed noise needs two)")
-    sweep(args.out, "pilot", args.budget, args.fraction, args.seeds, args.slots, args.target)
-    sweep(args.out, "full", args.budget, 1.0, args.seeds, args.slots, args.target)
+    extra = ()
+    if args.quick:
+        use_scratch_cache()
+        args.out, args.budget, args.fraction = scratch("fidelity"), 8e8, 0.5
+        extra = (*QUICK_PILOT, f"model.hf_id={quick_policy()}", f"budget={args.budget}",
+                 "launcher=inline")
+    sweep(args.out, "pilot", args.budget, args.fraction, args.seeds, args.slots, args.target,
+          extra)
+    sweep(args.out, "full", args.budget, 1.0, args.seeds, args.slots, args.target, extra)
     pilot, pilot_flops = scores(args.out / "pilot", args.target)
     full, full_flops = scores(args.out / "full", args.target)
     both, summary = compare(pilot, full)
@@ -177,9 +200,9 @@ def main() -> None:
           f"{summary['pilot_cost_share']:.1%} of the exhaustive grid's {full_flops:.3g}")
     figure = args.out / "fidelity.png"
     plot(both, summary, figure, args.target)
-    figures = Path(__file__).parent / "figures"
-    figures.mkdir(exist_ok=True)
-    shutil.copy(figure, figures / "race_fidelity.png")
+    if not args.quick:
+        FIGURES.mkdir(exist_ok=True)
+        shutil.copy(figure, FIGURES / "race_fidelity.png")
     s = summary["observed"]
     print(f"spearman={s['spearman']:.3f} kendall={s['kendall']:.3f} "
           f"top1_regret={s['top1_regret']:.3f} "

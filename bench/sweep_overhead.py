@@ -11,7 +11,7 @@ transformers per pilot), polling, results files and the report with its plots.
 Also measures SLURM submit-to-start latency on the localhost cluster when one answers
 (``bash launchers/slurm-localhost.sh up``): submitit jobs that return the time they started.
 
-Usage: ``python bench/sweep_overhead.py [--repeats 3] [--cells 2]``.
+Usage: ``python bench/sweep_overhead.py [--repeats 3] [--cells 2] [--quick]``.
 Last line: ``overhead_fraction=<median>``.
 """
 
@@ -27,15 +27,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.common import QUICK_PILOT, add_quick, merged, quick_policy, use_scratch_cache
+
 GRID = ["model=tiny-s", "reward=rule", "grid.update_epochs=1", "grid.prompts_per_step=4",
         "grid.max_new_tokens=24", "pilot.eval_examples=32", "budget=1.2e11",
         "launcher=local", "launcher.slots=1", "launcher.threads_per_pilot=1",
         "launcher.poll_s=0.5", "selection.policy=flat"]  # independent pilots, one slot
 
 
-def one_sweep(folder: Path, cells: int) -> dict:
+def one_sweep(folder: Path, cells: int, grid: list[str] = GRID) -> dict:
     sizes = ",".join(str(g) for g in (4, 8, 2, 6)[:cells])
-    args = [sys.executable, "-m", "race.cli", "sweep", *GRID, f"grid.group_size={sizes}",
+    args = [sys.executable, "-m", "race.cli", "sweep", *merged(grid, [f"grid.group_size={sizes}"]),
             f"sweep.out_dir={folder}", "sweep.name=bench"]
     start = time.perf_counter()
     out = subprocess.run(args, capture_output=True, text=True)
@@ -76,16 +78,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cells", type=int, default=2)
+    add_quick(parser, "one sweep of one 2-step pilot, one SLURM job")
     args = parser.parse_args()
+    grid, jobs = GRID, 5
+    if args.quick:
+        use_scratch_cache()
+        grid = merged(GRID, QUICK_PILOT, [f"model.hf_id={quick_policy()}", "pilot.fraction=0.25"])
+        args.repeats, args.cells, jobs = 1, 1, 1
     rows = []
     for i in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
-            row = one_sweep(Path(tmp), args.cells)
+            row = one_sweep(Path(tmp), args.cells, grid)
         rows.append(row)
         print(f"run {i}: sweep {row['wall_s']:.1f} s, pilots {row['pilots_s']:.1f} s, "
               f"launch {row['launch_s']:.1f} s -> overhead {row['overhead']:.3f} "
               f"(launch only {row['launch_overhead']:.3f})", flush=True)
-    latencies = slurm_latency()
+    latencies = slurm_latency(jobs)
     if latencies:
         print(f"slurm submit-to-start: median {statistics.median(latencies):.2f} s over "
               f"{len(latencies)} jobs (min {min(latencies):.2f}, max {max(latencies):.2f})")

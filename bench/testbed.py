@@ -51,6 +51,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from bench.common import add_quick
+from bench.curve_bank import cell_curves
+from race.store.cell import cell_dirs
+
 DEFAULT_BANK = Path(__file__).parent / "data" / "curve_bank_v3.json.gz"
 LARGER_BANK = Path(__file__).parent / "data" / "curve_bank_v3_4x.json.gz"  # 4F, read if there
 Z90 = 1.645
@@ -60,11 +64,6 @@ SELECT = "val"  # the target configs are compared on; test and ood are reported 
 def load(path: Path) -> list[dict]:
     """The bank's cells; or, for a sweep folder still running, its finished cells."""
     if path.is_dir():
-        sys.path.insert(0, str(Path(__file__).parent))
-        from curve_bank import cell_curves
-
-        from race.store.cell import cell_dirs
-
         return [c for c in map(cell_curves, cell_dirs(path)) if c]
     with gzip.open(path, "rt") as f:
         return json.load(f)["cells"]
@@ -183,9 +182,10 @@ def main() -> None:
     parser.add_argument("--bank", type=Path, action="append",
                         help=f"a bank (repeat for several budgets; default {DEFAULT_BANK.name}"
                              f", with {LARGER_BANK.name} where it exists)")
+    add_quick(parser, f"{DEFAULT_BANK.name} alone")
     args = parser.parse_args()
     paths = args.bank or [p for p in (DEFAULT_BANK, LARGER_BANK)
-                          if p == DEFAULT_BANK or p.exists()]
+                          if p == DEFAULT_BANK or (p.exists() and not args.quick)]
     banks = load_banks(paths)
     full = banks[0][1]
     cells = [c for _, bank in banks for c in bank]

@@ -16,7 +16,6 @@ Usage: ``python bench/testbed_figure.py [--bank PATH ...] [--out docs/testbed_fr
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -24,8 +23,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-from testbed import (  # noqa: E402
+from bench.common import add_quick, scratch  # noqa: E402
+from bench.testbed import (  # noqa: E402
     DEFAULT_BANK,
     LARGER_BANK,
     SELECT,
@@ -56,8 +55,10 @@ def curve(cells: list[dict], views: dict) -> list[tuple[float, float, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bank", type=Path, action="append", default=None)
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=None, help=f"the figure (default {OUT})")
+    add_quick(parser, "the figure into a temp folder unless --out")
     args = parser.parse_args()
+    args.out = args.out or (scratch("testbed-figure") / OUT.name if args.quick else OUT)
     paths = args.bank or [DEFAULT_BANK] + ([LARGER_BANK] if LARGER_BANK.exists() else [])
     cells = [c for _, bank in load_banks(paths) for c in bank]
     views = budgets(cells)

@@ -25,8 +25,13 @@ with. Prints the pick's realized ``val`` accuracy at F against
 was made from, at F instead of at the pilots' budgets.
 
 Usage: ``python bench/validate_default.py [--out /tmp/race-validate-default]
-[--name default] [--bank bench/data/curve_bank_v3.json.gz] [--no-here]`` (``--here``
-costs two or three full-budget runs, about 5 minutes each on one core).
+[--name default] [--bank bench/data/curve_bank_v3.json.gz] [--no-here] [--quick]``
+(``--here`` costs two or three full-budget runs, about 5 minutes each on one core).
+``--quick``: the same steps on a miniature problem in a temp folder: a flat sweep of two
+tiny-s configs (G2 mu1, G2 mu2) on a 4-step warm start with a full budget of four steps,
+validated on 16 problems, against a miniature bank (``--bank`` is ignored), both configs
+run at F with seed 1, the way ``bench/curve_bank.py``'s bank is run, and read from its
+sweep folder; ``--here`` reruns the bank's best config with its seed, as above.
 Last line: ``pick=... realized=R se=S bank_best=... bank_best_value=B bank_best_se=T
 here_best_value=H here_best_se=U here_seeds=... diff_se=D within_1se=yes|no
 warm_start=W gain=G gain_se=H above=yes|no`` (without ``--here``: ``diff_se`` and
@@ -39,22 +44,42 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from testbed import DEFAULT_BANK, allocation, configs, load, score  # noqa: E402
+from bench.common import (
+    QUICK_PILOT,
+    add_quick,
+    merged,
+    quick_policy,
+    race,
+    scratch,
+    use_scratch_cache,
+)
+from bench.testbed import DEFAULT_BANK, allocation, configs, load, score
 
 SWEEP_NAME = "default"
 TARGET = "val"
+# --quick: every run's knobs (a full budget F of four 2-prompt tiny-s steps, inline), the
+# sweep's (two configs, G2 mu1 and G2 mu2, flat pilots at F/2) and the validation's problems
+QUICK_BUDGET = 8e8
+QUICK_SWEEP = ["selection.policy=flat", "pilot.fraction=0.5", "grid.update_epochs=1,2"]
+QUICK_VALIDATE = ["validate.select_examples=16", "launcher=inline"]
 
 
-def race(*args: str) -> None:
-    """Run one ``race`` command with this interpreter; its output goes to the terminal."""
-    command = [sys.executable, "-m", "race.cli", *args]
-    print("$ race " + " ".join(args), flush=True)
-    subprocess.run(command, check=True)
+def quick_runs() -> list[str]:
+    """The knobs of every ``race sweep`` of ``--quick`` (its warm start built first)."""
+    return merged(QUICK_PILOT, [f"model.hf_id={quick_policy()}", f"budget={QUICK_BUDGET}",
+                                "pilot.eval_targets=[val]", "launcher=inline"])
+
+
+def quick_bank(out: Path, runs: list[str]) -> Path:
+    """``--quick``'s bank: the quick sweep's configs run at F (``pilot.fraction=1``) with
+    seed 1, as ``bench/curve_bank.py``'s bank is; its sweep folder (``load`` reads it)."""
+    race("sweep", *merged(runs, QUICK_SWEEP, ["pilot.fraction=1", "pilot.seed=1",
+                                              "pilot.select_examples=16",
+                                              f"sweep.out_dir={out}", "sweep.name=bank"]))
+    return out / "bank"
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -100,12 +125,12 @@ def here_scores(sweep: Path) -> list[list[int]]:
     return scores
 
 
-def rerun_here(args, spec: dict, best_cells: list[dict],
-               same: bool) -> tuple[list[list[int]], list[int]] | None:
+def rerun_here(args, spec: dict, best_cells: list[dict], same: bool,
+               extra: list[str] = ()) -> tuple[list[list[int]], list[int]] | None:
     """The bank's best config of the pick's size, run at F on this machine with the bank's
     seeds less the pick's own when it is the same config (``same``), scored on ``val`` at
-    F on the validation's problem count. Returns per-seed scores and the seeds (None when
-    no seed is left)."""
+    F on the validation's problem count (``extra``: knobs before these, ``--quick``'s).
+    Returns per-seed scores and the seeds (None when no seed is left)."""
     cell = best_cells[0]
     seeds = sorted({int(c["seed"]) for c in best_cells} - ({int(spec["seed"])} if same else set()))
     if not seeds:
@@ -113,12 +138,13 @@ def rerun_here(args, spec: dict, best_cells: list[dict],
               "with the bank's value")
         return None
     name = f"{args.name}-bank-best-here"
-    race("sweep", f"sweep.out_dir={args.out}", f"sweep.name={name}",
-         "selection.policy=flat", "pilot.fraction=1", f"model={spec['model']}",
-         f"reward={cell['reward']}", f"grid.group_size={cell['group_size']}",
-         f"grid.update_epochs={cell['update_epochs']}",
-         "pilot.seed=" + ",".join(map(str, seeds)), "pilot.checkpoints=[1.0]",
-         "pilot.eval_targets=[val]", f"pilot.select_examples={spec['select_examples']}")
+    race("sweep", *merged(extra, [
+        f"sweep.out_dir={args.out}", f"sweep.name={name}",
+        "selection.policy=flat", "pilot.fraction=1", f"model={spec['model']}",
+        f"reward={cell['reward']}", f"grid.group_size={cell['group_size']}",
+        f"grid.update_epochs={cell['update_epochs']}",
+        "pilot.seed=" + ",".join(map(str, seeds)), "pilot.checkpoints=[1.0]",
+        "pilot.eval_targets=[val]", f"pilot.select_examples={spec['select_examples']}"]))
     return here_scores(args.out / name), seeds
 
 
@@ -143,10 +169,18 @@ def main() -> None:
                         help="run the bank's best config of the pick's size again on this "
                              "machine and compare with that (default; --no-here: with the "
                              "bank's own value, from the machine that ran the bank)")
+    add_quick(parser, "two 2-step tiny-s configs, a miniature bank of them at F")
     args = parser.parse_args()
+    runs, sweep_knobs, validate_knobs = [], [], []
+    if args.quick:
+        use_scratch_cache()
+        args.out, runs = scratch("validate-default"), quick_runs()
+        sweep_knobs, validate_knobs = merged(runs, QUICK_SWEEP), QUICK_VALIDATE
     sweep = args.out / args.name
-    race("sweep", f"sweep.out_dir={args.out}", f"sweep.name={args.name}")
-    race("validate", str(sweep), "validate.top_k=1")
+    race("sweep", *sweep_knobs, f"sweep.out_dir={args.out}", f"sweep.name={args.name}")
+    race("validate", str(sweep), "validate.top_k=1", *validate_knobs)
+    if args.quick:
+        args.bank = quick_bank(args.out, runs)
     spec, start, end = validated(sweep)
     realized, realized_se, end_problem = seed_mean(end)
     warm, _, start_problem = seed_mean(start)
@@ -166,7 +200,8 @@ def main() -> None:
                        "reward": spec["reward"]["name"]})
     same = next((s for s, cells in scored if allocation(cells[0]) == pick), None)
     here = None
-    rerun = args.here and rerun_here(args, spec, best_cells, allocation(best_cells[0]) == pick)
+    rerun = args.here and rerun_here(args, spec, best_cells, allocation(best_cells[0]) == pick,
+                                     runs)
     if rerun:
         here_per_seed, here_seeds = rerun
         here_mean, here_se, here_problem = seed_mean(here_per_seed)
@@ -186,8 +221,8 @@ def main() -> None:
              f"{here['mean']:.3f} (SE {here['se']:.3f})" if here else "")
           + f"; difference {realized - reference['mean']:+.3f} (SE {diff_se:.3f}): "
           f"{'within' if within else 'outside'} one SE")
-    print(f"  warm start {warm:.3f}; gain {gain:+.3f} (paired SE {gain_se:.3f}, "
-          f"{gain / gain_se:.1f} SE)")
+    print(f"  warm start {warm:.3f}; gain {gain:+.3f} (paired SE {gain_se:.3f}"
+          + (f", {gain / gain_se:.1f} SE)" if gain_se else ": every problem moved alike)"))
     print(f"pick={spec['model']}/{pick.replace(' ', '/')} realized={realized:.4f} "
           f"se={realized_se:.4f} bank_best={allocation(best_cells[0]).replace(' ', '/')} "
           f"bank_best_value={best['mean']:.4f} bank_best_se={best['se']:.4f} "

@@ -16,7 +16,11 @@ Then, per size, the room it leaves RL on ``val``
 share of sampled right answers whose trace has a wrong step). The testbed asks every size
 for greedy ``val`` in 0.15-0.65 and step-correct pass@8 at least 0.15 above it.
 
-Usage: ``python bench/warmstart.py [--cached]`` (``--cached`` reuses existing builds).
+Usage: ``python bench/warmstart.py [--cached] [--quick]`` (``--cached`` reuses existing
+builds). ``--quick``: each size built by ``bench.common.quick_recipe`` (4 steps, scored on
+8 problems) into a scratch cache, one after the other in this process (the recipe of
+``build_family``'s pool is the embedded one, which scores 1,000 ``val`` problems), and
+its headroom on 8 problems.
 Last line: ``headroom tiny-s=<greedy>/<pass@8 steps>/<lucky> ...`` and ``in_range=yes|no``.
 """
 
@@ -26,28 +30,46 @@ import argparse
 import math
 import os
 import time
+from pathlib import Path
 
+from bench.common import add_quick, quick_recipe, use_scratch_cache
 from race.warmstart.family import build_family
 from race.warmstart.policies import build_info, build_tiny_policy
 
 NAMES = ("tiny-s", "tiny-m", "tiny-l")
+HEADROOM_PROBLEMS = 200  # val problems, 8 samples each
+QUICK_HEADROOM_PROBLEMS = 8
+
+
+def quick_build(name: str, rebuild: bool = False) -> Path:
+    """``name`` warm-started by :func:`bench.common.quick_recipe` (``--quick``)."""
+    return build_tiny_policy(name, recipe=quick_recipe(name), rebuild=rebuild)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cached", action="store_true", help="reuse cached builds")
+    add_quick(parser, "4-step builds of each size, scored on 8 problems, in this process")
     args = parser.parse_args()
+    build, problems = build_tiny_policy, HEADROOM_PROBLEMS
+    if args.quick:
+        use_scratch_cache()
+        build, problems = quick_build, QUICK_HEADROOM_PROBLEMS
     print(f"{'model':<8}{'params':>10}{'val acc (SE)':>15}{'test acc':>10}{'ood acc':>10}"
           f"{'steps':>7}{'build s':>9}{'load s':>8}{'warm-start FLOPs (model)':>26}")
     accuracy, val, curves, total_s = {}, {}, {}, 0.0
     start = time.perf_counter()
-    folders = build_family(list(NAMES), workers=os.cpu_count() or 1, rebuild=not args.cached)
+    if args.quick:
+        folders = {name: quick_build(name, rebuild=not args.cached) for name in NAMES}
+    else:
+        folders = build_family(list(NAMES), workers=os.cpu_count() or 1,
+                               rebuild=not args.cached)
     family_s = time.perf_counter() - start
     for name in NAMES:
         folder = folders[name]
         info = build_info(folder)
         start = time.perf_counter()
-        again = build_tiny_policy(name)  # second call: the cache
+        again = build(name)  # second call: the cache
         load_s = time.perf_counter() - start
         assert again == folder
         accuracy[name] = info["accuracy"]["test"]
@@ -61,20 +83,23 @@ def main() -> None:
               f"{info['accuracy']['ood']:>10.3f}{info['sft_steps']:>7}{info['build_s']:>9.1f}"
               f"{load_s:>8.2f}"
               f"{info['pretrain_flops']['model']:>26.3e}")
-    print(f"family build: {family_s:.0f} s wall on {os.cpu_count()} cores, one process per "
-          f"core ({total_s:.0f} s of single-threaded builds)")
+    print(f"family build: {family_s:.0f} s wall on {os.cpu_count()} cores, "
+          + ("one build after another" if args.quick else "one process per core")
+          + f" ({total_s:.0f} s of single-threaded builds)")
     for name in NAMES:
+        recipe = build_info(folders[name])["recipe"]
         print(f"val curve {name}: " + " ".join(f"{step}:{acc:.2f}" for step, acc in curves[name])
-              + " (steps: accuracy; the last point on 1,000 problems, the others on 256)")
+              + f" (steps: accuracy; the last point on {recipe['val_examples']:,} problems, "
+              f"the others on {recipe['curve_examples']:,})")
     ordered = all(val[a] < val[b] for a, b in zip(NAMES, NAMES[1:]))
     print(f"ordered by capacity on val: {'yes' if ordered else 'no'} ("
           + " < ".join(f"{n} {val[n]:.3f}" for n in NAMES) + ")")
     print("accuracy " + " ".join(f"{n}={accuracy[n]:.3f}" for n in NAMES))
     print(f"{'model':<8}{'greedy val':>11}{'pass@8 steps':>14}{'pass@8 final':>14}"
-          f"{'sampled':>9}{'lucky rate':>12}   (val, 200 problems x 8 samples, T=1)")
+          f"{'sampled':>9}{'lucky rate':>12}   (val, {problems} problems x 8 samples, T=1)")
     rooms = {}
     for name in NAMES:
-        rooms[name] = room = _headroom(folders[name])
+        rooms[name] = room = _headroom(folders[name], problems)
         print(f"{name:<8}{room['greedy']:>11.3f}{room['pass@8_steps']:>14.3f}"
               f"{room['pass@8_final']:>14.3f}{room['sampled']:>9.3f}{room['lucky_rate']:>12.3f}")
     ok = all(0.15 <= r["greedy"] <= 0.65 and r["pass@8_steps"] - r["greedy"] >= 0.15
@@ -84,7 +109,7 @@ def main() -> None:
           + f" in_range={'yes' if ok else 'no'}")
 
 
-def _headroom(folder) -> dict:
+def _headroom(folder, problems: int = HEADROOM_PROBLEMS) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -97,7 +122,7 @@ def _headroom(folder) -> dict:
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     with single_thread():
-        return headroom(model, tokenizer, task, task.sample("val", 200, seed=10_000))
+        return headroom(model, tokenizer, task, task.sample("val", problems, seed=10_000))
 
 
 if __name__ == "__main__":

@@ -143,9 +143,16 @@ def has_tokenizer(folder: str | Path) -> bool:
 
 def reward_shape(reward: Mapping[str, Any], steps: int | None = None,
                  model: ModelShape | None = None) -> RewardShape:
-    """The reward as the accounting sees it, with ``steps`` steps per trace (default: max);
-    ``model``: its model's shape (default: read from the catalog by name)."""
+    """The reward as the accounting sees it, with ``steps`` reasoning steps per trace
+    (default: the reward's ``max_steps``, the worst case); ``model``: its model's shape
+    (default: read from the catalog by name). A PRM scores one step tag per step; the
+    tokens it adds to each trace (its input format's overhead and the tags) are
+    ``extra_tokens_per_trace``."""
     if model is None and reward.get("model"):
         model = load_model_shape(reward["model"])
+    scores_steps = reward.get("kind") == "prm" and bool(reward.get("model"))
+    steps_scored = (int(reward.get("max_steps") or 0) if steps is None else steps
+                    ) if scores_steps else 0
     return RewardShape(reward["name"], reward["kind"], model,
-                       steps_per_trace=reward_extra_tokens(reward, steps))
+                       extra_tokens_per_trace=reward_extra_tokens(reward, steps),
+                       steps_per_trace=steps_scored)

@@ -1,5 +1,5 @@
-"""The ``race`` command: argv to commands, and printing; the only module that reads
-``sys.argv``.
+"""The ``race`` command: argv to commands, and printing; the only module that parses
+``sys.argv`` (``race pilot -m`` hands it to Hydra: :mod:`race.run.pilot_command`).
 
 Each command parses its overrides once (:class:`~race.config.Overrides`) and hands them
 down. Bad input (unknown names, impossible knobs, malformed overrides: a
@@ -15,33 +15,18 @@ from __future__ import annotations
 
 import argparse
 import errno
-import itertools
 import json
 import sys
 import traceback
 from pathlib import Path
 
-import hydra
 import pandas as pd
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from race import catalog
-from race.config import (
-    Overrides,
-    check_device,
-    compose_config,
-    full_budget,
-    register_configs,
-    to_run_spec,
-    to_specs,
-    validate,
-    with_task_lengths,
-)
-from race.core.cards import cell_cards
+from race.config import Overrides, compose_config, to_specs, validate
 from race.core.fmt import fmt_flops
-from race.core.specs import pilot_flops
+from race.core.run_flops import cell_cards
 from race.errors import UsageError
 from race.integrations.trackers import log_sweep
 from race.pilot.budget import check_budget
@@ -49,25 +34,27 @@ from race.pilot.loop import run_pilot
 from race.report.budgets import write_budget_report
 from race.report.buys import budget_buys_text
 from race.report.card import cell_card_json, cell_card_text
+from race.report.pilot_text import PilotProgress, failures_table, pilot_summary_text
+from race.report.plan import (
+    cell_label,
+    cost_warning,
+    eval_budget_warning,
+    plan_summary,
+    plan_table,
+)
 from race.report.validation import validation_section
 from race.report.write import write_failures, write_report
 from race.run.bounds import length_warning
 from race.run.cells import held_text
-from race.run.grid import (
-    cell_label,
-    cost_warning,
-    eval_budget_warning,
-    plan_grid,
-    plan_summary,
-    plan_table,
-)
-from race.run.launch.slurm import check_slurm
+from race.run.full_runs import run_validation
+from race.run.grid import plan_grid
+from race.run.launch.launcher_base import launcher_for, launchers
+from race.run.pilot_command import pilot_budget_key, pilot_multirun, pilot_spec
 from race.run.prefetch import hub_needs, plan_needs_text, prefetch
 from race.run.sweep import plan_budget_sweeps, plan_sweep, run_sweep
-from race.run.validate import run_validation
 from race.store.cell import CELLS, CellDir
 from race.store.io import no_space
-from race.store.sweep import SWEEP_JSON, SweepDir
+from race.store.sweep_files import SWEEP_JSON, SweepDir
 
 USAGE_ERROR = 2
 INTERNAL_ERROR = 1
@@ -77,7 +64,8 @@ SUBCOMMANDS = {
     "plan": "expand the allocation grid and solve each cell's steps and FLOPs (runs nothing)",
     "prefetch": "download every hub model and dataset a sweep of these overrides reads into "
                 "the Hugging Face cache (run it on the node that submits)",
-    "sweep": "plan, launch every pilot (local, slurm, inline), wait, resume, summarise",
+    "sweep": f"plan, launch every pilot ({', '.join(launchers())}), wait, resume, "
+             f"summarise",
     "pilot": "run one allocation cell as a budgeted GRPO pilot (pilot.fraction x budget)",
     "report": "rank regimes, fit curves, draw the frontier, write the compute card",
     "validate": "run the selected cells at the full budget; report predicted vs realized",
@@ -225,7 +213,7 @@ def _sweep_one(plan, overrides: Overrides, sweep_dir: Path) -> int:
         log_sweep(base.report.tracker, base.report.tracker_project, sweep_dir, written)
     else:
         write_failures(sweep_dir, frame)
-        _print_failures_table(frame)
+        print(failures_table(frame))
     print(f"\n{outcome['ok']} ok, {outcome['failed']} failed ({outcome['skipped']} already "
           f"done before this run); launch wall {outcome['wall_s']:.0f} s; results in "
           f"{sweep_dir}")
@@ -236,17 +224,6 @@ def _sweep_one(plan, overrides: Overrides, sweep_dir: Path) -> int:
     for _, row in frame[frame["status"] != "ok"].iterrows():
         print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
     return 0 if outcome["failed"] == 0 else 1
-
-
-def _print_failures_table(frame: pd.DataFrame) -> None:
-    """Every cell of a sweep with no ok cell: its knobs, status, steps and FLOPs."""
-    targets = [c for c in frame.columns if c.startswith("final_") and not c.endswith("_reward")]
-    columns = ["cell_id", "model", "reward", "group_size", "update_epochs", "seed",
-               "status", "steps", "total_flops", *targets]
-    table = frame[[c for c in columns if c in frame.columns]].copy()
-    if "total_flops" in table:
-        table["total_flops"] = table["total_flops"].map(fmt_flops)
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
 
 def _report(sweep_dir, cfg) -> dict:
@@ -279,8 +256,7 @@ def cmd_validate(sweep_dir: str, overrides: Overrides) -> int:
     folder = _sweep_folder(sweep_dir)
     cfg = compose_config(overrides)
     validate(cfg)
-    if cfg.launcher.name == "slurm":
-        check_slurm(cfg.launcher)
+    launcher_for(cfg.launcher.name).check(cfg.launcher)  # e.g. SLURM against sinfo
     if not SweepDir(folder).selection.is_file():
         _report(folder, cfg)
     comparison = run_validation(folder, cfg, top_k=cfg.validate.top_k)
@@ -316,101 +292,20 @@ def _first_line(error: BaseException) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), repr(error))
 
 
-class _Progress:
-    """A one-line progress bar on stderr: FLOPs spent and remaining, steps, train reward."""
-
-    def __init__(self, budget_flops: float, width: int = 30):
-        self.budget, self.width = budget_flops, width
-
-    def __call__(self, row: dict) -> None:
-        done = min(1.0, row["charged_flops"] / self.budget)
-        bar = "#" * int(done * self.width) + "." * (self.width - int(done * self.width))
-        print(f"\r[{bar}] {done:6.1%}  step {row['step']:>4}  spent "
-              f"{fmt_flops(row['charged_flops'])}  left "
-              f"{fmt_flops(self.budget - row['charged_flops'])}  train reward "
-              f"{row['train_reward']:.3f}", end="", file=sys.stderr, flush=True)
-
-
 def cmd_pilot(overrides: Overrides) -> int:
     """``race pilot``: run one cell at ``pilot.fraction x budget`` and print its summary."""
     cfg = compose_config(overrides)
-    spec = _pilot_spec(cfg)
-    check_budget(spec, prompt_tokens=1, key=_pilot_budget_key(cfg))  # before any model loads
+    spec = pilot_spec(cfg)
+    check_budget(spec, prompt_tokens=1, key=pilot_budget_key(cfg))  # before any model loads
     cell_dir = CellDir.of(cfg.pilot.out_dir, spec.cell_id).path
     print(f"race pilot: {spec.model} x {dict(spec.reward)['name']}, G={spec.group_size}, "
           f"mu={spec.update_epochs}, pilot budget {fmt_flops(spec.budget_flops)} FLOPs "
           f"({spec.convention}) -> {cell_dir}", file=sys.stderr)
-    summary = run_pilot(spec, cell_dir, progress=_Progress(spec.budget_flops))
+    summary = run_pilot(spec, cell_dir, progress=PilotProgress(spec.budget_flops))
     print(file=sys.stderr)
-    _print_pilot_summary(summary)
+    print(pilot_summary_text(summary))
     print(f"results    {cell_dir}")
     return 0 if summary["status"] == "ok" else 1
-
-
-def _print_pilot_summary(summary: dict) -> None:
-    """A pilot's status, steps, FLOPs by phase, seconds, MFU and accuracies."""
-    shares = {k: summary["flops"][k] / summary["total_flops"] if summary["total_flops"] else 0
-              for k in ("rollout", "learning", "feedback")}
-    print(f"status     {summary['status']}" + (f": {summary['error']}" if summary["error"]
-                                                 else ""))
-    print(f"steps      {summary['steps']}")
-    print(f"FLOPs      {fmt_flops(summary['total_flops'])} of {fmt_flops(summary['budget_flops'])} "
-          f"({summary['total_flops'] / summary['budget_flops']:.1%}); "
-          + ", ".join(f"{k} {v:.1%}" for k, v in shares.items())
-          + f"; eval {fmt_flops(summary['flops']['eval'])} (not charged)")
-    print("wall s     " + ", ".join(f"{k} {v:.1f}" for k, v in summary["wall_s"].items()))
-    print(f"MFU        on {summary['device']} ({summary['dtype']}): " + ", ".join(
-        f"{phase} {use['mfu']:.1%}" for phase, use in summary["throughput"].items()
-        if use["mfu"] is not None and summary["flops"].get(phase)))
-    for target, final in summary["final_eval"].items():
-        start = summary["initial_eval"].get(target, {}).get("accuracy", float("nan"))
-        print(f"{target:<10} accuracy {start:.3f} -> {final['accuracy']:.3f}, mean reward "
-              f"{final['mean_reward']:.3f}")
-
-
-def _pilot_spec(cfg):
-    """The one pilot ``race pilot`` runs: its spec at ``pilot.fraction x budget``."""
-    check_device(cfg)  # the device before the budget: a GPU run's first mistake
-    return to_run_spec(cfg, pilot_flops(full_budget(cfg), cfg.pilot.fraction))
-
-
-def _pilot_budget_key(cfg) -> str:
-    """How a too-small pilot budget is named: the budget, the fraction and their product."""
-    return (f"budget={full_budget(cfg):.3g} x pilot.fraction={cfg.pilot.fraction} = pilot "
-            f"budget")
-
-
-def _hydra_pilot(cfg) -> str:
-    """One pilot as a Hydra task function (``race pilot -m``); returns its status."""
-    typed = with_task_lengths(OmegaConf.to_object(cfg))
-    spec = to_run_spec(typed, pilot_flops(full_budget(typed), typed.pilot.fraction))
-    summary = run_pilot(spec, CellDir.of(typed.pilot.out_dir, spec.cell_id).path)
-    print(f"race pilot: {spec.cell_id} {summary['status']}, {summary['steps']} steps, "
-          f"{fmt_flops(summary['total_flops'])} FLOPs", file=sys.stderr)
-    return summary["status"]
-
-
-def pilot_multirun(overrides: Overrides) -> int:
-    """``race pilot -m ...``: Hydra's own multirun over single pilots.
-
-    Every combination is composed and checked first (bad input exits 2 before Hydra
-    launches anything); then ``hydra.main`` runs the sweep with whichever launcher
-    ``hydra/launcher=`` names (basic, submitit_local, submitit_slurm).
-    """
-    ours = Overrides([t for t, _ in overrides.items() if not t.lstrip("+~").startswith("hydra")])
-    fixed, axes = ours.split()
-    for values in itertools.product(*axes.values()):
-        cfg = compose_config(fixed + [f"{k}={v}" for k, v in zip(axes, values)])
-        check_budget(_pilot_spec(cfg), prompt_tokens=1, key=_pilot_budget_key(cfg))
-    register_configs()
-    argv = sys.argv
-    sys.argv = ["race-pilot", "--multirun", *overrides]
-    try:
-        hydra.main(config_path=str(catalog.conf_dir()), config_name="config",
-                   version_base="1.3")(_hydra_pilot)()
-    finally:
-        sys.argv = argv
-    return 0
 
 
 def _one_line(error: BaseException) -> str:

@@ -32,7 +32,7 @@ from typing import Any
 from race.catalog import read_config_json
 from race.errors import PromptTooLong, UsageError, WeightsMissing
 from race.tasks import build_task
-from race.tasks.base import is_local
+from race.tasks.task_base import is_local
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")

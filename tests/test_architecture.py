@@ -146,3 +146,58 @@ def test_the_layering_check_sees_a_forbidden_arrow():
     assert "core" in arrows["pilot"] and "pilot" in arrows["run"]  # it sees real arrows
     assert allowed_in_docstring("x.\n\nMay import: a, b,\nc.") == {"a", "b", "c"}
     assert allowed_in_docstring("May import: nothing of RACE.") == set()
+
+
+# ------------------------------------------------------------------ bench
+
+BENCH = RACE.parent / "bench"
+FIRST_PARTY = {p.name for p in RACE.parent.iterdir()
+               if p.is_dir() and ((p / "__init__.py").is_file() or p.name in ("tests",
+                                                                                "examples"))}
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """The top-level names ``path`` imports anywhere in the file (``from x.y import z``
+    counts as x; a relative import counts as the file's own package)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found.add(node.module.split(".")[0] if node.level == 0 and node.module
+                      else path.parent.name)
+    return found
+
+
+def edits_sys_path(path: Path) -> bool:
+    """Whether ``path`` touches ``sys.path`` (insert, append, assignment, ...)."""
+    return any(isinstance(node, ast.Attribute) and node.attr == "path"
+               and isinstance(node.value, ast.Name) and node.value.id == "sys"
+               for node in ast.walk(ast.parse(path.read_text())))
+
+
+def test_nothing_under_race_imports_bench():
+    importers = sorted(str(p.relative_to(RACE.parent)) for p in RACE.rglob("*.py")
+                       if "bench" in top_level_imports(p))
+    assert not importers, importers
+
+
+def test_no_bench_file_edits_sys_path():
+    """bench's scripts import their siblings as ``bench.x`` (installed beside race)."""
+    editors = sorted(p.name for p in BENCH.rglob("*.py") if edits_sys_path(p))
+    assert not editors, editors
+
+
+def test_bench_imports_only_race_and_itself_among_first_party_code():
+    assert {"race", "bench", "tests"} <= FIRST_PARTY
+    wrong = {p.name: sorted(found) for p in BENCH.rglob("*.py")
+             if (found := top_level_imports(p) & FIRST_PARTY - {"race", "bench"})}
+    assert not wrong, wrong
+
+
+def test_the_bench_checks_see_what_they_look_for(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nsys.path.insert(0, 'x')\nfrom tests.conftest import policy\n")
+    assert edits_sys_path(bad) and "tests" in top_level_imports(bad)
+    assert not edits_sys_path(BENCH / "common.py")
+    assert {"race", "bench"} <= top_level_imports(BENCH / "testbed.py")

@@ -146,7 +146,7 @@ def test_bad_input_exit_2_one_line_nothing_written(args, needle, tmp_path, reque
 
 def test_report_of_a_folder_with_no_ok_cells_exits_2(tmp_path):
     from race.core.specs import RunSpec
-    from race.run.launch.base import Task, record_lost
+    from race.run.launch.launcher_base import Task, record_lost
     from race.store import io as results
 
     spec = RunSpec("tiny-s", (("kind", "rule"), ("name", "rule")), (("name", "arith"),), 1e10)

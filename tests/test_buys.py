@@ -1,9 +1,9 @@
-"""What one budget buys at each policy size (race.analysis.buys, race.report.buys),
+"""What one budget buys at each policy size (race.analysis.size_buys, race.report.buys),
 checked against the planner's own solver (race.run.grid.solve_cell, through plan_grid)."""
 
 import pytest
 
-from race.analysis.buys import budget_buys, recipe
+from race.analysis.size_buys import budget_buys, recipe
 from race.report.buys import budget_buys_text, buys_lines, buys_markdown
 from race.run.grid import plan_grid
 
@@ -71,7 +71,7 @@ def test_a_size_without_the_recipe_is_solved_at_its_own_and_says_so(plan):
 
 def test_the_table_and_the_plan_lines_show_the_solved_numbers(plan):
     specs = [c.spec for c in plan.runnable if c.spec.update_epochs == 1
-             and dict(c.spec.reward)["name"] == "rule" and c.spec.group_size == 8]
+             and c.spec.reward_name == "rule" and c.spec.group_size == 8]
     frame = budget_buys(F, specs)
     table = buys_markdown(frame, F, whose="the pick's")
     rows = [line for line in table.splitlines() if line.startswith("| tiny-")]

@@ -103,8 +103,8 @@ def test_composing_once_gives_what_hydra_composes_per_cell(fixed, variants):
 
 
 # pilot.eval_targets=null means every target of the task (resolved per task by
-# to_run_spec), where a bare RunSpec evaluates test and ood; the schema's other nulls are
-# the spec's zeros (race.config.spec.SPEC_NULLS)
+# to_run_spec), where a bare RunSpec evaluates test and ood; the schema's other nulls
+# stand for the spec's defaults (race.core.knobs.spec_nulls)
 PER_TASK = {"eval_targets", "max_new_tokens"}  # null in the schema: the task resolves it
 
 
@@ -112,9 +112,10 @@ def _disagreements(sections) -> dict:
     """Knobs whose default in the schema ``sections`` (instances) differs from RunSpec's."""
     from dataclasses import MISSING, fields, is_dataclass
 
-    from race.config.spec import SPEC_NULLS
+    from race.core.knobs import spec_nulls
     from race.core.specs import RunSpec
 
+    nulls = spec_nulls(RunSpec)
     spec = {f.name: f.default for f in fields(RunSpec) if f.default is not MISSING}
     differ = {}
     for section in sections:
@@ -122,7 +123,7 @@ def _disagreements(sections) -> dict:
             value = getattr(section, f.name)
             if f.name not in spec or f.name in PER_TASK or is_dataclass(value):
                 continue
-            value = SPEC_NULLS.get(f.name) if value is None else value
+            value = nulls.get(f.name) if value is None else value
             if (tuple(value) if isinstance(value, list) else value) != spec[f.name]:
                 differ[f"{type(section).__name__}.{f.name}"] = (value, spec[f.name])
     return differ

@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from bench import device_perf
+from race.catalog import load_model_shape
+from race.core.specs import LoraShape
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))  # the bench scripts import their siblings
-
-import device_perf  # noqa: E402
-
-from race.catalog import load_model_shape  # noqa: E402
-from race.core.specs import LoraShape  # noqa: E402
 
 
 def test_weight_bytes_by_hand():

@@ -18,7 +18,7 @@ import dataclasses
 
 import pytest
 
-from race.core import cards, flops
+from race.core import flops, run_flops
 from race.core.specs import LoraShape, ModelShape, PhaseFlops, RewardShape
 
 G = ModelShape(name="g", hidden_size=8, intermediate_size=16, num_layers=2, num_heads=2,
@@ -43,7 +43,8 @@ P_LIN, P_VALUE_HEAD, P_PAIR = 2 * (16 * 4 + 32 * 3) * 1, 2 * (4 * 4 + 4 * 2), 4 
 ORM_BODY = dataclasses.replace(P, name="o", head="sequence_score", num_labels=1)
 O_HEAD = 2 * 4 * 1
 
-PRM = RewardShape(name="prm", kind="prm", model=P, steps_per_trace=2)
+# 2 steps, one tag token each, and no other input overhead: 2 extra tokens per trace
+PRM = RewardShape(name="prm", kind="prm", model=P, extra_tokens_per_trace=2, steps_per_trace=2)
 ORM = RewardShape(name="orm", kind="orm", model=ORM_BODY)
 RULE = RewardShape(name="rule", kind="rule")
 
@@ -240,7 +241,7 @@ def test_grpo_step_composition():
     learning = (2 * flops.lora_train_flops(G, traces, QV2)  # mu = 2 epochs, one minibatch
                 + flops.forward_flops(G, traces, lora=QV2)  # old policy (mu > 1)
                 + flops.forward_flops(G, traces, lora=QV2, adapters=False))  # reference
-    feedback = flops.reward_flops(PRM, traces, [2] * rows)  # PRM.steps_per_trace = 2
+    feedback = flops.reward_flops(PRM, traces, [2] * rows)  # PRM.extra_tokens_per_trace
     assert step == PhaseFlops(rollout=rollout, learning=learning, feedback=feedback)
     assert step.eval == 0
 
@@ -345,26 +346,26 @@ def test_executed_at_least_model():
 
 def test_steps_for_budget_rounds_down_and_never_overspends():
     step = PhaseFlops(rollout=30.0, learning=60.0, feedback=10.0, eval=1e9)  # total 100
-    assert cards.steps_for_budget(step, 100.0) == 1
-    assert cards.steps_for_budget(step, 199.0) == 1
-    assert cards.steps_for_budget(step, 250.0) == 2
+    assert run_flops.steps_for_budget(step, 100.0) == 1
+    assert run_flops.steps_for_budget(step, 199.0) == 1
+    assert run_flops.steps_for_budget(step, 250.0) == 2
     real = flops.grpo_step_flops(G, PRM, **CELL)
     for budget in (real.total, 2.5 * real.total, 1e9, 123456789.0):
-        n = cards.steps_for_budget(real, budget)
+        n = run_flops.steps_for_budget(real, budget)
         assert n * real.total <= budget < (n + 1) * real.total
 
 
 def test_steps_for_budget_rejects_too_small():
     step = PhaseFlops(rollout=100.0)
     with pytest.raises(ValueError, match="budget="):
-        cards.steps_for_budget(step, 99.0)
+        run_flops.steps_for_budget(step, 99.0)
     with pytest.raises(ValueError, match="budget="):
-        cards.steps_for_budget(step, 0.0)
+        run_flops.steps_for_budget(step, 0.0)
 
 
 def test_compute_card_total_is_per_step_times_steps():
     step = flops.grpo_step_flops(G, PRM, **CELL)
-    card = cards.compute_card(G, PRM, step, steps=7)
+    card = run_flops.compute_card(G, PRM, step, steps=7)
     assert card.steps == 7
     assert card.total == step.scale(7)
     assert card.total.total == pytest.approx(7 * step.total)
@@ -372,7 +373,7 @@ def test_compute_card_total_is_per_step_times_steps():
     assert out["total_flops"]["total"] == pytest.approx(7 * step.total)
     assert sum(out["shares"].values()) == pytest.approx(1.0)
 
-    by_budget = cards.compute_card(G, PRM, step, budget_flops=3.5 * step.total)
+    by_budget = run_flops.compute_card(G, PRM, step, budget_flops=3.5 * step.total)
     assert by_budget.steps == 3
     assert by_budget.total.total == pytest.approx(3 * step.total)
 
@@ -380,11 +381,11 @@ def test_compute_card_total_is_per_step_times_steps():
 def test_compute_card_needs_exactly_one_of_steps_or_budget():
     step = PhaseFlops(rollout=1.0)
     with pytest.raises(ValueError):
-        cards.compute_card(G, RULE, step)
+        run_flops.compute_card(G, RULE, step)
     with pytest.raises(ValueError):
-        cards.compute_card(G, RULE, step, steps=1, budget_flops=10.0)
+        run_flops.compute_card(G, RULE, step, steps=1, budget_flops=10.0)
     with pytest.raises(ValueError, match="steps=0"):
-        cards.compute_card(G, RULE, step, steps=0)
+        run_flops.compute_card(G, RULE, step, steps=0)
 
 
 # --------------------------------------------------------------------------- bad input

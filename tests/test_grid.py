@@ -10,7 +10,8 @@ import pytest
 from race.config import EMBEDDED_BUDGET, compose_config, split_overrides, to_specs
 from race.core import flops
 from race.core.regime import regime_label
-from race.run.grid import plan_grid, plan_summary, plan_table
+from race.report.plan import plan_summary, plan_table
+from race.run.grid import plan_grid
 
 THRESHOLDS = SimpleNamespace(feedback_heavy=0.15, learning_heavy=0.8, search_heavy=0.4)
 
@@ -125,7 +126,7 @@ def test_conf_grid_rewards_that_do_not_fit_a_chosen_policy_are_refused_not_fatal
     assert len(plan.cells) == 16 and len(refused) == 8 and len(plan.runnable) == 8
     assert all(dict(c.knobs)["reward"] == "prm-tiny-s" and c.spec is None for c in refused)
     assert "tokenizer" in refused[0].refused
-    assert {dict(c.spec.reward)["name"] for c in plan.runnable} == {"rule"}
+    assert {c.spec.reward_name for c in plan.runnable} == {"rule"}
     with pytest.raises(ValueError, match="tokenizer"):  # asked for explicitly: bad input
         plan_grid(["budget=1e18", "model=qwen2.5-0.5b", "reward=prm-tiny-s"])
 

@@ -179,7 +179,7 @@ def _default_sweep_curves(rng, accuracy) -> list[list[tuple[list[float], int]]]:
     noise on the same ``n`` problems at every checkpoint (``pilot.select_examples``)."""
 
     from race.config import PilotConfig, SelectionConfig
-    from race.core import ladder
+    from race.core.rungs import DEFAULT_REDUCTION
 
     n = PilotConfig().select_examples
     rungs, configs = list(_default_rungs()), 16
@@ -189,7 +189,7 @@ def _default_sweep_curves(rng, accuracy) -> list[list[tuple[list[float], int]]]:
     for i, rung in enumerate(rungs):
         below = rungs[i - 1] if i else 0.0
         points += [c * rung for c in checkpoints if c * rung > below * (1 + 1e-9)]
-        alive = max(2, configs // ladder.DEFAULT_REDUCTION ** i)
+        alive = max(2, configs // DEFAULT_REDUCTION ** i)
         out.append([([float(rng.binomial(n, accuracy(f)) / n) for f in points], n)
                     for _ in range(alive)])
     return out
@@ -227,7 +227,7 @@ def test_drawdown_still_fires_on_a_real_collapse():
 
 
 def test_the_report_reads_the_guard_thresholds_the_sweep_ran_with(tmp_path):
-    from race.analysis.sweep import _guard_thresholds
+    from race.analysis.sweep_analysis import _guard_thresholds
     from race.config import GuardConfig, RaceConfig
     from race.store import io as results
 

@@ -20,6 +20,7 @@ pytest.importorskip("trl", reason="needs TRL: pip install 'race[trl]' (CI instal
 from race.core.fmt import fmt_flops  # noqa: E402
 from race.errors import UsageError  # noqa: E402
 from race.integrations import trl as race_trl  # noqa: E402
+from race.integrations import trl_ledger  # noqa: E402
 
 pytestmark = pytest.mark.trl
 
@@ -119,13 +120,13 @@ def _run_measured(trainer, out, *, evaluate: bool = False):
 def _check_ledger(ledger, everything):
     """executed == measured per phase within 1e-3 (exact on this CPU, to the FLOP)."""
     flops = ledger.ledger.flops
-    for phase in race_trl.PHASES:
+    for phase in trl_ledger.PHASES:
         measured, executed = flops["measured"][phase], flops["executed"][phase]
         assert executed == pytest.approx(measured, rel=1e-3, abs=0), phase
     assert sum(flops["measured"].values()) == everything  # nothing ran uncounted
     assert flops["executed"]["rollout"] > 0 and flops["executed"]["learning"] > 0
     # the model convention counts real tokens only: never more than what ran
-    for phase in race_trl.PHASES:
+    for phase in trl_ledger.PHASES:
         assert flops["model"][phase] <= flops["executed"][phase] * (1 + 1e-9)
 
 
@@ -148,7 +149,7 @@ def test_rule_reward_ledger_equals_flopcountermode(policy_dir, tmp_path):
     assert summary["status"] == "ok" and summary["steps"] == 2
     assert summary["flops_executed"] == flops["executed"]  # the evaluation after training too
     assert summary["total_flops"] == pytest.approx(
-        sum(flops["model"][p] for p in race_trl.CHARGED))
+        sum(flops["model"][p] for p in trl_ledger.CHARGED))
     # race report on the folder: the compute card with the ledger's split
     from race.report.write import write_report
 
@@ -173,7 +174,7 @@ def test_reward_model_old_and_reference_passes_equal_flopcountermode(policy_dir,
     original = trainer._get_per_token_logps_and_entropies
 
     def spy(model, *args, **kwargs):
-        calls.append((torch.is_grad_enabled(), race_trl._adapters_disabled(model)))
+        calls.append((torch.is_grad_enabled(), trl_ledger._adapters_disabled(model)))
         return original(model, *args, **kwargs)
 
     trainer._get_per_token_logps_and_entropies = spy

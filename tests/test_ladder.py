@@ -1,4 +1,4 @@
-"""The successive-halving ladder (race.core.ladder) and its aggregation helpers
+"""The successive-halving ladder (race.core.rungs) and its aggregation helpers
 (race.analysis.aggregate.increments, ladder_selection) on hand-made numbers and frames."""
 
 import math
@@ -10,7 +10,7 @@ from scipy import stats
 
 from race.analysis.aggregate import increments
 from race.analysis.select import ladder_selection, warm_starts
-from race.core.ladder import (
+from race.core.rungs import (
     DEFAULT_RUNGS,
     final_ranking,
     geometric_rungs,
@@ -547,7 +547,7 @@ def test_ladder_selection_k_truncates():
 
 
 def test_guarded_candidates_are_ranked_by_their_bound_after_the_rest():
-    from race.core.ladder import promote
+    from race.core.rungs import promote
 
     candidates = [{"config": "low", "model": "s", "lcb": 0.1, "guard": "drawdown"},
                   {"config": "high", "model": "s", "lcb": 0.8, "guard": "drawdown"},

@@ -1,5 +1,5 @@
 """A ladder sweep's report: the figure data through every rung (race.analysis.ladder_curves),
-the answer first in leaderboard.md and the summary (race.analysis.answer,
+the answer first in leaderboard.md and the summary (race.analysis.headline,
 race.report.answer), the figures, on a hand-made three-rung ladder folder."""
 
 import math
@@ -7,10 +7,10 @@ import math
 import pandas as pd
 import pytest
 
-from race.analysis.answer import difference
+from race.analysis.headline import difference
 from race.analysis.ladder_curves import ladder_points, lineage_fits, lineages
 from race.analysis.load import load_results
-from race.analysis.sweep import analyse_sweep
+from race.analysis.sweep_analysis import analyse_sweep
 from race.report.write import write_report
 from race.store import io as results
 

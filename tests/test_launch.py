@@ -14,8 +14,9 @@ cloudpickle = pytest.importorskip("cloudpickle", reason="submitit pickles jobs w
 pytest.importorskip("submitit", reason="launchers go through submitit")
 
 from race.config import compose_config, to_run_spec  # noqa: E402
-from race.run.launch.base import Counts, Ended, Task  # noqa: E402
-from race.run.launch.job import slots, threads  # noqa: E402
+from race.run.launch.job import threads  # noqa: E402
+from race.run.launch.launcher_base import Counts, Ended, Task  # noqa: E402
+from race.run.launch.local import slots  # noqa: E402
 from race.run.launch.watch import as_completed, launch  # noqa: E402
 
 # the stand-in jobs travel by value: this test module is not importable in a job process
@@ -193,7 +194,7 @@ from pathlib import Path
 import cloudpickle
 
 from race.config import compose_config, to_run_spec
-from race.run.launch.base import Task
+from race.run.launch.launcher_base import Task
 from race.run.launch.watch import launch
 
 
@@ -343,12 +344,12 @@ def test_sinfo_is_parsed_from_stored_outputs():
 def test_gpu_pilots_get_their_share_of_cores_and_slurm_gpu_defaults(monkeypatch):
     from types import SimpleNamespace
 
-    from race.run.launch import job
+    from race.run.launch import job, local
     from race.run.launch.slurm import slurm_resources
 
-    monkeypatch.setattr(job, "cores", lambda: 16)
-    local = SimpleNamespace(name="local", threads_per_pilot=0, gpus=[0, 1, 2, 3], slots=0)
-    assert job.slots(local) == 4 and job.threads(local) == 4  # cores // gpus
+    monkeypatch.setattr(local, "cores", lambda: 16)
+    gpus = SimpleNamespace(name="local", threads_per_pilot=0, gpus=[0, 1, 2, 3], slots=0)
+    assert local.slots(gpus) == 4 and job.threads(gpus) == 4  # cores // gpus
     slurm = SimpleNamespace(name="slurm", threads_per_pilot=0, gpus_per_node=0,
                             cpus_per_task=None, mem_gb=None)
     assert slurm_resources(slurm) == (1, 4)
@@ -390,7 +391,7 @@ def test_a_job_that_stopped_on_a_full_disk_is_named_before_any_summary_is_writte
     """A SLURM job's pilot that hit a full disk returns NO_SPACE and writes nothing: the
     sweep must end naming that file, not write a failed summary (and fail on spec.json)."""
     from race.errors import NoSpace
-    from race.run.launch.base import NO_SPACE, raise_no_space
+    from race.run.launch.launcher_base import NO_SPACE, raise_no_space
 
     class Job:
         def __init__(self, outcome):

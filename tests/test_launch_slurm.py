@@ -59,7 +59,7 @@ def test_slurm_sweep_two_cells_one_failing(tmp_path, policy, slurm_cluster, brok
 
 def test_job_killed_without_output_is_reported_not_waited_on(tmp_path, policy, slurm_cluster):
     from race.config import compose_config, to_run_spec
-    from race.run.launch.base import Task
+    from race.run.launch.launcher_base import Task
     from race.run.launch.watch import launch
 
     cfg = compose_config([*SMALL, f"model.hf_id={policy}", "launcher=slurm",
@@ -104,7 +104,7 @@ def test_signalled_pilot_checkpoints_at_the_next_step_and_resumes_there(
     late), which would make the test slow and flaky; the code path is the same.
     """
     from race.config import compose_config, to_run_spec
-    from race.run.launch.base import Task
+    from race.run.launch.launcher_base import Task
     from race.run.launch.watch import launch
 
     cfg = compose_config([*SMALL, f"model.hf_id={policy}", "launcher=slurm",

@@ -29,8 +29,8 @@ from race.pilot.budget import shapes, trace_token_limit, worst_step_flops  # noq
 from race.pilot.components import build_components  # noqa: E402
 from race.pilot.loop import run_pilot  # noqa: E402
 from race.pilot.state import PHASES  # noqa: E402
-from race.rewards.base import FlopLedger, RewardFlops  # noqa: E402
-from race.run.launch.base import Task, record_lost  # noqa: E402
+from race.rewards.reward_base import FlopLedger, RewardFlops  # noqa: E402
+from race.run.launch.launcher_base import Task, record_lost  # noqa: E402
 from race.store import io as results  # noqa: E402
 
 RULE = (("kind", "rule"), ("name", "rule"))
@@ -403,7 +403,8 @@ def test_standin_prm_pilot_keeps_to_the_planned_worst_case(tmp_path, policy, sta
     policy_shape, lora = load_model_shape("tiny-s"), LoraShape(spec.lora_rank, spec.lora_targets)
     # the worst case scores every trace with the format's overhead and max_steps tags
     extra = standin.overhead + STANDIN_MAX_STEPS * 1
-    bound_reward = RewardShape("prm-standin", "prm", standin.shape, steps_per_trace=extra)
+    bound_reward = RewardShape("prm-standin", "prm", standin.shape,
+                               extra_tokens_per_trace=extra, steps_per_trace=STANDIN_MAX_STEPS)
 
     def worst(prompt_tokens: int):
         return flops.grpo_step_flops(

@@ -294,8 +294,8 @@ def test_vllm_pilots_of_a_slot_share_one_engine_sized_from_the_cell(tmp_path):
     from race.catalog import load_model_shape
     from race.pilot.rollout.vllm import close_engine, engine_counts
     from race.pilot.rollout.vllm_settings import engine_size
-    from race.run.launch.base import Task
     from race.run.launch.job import PilotJob
+    from race.run.launch.launcher_base import Task
     from race.run.launch.local import SlotWorker
     from race.tasks import build_task, prompt_bound
 

@@ -11,7 +11,8 @@ from race.core import flops
 from race.core.fmt import fmt_flops
 from race.core.specs import LoraShape, ModelShape, RewardShape
 from race.pilot.budget import checkpoints_after, planned_evaluations
-from race.run.grid import eval_budget_warning, plan_grid, plan_summary
+from race.report.plan import eval_budget_warning, plan_summary
+from race.run.grid import plan_grid
 
 # tests/test_flops.py's shape: 2304 body FLOPs per token, 160 per head output, 64 per pair
 G = ModelShape(name="g", hidden_size=8, intermediate_size=16, num_layers=2, num_heads=2,
@@ -62,8 +63,8 @@ def test_default_ladder_counts_every_rung_with_its_checkpoints():
     assert 0 < select < each
     # one warm start per (size, reward), scored by the first cell of each on every target
     scorers = [c for c in cells if c.spec.score_start]
-    assert sorted((c.spec.model, dict(c.spec.reward)["name"]) for c in scorers) == sorted(
-        {(c.spec.model, dict(c.spec.reward)["name"]) for c in cells})
+    assert sorted((c.spec.model, c.spec.reward_name) for c in scorers) == sorted(
+        {(c.spec.model, c.spec.reward_name) for c in cells})
     starts = sum(c.eval_each_flops for c in scorers)
     last = plan.budget_flops * plan.ladder.rungs[-1]
     assert all(c.spec.report_from_flops == pytest.approx(last) for c in cells)

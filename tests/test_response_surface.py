@@ -24,6 +24,8 @@ from race.analysis.response import (
 )
 from race.core.specs import PhaseFlops
 from race.run.grid import Cell
+from race.store.pilots import row_flops
+from race.store.records import PilotSummary, phase_flops_from
 
 # ---------------------------------------------------------------- rho
 
@@ -32,13 +34,13 @@ def test_update_fraction_is_learning_over_charged_and_ignores_eval():
     # 6 / (3 + 6 + 1) = 0.6; eval (5e12) is counted but not charged
     ledger = PhaseFlops(rollout=3e12, learning=6e12, feedback=1e12, eval=5e12)
     assert update_fraction(ledger) == pytest.approx(0.6)
-    assert update_fraction({"rollout": 3e12, "learning": 6e12, "feedback": 1e12}) == \
-        pytest.approx(0.6)
+    assert update_fraction(phase_flops_from({"rollout": 3e12, "learning": 6e12,
+                                             "feedback": 1e12})) == pytest.approx(0.6)
     assert math.isnan(update_fraction(PhaseFlops()))  # nothing charged: no rho
     with pytest.raises(ValueError, match="negative FLOPs"):
         update_fraction(PhaseFlops(rollout=-1.0, learning=1.0))
     with pytest.raises(ValueError, match=r"lacks the phase\(s\) \['feedback'\]"):
-        update_fraction({"rollout": 1.0, "learning": 1.0})
+        phase_flops_from({"rollout": 1.0, "learning": 1.0})
 
 
 def test_planned_rho_reads_the_cells_planned_steps_and_a_refused_cell_has_none():
@@ -50,15 +52,16 @@ def test_planned_rho_reads_the_cells_planned_steps_and_a_refused_cell_has_none()
     assert math.isnan(planned_update_fraction(refused))
 
 
-# A summary.json as race.pilot.state.build_summary writes it: ``flops`` in the charged convention,
-# and every convention beside it. Executed FLOPs pad rollouts (x1.5) and learning (x1.2).
-SUMMARY = {
+# A summary.json as race.pilot.state.pilot_summary writes it: ``flops`` in the charged
+# convention, and every convention beside it. Executed FLOPs pad rollouts (x1.5) and
+# learning (x1.2).
+SUMMARY = PilotSummary.from_json({
     "status": "ok", "convention": "model", "total_flops": 8.0e9,
     "flops": {"rollout": 2.0e9, "learning": 5.0e9, "feedback": 1.0e9, "eval": 9.0e9},
     "flops_model": {"rollout": 2.0e9, "learning": 5.0e9, "feedback": 1.0e9, "eval": 9.0e9},
     "flops_executed": {"rollout": 3.0e9, "learning": 6.0e9, "feedback": 1.0e9, "eval": 1e10},
     "flops_measured": None,
-}
+})
 
 
 def test_realized_rho_from_a_summary_per_convention():
@@ -70,29 +73,31 @@ def test_realized_rho_from_a_summary_per_convention():
         realized_update_fraction(SUMMARY, "measured")
 
 
-def test_realized_rho_from_a_metrics_row_and_a_pilots_row():
+def test_rho_from_a_metrics_row_and_a_pilots_row():
+    # a metrics row holds every convention: the caller names one, then reads it as phases
     row = {"kind": "step", "step": 3, "charged_flops": 4.0e9,
            "flops": {"model": {"rollout": 1.0e9, "learning": 2.5e9, "feedback": 0.5e9,
                                "eval": 0.0},
                      "executed": {"rollout": 1.5e9, "learning": 3.0e9, "feedback": 0.5e9,
                                   "eval": 0.0}}}
-    assert realized_update_fraction(row, "model") == pytest.approx(2.5 / 4.0)
-    assert realized_update_fraction(row, "executed") == pytest.approx(3.0 / 5.0)
-    with pytest.raises(ValueError, match="pass convention="):
-        realized_update_fraction(row)  # the row does not say which convention is charged
+    assert update_fraction(phase_flops_from(row["flops"]["model"])) == pytest.approx(2.5 / 4)
+    assert update_fraction(phase_flops_from(row["flops"]["executed"])) == \
+        pytest.approx(3.0 / 5.0)
     pilots_row = {"cell_id": "abc", "convention": "model", "flops_rollout": 2.0e9,
                   "flops_learning": 5.0e9, "flops_feedback": 1.0e9, "flops_eval": 9.0e9}
-    assert realized_update_fraction(pilots_row) == pytest.approx(5 / 8)
-    with pytest.raises(ValueError, match="only the charged convention 'model'"):
-        realized_update_fraction(pilots_row, "executed")
+    assert update_fraction(row_flops(pilots_row)) == pytest.approx(5 / 8)
+    failed = {"cell_id": "abd", "flops_rollout": math.nan, "flops_learning": math.nan,
+              "flops_feedback": math.nan}  # a cell that never started, in a DataFrame
+    assert math.isnan(update_fraction(row_flops(failed)))
 
 
 def test_planned_and_realized_rho_of_one_cell():
     # planned: 4 steps at the nominal 40 completion tokens; the pilot's completions ended
     # earlier, shrinking rollout (decode) more than learning (which also re-reads prompts)
     cell = Cell((), (), None, 4, PhaseFlops(rollout=4.0e9, learning=12.0e9), "")
-    summary = {"convention": "model",
-               "flops": {"rollout": 1.8e9, "learning": 7.2e9, "feedback": 0.0, "eval": 3e9}}
+    summary = PilotSummary.from_json({
+        "status": "ok", "convention": "model",
+        "flops": {"rollout": 1.8e9, "learning": 7.2e9, "feedback": 0.0, "eval": 3e9}})
     assert planned_update_fraction(cell) == pytest.approx(12 / 16)  # 0.75
     assert realized_update_fraction(summary) == pytest.approx(7.2 / 9.0)  # 0.80
 

@@ -19,13 +19,13 @@ transformers = pytest.importorskip("transformers", reason="transformers loads th
 
 from race.core.flops import reward_flops  # noqa: E402
 from race.core.specs import RewardShape  # noqa: E402
-from race.rewards.base import Reward, RewardFlops  # noqa: E402
 from race.rewards.qwen_prm import (  # noqa: E402
     SYSTEM_PROMPT,
     QwenPRM,
     aggregate_scores,
     split_steps,
 )
+from race.rewards.reward_base import Reward, RewardFlops  # noqa: E402
 
 MODELING = Path(__file__).resolve().parents[1] / "race" / "nn" / "qwen_prm_modeling.py"
 TAG = "<extra_0>"

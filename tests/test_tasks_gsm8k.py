@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from race.tasks.base import Example
 from race.tasks.gsm8k import PROMPT_TEMPLATE, load_gsm8k, parse_solution, read_gsm8k
+from race.tasks.task_base import Example
 
 # Written for these tests in GSM8K's format: steps with <<calculator>> annotations, "#### N".
 PROBLEMS = [

@@ -6,18 +6,15 @@ Every cell scores 20 problems, the same pattern on both seeds (so the seed varia
 and each SE is the problem part alone): ``first(k)`` is right on problems 0..k-1."""
 
 import gzip
-import importlib.util
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).parents[1] / "bench"
-SCRIPT = BENCH / "testbed.py"
-SPEC = importlib.util.spec_from_file_location("testbed", SCRIPT)
-testbed = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(testbed)
+from bench import testbed
+
+SCRIPT = Path(testbed.__file__)
 
 F = 1e9
 N = 20

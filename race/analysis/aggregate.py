@@ -27,6 +27,12 @@ LEVEL, N_BOOT = REPORT.level, REPORT.n_boot  # when a caller gives none
 REGIME_KEYS = ["model", "reward", "regime"]
 
 
+def z_of_level(level: float) -> float:
+    """The normal quantile of a two-sided ``level`` interval (1.645 at 0.9): the one
+    z-from-level formula every interval here uses."""
+    return float(stats.norm.ppf(0.5 + level / 2))
+
+
 def split_status(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Split pilots into (ok, failed); any status other than "ok" counts as failed."""
     ok = cells["status"] == "ok"
@@ -204,7 +210,7 @@ def frontier(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str,
         Columns reward, flops (FLOPs), accuracy, lo, hi, cell_id, config_id: one row per
         FLOP level in a reward's checkpoint evals (sorted).
     """
-    z = float(stats.norm.ppf(0.5 + level / 2))
+    z = z_of_level(level)
     ev = target_evals(evals, cells, target)
     n = ev["n"].clip(lower=1) if "n" in ev else pd.Series(1, index=ev.index)
     p = ev["accuracy"].clip(0, 1)

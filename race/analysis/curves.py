@@ -112,27 +112,7 @@ def fit_curve(flops, accuracy, *, predict_at: float, r0: float | None = None,
     def model(lc, A, m, B):
         return _logistic(lc, r0, A, m, B)
 
-    def jac(lc, A, m, B):  # analytic: 3x fewer evaluations than finite differences
-        s = expit(B * _LN10 * (lc - m))
-        ds = (A - r0) * s * (1 - s) * _LN10
-        return np.stack([s, -B * ds, (lc - m) * ds], axis=1)
-
-    best, error = None, ""
-    # Three fixed starts (log10 C_mid, B): the loss is not convex in (C_mid, B). On 150
-    # random noisy sigmoids these reached the best of six starts every time.
-    for m0, b0 in ((lx.mean(), 0.5), (lx.mean(), 3.0), (lx.max(), 3.0)):
-        p0 = np.clip([yp[-1], m0, b0], lower + 1e-6, upper - 1e-6)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", OptimizeWarning)
-                popt, pcov = curve_fit(model, lx, yp, p0=p0, bounds=(lower, upper), jac=jac,
-                                       max_nfev=200)
-        except (RuntimeError, ValueError) as exc:
-            error = str(exc).splitlines()[0]
-            continue
-        cost = float(np.sum((model(lx, *popt) - yp) ** 2))
-        if best is None or cost < best[0] - 1e-15:
-            best = (cost, popt, pcov)
+    best, error = _best_fit(model, lx, yp, r0, lower, upper)
     if best is None:
         return _fallback(x, y, n, f"curve_fit failed: {error}")
     cost, popt, pcov = best
@@ -156,6 +136,36 @@ def fit_curve(flops, accuracy, *, predict_at: float, r0: float | None = None,
     params = {"R0": float(r0), "A": float(popt[0]), "C_mid": float(10 ** popt[1]),
               "B": float(popt[2])}
     return FitResult("sigmoid", params, r2, rmse, prediction, lo, hi, n)
+
+
+def _best_fit(model, lx: np.ndarray, yp: np.ndarray, r0: float, lower: np.ndarray,
+              upper: np.ndarray) -> tuple[tuple | None, str]:
+    """The least-squares fit of ``model`` (A, log10 C_mid, B; R0 fixed at ``r0``) to the
+    points ``(lx, yp)`` within the bounds, best of three starts: ``((cost, popt, pcov),
+    "")``, or ``(None, the last error)`` when every start failed."""
+
+    def jac(lc, A, m, B):  # analytic: 3x fewer evaluations than finite differences
+        s = expit(B * _LN10 * (lc - m))
+        ds = (A - r0) * s * (1 - s) * _LN10
+        return np.stack([s, -B * ds, (lc - m) * ds], axis=1)
+
+    best, error = None, ""
+    # Three fixed starts (log10 C_mid, B): the loss is not convex in (C_mid, B). On 150
+    # random noisy sigmoids these reached the best of six starts every time.
+    for m0, b0 in ((lx.mean(), 0.5), (lx.mean(), 3.0), (lx.max(), 3.0)):
+        p0 = np.clip([yp[-1], m0, b0], lower + 1e-6, upper - 1e-6)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", OptimizeWarning)
+                popt, pcov = curve_fit(model, lx, yp, p0=p0, bounds=(lower, upper), jac=jac,
+                                       max_nfev=200)
+        except (RuntimeError, ValueError) as exc:
+            error = str(exc).splitlines()[0]
+            continue
+        cost = float(np.sum((model(lx, *popt) - yp) ** 2))
+        if best is None or cost < best[0] - 1e-15:
+            best = (cost, popt, pcov)
+    return best, error
 
 
 def fit_cells(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str) -> pd.DataFrame:

@@ -1,5 +1,6 @@
 """A sweep folder read into the DataFrames the analysis works on (the only reader of
-``metrics.jsonl`` for analysis; what it reads is the store's, :mod:`race.store`).
+``metrics.jsonl`` for analysis, its eval rows as :class:`~race.store.records.EvalRow`;
+what it reads is the store's, :mod:`race.store`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from race.core.specs import ModelShape, RunSpec, start_key
 from race.store.cell import CellDir, cell_dirs, every_cell_dir
 from race.store.io import SWEEP_JSON_FIX, read_jsonl, read_result
 from race.store.pilots import pilot_row
-from race.store.sweep import SweepDir
+from race.store.records import EvalRow
+from race.store.sweep_files import SweepDir
 
 # step-row keys the guards read
 STEP_KEYS = ("step", "max_new_tokens", "train_reward", "entropy", "truncation_rate",
@@ -24,7 +26,7 @@ STEP_KEYS = ("step", "max_new_tokens", "train_reward", "entropy", "truncation_ra
 
 
 def model_shapes(sweep_dir: Path) -> dict[str, Any]:
-    """Every policy's and reward model's :class:`~race.core.specs.ModelShape` of a sweep, by
+    """Every policy's and reward model's :class:`~race.core.shapes.ModelShape` of a sweep, by
     name, as its cells' ``spec.json`` recorded them (an older spec without shapes: the
     catalog's). A report never reopens a model folder, which may have moved since."""
     shapes: dict[str, Any] = {}
@@ -46,16 +48,6 @@ def run_specs(sweep_dir: Path) -> dict[str, RunSpec]:
     return {path.name: RunSpec.from_dict(read_result(CellDir(path).spec,
                                                      CellDir(path).rerun_fix()))
             for path in cell_dirs(sweep_dir)}
-
-
-def eval_flops(metric: dict, convention: str, charged: float) -> float:
-    """The charged FLOPs an eval row was scored at: its own ledger snapshot (``flops``,
-    by convention and phase), else the last step's ``charged``. A continued ladder cell
-    repeats its lineage's eval rows after its own steps: only the snapshot dates them."""
-    own = (metric.get("flops") or {}).get(convention)
-    if not own:
-        return charged
-    return float(sum(own.get(p, 0.0) or 0.0 for p in ("rollout", "learning", "feedback")))
 
 
 def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
@@ -99,28 +91,10 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
         rows.append(row)
         if row["status"] != "ok":
             continue
-        metrics = read_jsonl(CellDir(cell_dir).metrics)
         spec = read_result(CellDir(cell_dir).spec, CellDir(cell_dir).rerun_fix())
-        charged = 0.0
-        finals = {}
         first = len(evals)
-        seen = set()  # (target, charged FLOPs): a ladder rung repeats its lineage's evals
-        for metric in metrics:
-            if metric["kind"] == "step":
-                charged = metric["charged_flops"]
-                steps.append({"cell_id": row["cell_id"]}
-                             | {k: metric.get(k) for k in STEP_KEYS})
-            elif metric["kind"] == "eval":
-                at = eval_flops(metric, spec.get("convention", "model"), charged)
-                if (metric["target"], at) in seen:
-                    continue
-                seen.add((metric["target"], at))
-                evals.append({"cell_id": row["cell_id"], "config_id": row["config_id"],
-                              "target": metric["target"], "checkpoint": metric["checkpoint"],
-                              "flops": at, "accuracy": metric["accuracy"],
-                              "mean_reward": metric["mean_reward"],
-                              "n": len(metric.get("correct", []))})
-                finals[metric["target"]] = metric.get("correct", [])
+        finals = _read_metrics(CellDir(cell_dir), row, spec.get("convention", "model"),
+                               evals, steps)
         start = [e for e in evals[first:] if e["checkpoint"] == 0.0]
         if start:
             starts.setdefault(start_key(spec), start)
@@ -137,3 +111,35 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
     if with_steps:
         return (*frames, pd.DataFrame(steps, columns=["cell_id", *STEP_KEYS]))
     return frames
+
+
+def _read_metrics(cell: CellDir, row: dict, convention: str, evals: list[dict],
+                  steps: list[dict]) -> dict[str, tuple[int, ...]]:
+    """Append an ok cell's eval rows to ``evals`` and its step rows to ``steps``; return
+    each target's per-problem correctness at its last checkpoint.
+
+    An eval row is dated by its own ledger snapshot (charged FLOPs in ``convention``),
+    else by the last step's ``charged_flops``: a continued ladder cell repeats its
+    lineage's eval rows after its own steps, and only the snapshot dates them (a repeated
+    (target, FLOPs) is read once).
+    """
+    charged = 0.0
+    finals: dict[str, tuple[int, ...]] = {}
+    seen = set()  # (target, charged FLOPs): a ladder rung repeats its lineage's evals
+    for metric in read_jsonl(cell.metrics):
+        if metric["kind"] == "step":
+            charged = metric["charged_flops"]
+            steps.append({"cell_id": row["cell_id"]} | {k: metric.get(k) for k in STEP_KEYS})
+        elif metric["kind"] == "eval":
+            scored = EvalRow.from_json(metric)
+            at = scored.charged_flops(convention)
+            at = charged if at is None else at
+            if (scored.target, at) in seen:
+                continue
+            seen.add((scored.target, at))
+            evals.append({"cell_id": row["cell_id"], "config_id": row["config_id"],
+                          "target": scored.target, "checkpoint": scored.checkpoint,
+                          "flops": at, "accuracy": scored.accuracy,
+                          "mean_reward": scored.mean_reward, "n": scored.n})
+            finals[scored.target] = scored.correct
+    return finals

@@ -35,7 +35,8 @@ edge, so the best rho may lie beyond the grid), the interval spans both regimes
 unstable fit recommends the best pilot cell (the config with the highest mean pilot
 score) instead.
 
-Pure: numpy only; no IO, pandas or torch.
+The fits' numerics live in :mod:`race.analysis.rho_fits`. Pure: numpy and the store's
+records only; no IO, pandas or torch.
 """
 
 from __future__ import annotations
@@ -47,40 +48,46 @@ from typing import Any
 
 import numpy as np
 
+from race.analysis.rho_fits import (
+    MODELS,
+    RHO_TOL,
+    argmax_rho,
+    bootstrap_optimum,
+    choose_model,
+    fit_coefficients,
+    loco_errors,
+    point_weights,
+    predict,
+    rho_levels,
+)
 from race.core.specs import PhaseFlops
-from race.core.stats import binomial_se
+from race.store.records import PilotSummary, phase_flops_from
 
-MODELS = ("constant", "log-linear", "quadratic")  # simplest first: ties go to the simpler
-_MIN_RHO = {"constant": 1, "log-linear": 2, "quadratic": 3}  # rho levels a fit needs
 HIGH, LOW = "high-update", "low-update"
 LEVEL = 0.9  # the optimum's interval
 BOOT = 1000  # bootstrap resamples of configs
-# rho values closer than this are one level of the grid: seeds' realized rho differ
-# slightly, and so do configs that change little but rho (G, LoRA rank: ~0.01 per 4x rank)
-RHO_TOL = 0.02
 
 
 # ---------------------------------------------------------------- rho
 
 
-def update_fraction(flops: PhaseFlops | Mapping[str, float]) -> float:
+def update_fraction(flops: PhaseFlops) -> float:
     """rho = learning / (rollout + learning + feedback), in [0, 1]; eval is ignored.
 
     Args:
-        flops: FLOPs by phase, a :class:`~race.core.specs.PhaseFlops` or a mapping with the
-            keys ``rollout``, ``learning`` and ``feedback`` (``eval`` optional), in one
-            convention.
+        flops: FLOPs by phase in one convention (a mapping from a results file reads as
+            one with :func:`race.store.records.phase_flops_from`; a ``pilots.csv`` row
+            with :func:`race.store.pilots.row_flops`).
 
     Returns:
         rho; nan when nothing was charged (a refused or never-started cell) or a phase
         is nan (a pandas row of a failed cell).
     """
-    phases = flops if isinstance(flops, PhaseFlops) else _phases(flops, "flops")
-    if any(v < 0 for v in phases.as_tuple()):
-        raise ValueError(f"negative FLOPs in {phases}: a ledger only accumulates; "
+    if any(v < 0 for v in flops.as_tuple()):
+        raise ValueError(f"negative FLOPs in {flops}: a ledger only accumulates; "
                          f"pass the cumulative FLOPs by phase")
-    total = phases.total
-    return phases.learning / total if total > 0 else math.nan
+    total = flops.total
+    return flops.learning / total if total > 0 else math.nan
 
 
 def planned_update_fraction(cell: Any) -> float:
@@ -91,165 +98,41 @@ def planned_update_fraction(cell: Any) -> float:
     return update_fraction(cell.planned)
 
 
-def phase_flops(record: Mapping[str, Any], convention: str | None = None) -> PhaseFlops:
-    """A pilot's realized FLOPs by phase, from any record the pilot writes.
+def phase_flops(summary: PilotSummary, convention: str | None = None) -> PhaseFlops:
+    """A pilot's realized FLOPs by phase, from its summary.
 
     Args:
-        record: one of
-            - ``summary.json``: ``flops`` (the charged convention, named by
-              ``convention``) and ``flops_model`` / ``flops_executed`` /
-              ``flops_measured`` (every convention);
-            - a ``metrics.jsonl`` row: ``flops`` as ``{convention: {phase: FLOPs}}``
-              (cumulative up to that step);
-            - a ``pilots.csv`` row (``race.store.pilots.pilot_row``): ``flops_<phase>`` in
-              the charged convention.
-        convention: ``model``, ``executed`` or ``measured``; None reads the charged one
-            (required for a metrics row, which does not say which was charged).
+        summary: the cell's ``summary.json``; its ``flops`` are the charged convention
+            (``summary.convention``), ``flops_model`` / ``flops_executed`` /
+            ``flops_measured`` each formula's and the counter's.
+        convention: ``model``, ``executed`` or ``measured``; None reads the charged one.
     """
-    flops = record.get("flops")
-    if isinstance(flops, Mapping) and flops and all(isinstance(v, Mapping)
-                                                    for v in flops.values()):
-        if convention is None:
-            raise ValueError(f"a metrics row holds every convention ({sorted(flops)}): pass "
-                             f"convention= the spec's, e.g. convention='model'")
-        if convention not in flops:
-            raise ValueError(f"convention={convention!r}: not in this metrics row; use one "
-                             f"of {sorted(flops)}")
-        return _phases(flops[convention], f"flops[{convention!r}]")
-    charged = record.get("convention")
-    if isinstance(flops, Mapping):  # summary.json
-        if convention is None or convention == charged:
-            return _phases(flops, "flops")
-        other = record.get(f"flops_{convention}")
-        if not isinstance(other, Mapping):
-            raise ValueError(f"convention={convention!r}: this summary has no "
-                             f"flops_{convention} (measured FLOPs need accounting.measure"
-                             f"=true); use convention=None for the charged {charged!r}")
-        return _phases(other, f"flops_{convention}")
-    if "flops_learning" in record:  # a pilots.csv row
-        if convention is not None and charged is not None and convention != charged:
-            raise ValueError(f"convention={convention!r}: a pilots.csv row holds only the "
-                             f"charged convention {charged!r}; read summary.json instead")
-        return _phases({k[len("flops_"):]: v for k, v in record.items()
-                        if k.startswith("flops_")}, "flops_<phase>")
-    raise ValueError(f"no FLOPs by phase in this record (keys {sorted(record)[:8]}): pass a "
-                     f"summary.json, a metrics.jsonl row or a pilots.csv row")
+    if convention is None or convention == summary.convention:
+        return phase_flops_from(summary.flops, "flops")
+    other = {"model": summary.flops_model, "executed": summary.flops_executed,
+             "measured": summary.flops_measured}.get(convention)
+    if not other:
+        raise ValueError(f"convention={convention!r}: this summary has no "
+                         f"flops_{convention} (measured FLOPs need accounting.measure"
+                         f"=true); use convention=None for the charged "
+                         f"{summary.convention!r}")
+    return phase_flops_from(other, f"flops_{convention}")
 
 
-def realized_update_fraction(record: Mapping[str, Any], convention: str | None = None) -> float:
-    """rho as a pilot spent it (see :func:`phase_flops` for the records it reads).
+def realized_update_fraction(summary: PilotSummary, convention: str | None = None) -> float:
+    """rho as a pilot spent it (:func:`phase_flops` of its summary).
 
     A ladder rung that continues another reports its lineage's cumulative FLOPs, so its
     rho is the lineage's up to that rung."""
-    return update_fraction(phase_flops(record, convention))
+    return update_fraction(phase_flops(summary, convention))
 
 
-def _phases(values: Mapping[str, Any], name: str) -> PhaseFlops:
-    missing = [p for p in ("rollout", "learning", "feedback") if p not in values]
-    if missing:
-        raise ValueError(f"{name} lacks the phase(s) {missing}: every charged phase "
-                         f"(rollout, learning, feedback) is needed for rho")
-    return PhaseFlops(*(_num(values.get(p, 0.0))
-                        for p in ("rollout", "learning", "feedback", "eval")))
-
-
-def _num(value: Any) -> float:
-    return math.nan if value is None else float(value)
-
-
-# ---------------------------------------------------------------- fits
-
-
-def _design(model: str, rho: np.ndarray) -> np.ndarray:
-    """[points, params]: 1 | 1, ln rho | 1, rho, rho^2."""
-    ones = np.ones_like(rho)
-    if model == "constant":
-        return ones[:, None]
-    if model == "log-linear":
-        return np.column_stack([ones, np.log(rho)])
-    return np.column_stack([ones, rho, rho * rho])
-
-
-def rho_levels(rho: Sequence[float] | np.ndarray, tol: float = RHO_TOL) -> int:
-    """Distinct levels of rho: sorted values split wherever two neighbours differ by more
-    than ``tol``."""
-    values = np.sort(np.asarray(rho, dtype=float))
-    return int(len(values) > 0) + int(np.sum(np.diff(values) > tol))
-
-
-def _fittable(model: str, rho: np.ndarray, tol: float) -> bool:
-    if model == "log-linear" and np.any(rho <= 0):
-        return False
-    return rho_levels(rho, tol) >= _MIN_RHO[model]
-
-
-def _fit(model: str, rho: np.ndarray, score: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """Weighted least squares coefficients of ``model``."""
-    root = np.sqrt(weight)
-    coef, *_ = np.linalg.lstsq(_design(model, rho) * root[:, None], score * root, rcond=None)
-    return coef
-
-
-def predict(model: str, coefficients: Sequence[float], rho: float | np.ndarray):
-    """The fitted score at ``rho``."""
-    rho = np.asarray(rho, dtype=float)
-    value = _design(model, np.atleast_1d(rho)) @ np.asarray(coefficients, dtype=float)
-    return float(value[0]) if rho.ndim == 0 else value
-
-
-def loco_errors(rho: np.ndarray, score: np.ndarray, configs: np.ndarray,
-                weight: np.ndarray, tol: float = RHO_TOL) -> dict[str, float]:
-    """Each model's leave-one-config-out error: sum w (y - y_hat)^2 / sum w, where y_hat
-    of a point comes from the model fitted to the other configs' points (inf when some
-    fold has fewer rho levels, ``tol`` apart, than the model needs)."""
-    errors = {}
-    for model in MODELS:
-        if model == "log-linear" and np.any(rho <= 0):
-            errors[model] = math.inf
-            continue
-        squared = 0.0
-        for config in np.unique(configs):
-            out = configs == config
-            if not _fittable(model, rho[~out], tol):
-                squared = math.inf
-                break
-            coef = _fit(model, rho[~out], score[~out], weight[~out])
-            squared += float(np.sum(weight[out] * (score[out] - predict(model, coef,
-                                                                        rho[out])) ** 2))
-        errors[model] = squared / float(np.sum(weight))
-    return errors
-
-
-def choose_model(errors: Mapping[str, float]) -> str:
-    """The model with the lowest LOCO error (ties, within 1e-12 relative: the simpler;
-    none finite: constant)."""
-    finite = {m: e for m, e in errors.items() if math.isfinite(e)}
-    if not finite:
-        return "constant"
-    best = min(finite.values())
-    return next(m for m in MODELS if m in finite and finite[m] <= best * (1 + 1e-12) + 1e-300)
-
-
-def argmax_rho(model: str, coefficients: Sequence[float], lo: float, hi: float) -> float | None:
-    """Where the fit peaks on [lo, hi]: an end, or a concave quadratic's vertex inside
-    (None for the constant model, which has no optimum)."""
-    if model == "constant":
-        return None
-    candidates = [lo, hi]
-    if model == "quadratic":
-        _, b, c = coefficients
-        if c < 0 and lo < -b / (2 * c) < hi:
-            candidates.append(-b / (2 * c))
-    values = [predict(model, coefficients, r) for r in candidates]
-    return float(candidates[int(np.argmax(values))])
+# ---------------------------------------------------------------- the surface
 
 
 def regime_of(rho: float, threshold: float) -> str:
     """``high-update`` above the threshold, ``low-update`` at or below it."""
     return HIGH if rho > threshold else LOW
-
-
-# ---------------------------------------------------------------- the surface
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,7 +284,7 @@ def fit_response_surface(rho: Sequence[float], score: Sequence[float],
     if bad:
         raise ValueError(f"config(s) {bad}: rho must lie in [0, 1] and scores be finite; "
                          f"leave failed cells out of the fit")
-    weight = _weights(score_a, n_problems)
+    weight = point_weights(score_a, n_problems)
     lo, hi = float(rho_a.min()), float(rho_a.max())
     rule = "midpoint" if threshold is None else "given"
     threshold = (lo + hi) / 2 if threshold is None else float(threshold)
@@ -413,10 +296,11 @@ def fit_response_surface(rho: Sequence[float], score: Sequence[float],
 
     loco = loco_errors(rho_a, score_a, config_a, weight, rho_tol)
     model = choose_model(loco)
-    coef = _fit(model, rho_a, score_a, weight)  # every fold fitted it: so do all points
+    # every fold fitted it: so do all points
+    coef = fit_coefficients(model, rho_a, score_a, weight)
     rho_opt = argmax_rho(model, coef, lo, hi)
     edge = "" if rho_opt is None else _edge(rho_opt, lo, hi, rho_tol)
-    interval, fitted = (None, 1.0) if rho_opt is None else _bootstrap(
+    interval, fitted = (None, 1.0) if rho_opt is None else bootstrap_optimum(
         model, rho_a, score_a, config_a, weight, lo, hi, level=level, boot=boot, seed=seed,
         tol=rho_tol)
 
@@ -447,37 +331,6 @@ def _edge(rho_opt: float, lo: float, hi: float, tol: float) -> str:
     if near_lo and (not near_hi or rho_opt - lo <= hi - rho_opt):
         return "low"
     return "high" if near_hi else ""
-
-
-def _weights(score: np.ndarray, n_problems: int | Sequence[int] | None) -> np.ndarray:
-    """1 / binomial SE^2 per point (race.core.stats.binomial_se, floored at 1/n), or ones."""
-    if n_problems is None:
-        return np.ones_like(score)
-    counts = np.broadcast_to(np.asarray(n_problems, dtype=int), score.shape)
-    if np.any(counts <= 0):
-        raise ValueError(f"n_problems={n_problems!r}: every score needs >= 1 problem")
-    return np.array([binomial_se(s, int(n)) ** -2 for s, n in zip(score, counts)])
-
-
-def _bootstrap(model: str, rho: np.ndarray, score: np.ndarray, configs: np.ndarray,
-               weight: np.ndarray, lo: float, hi: float, *, level: float, boot: int,
-               seed: int, tol: float) -> tuple[tuple[float, float] | None, float]:
-    """The percentile interval of the argmax over config resamples, and the share of
-    resamples that could be fitted."""
-    names = np.unique(configs)
-    members = [np.flatnonzero(configs == c) for c in names]
-    rng = np.random.default_rng(seed)
-    optima = []
-    for _ in range(boot):
-        rows = np.concatenate([members[i] for i in rng.integers(len(names), size=len(names))])
-        if _fittable(model, rho[rows], tol):
-            coef = _fit(model, rho[rows], score[rows], weight[rows])
-            optima.append(argmax_rho(model, coef, lo, hi))
-    fitted = len(optima) / boot if boot else 0.0
-    if not optima:
-        return None, fitted
-    low, high = np.quantile(optima, [(1 - level) / 2, (1 + level) / 2])
-    return (float(low), float(high)), fitted
 
 
 def fit_surfaces(points: Iterable[Mapping[str, Any]], *,

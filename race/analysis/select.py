@@ -1,7 +1,7 @@
 """Every selection rule in one place: which configs a rung promotes (its candidates),
 which go to full-budget validation (flat: :func:`select_for_validation`; ladder:
 :func:`ladder_selection`), and each choice's gain over its warm start. The pure rules of
-promotion and the final ranking are :mod:`race.core.ladder`'s.
+promotion and the final ranking are :mod:`race.core.rungs`'s.
 """
 
 from __future__ import annotations
@@ -10,15 +10,22 @@ import math
 from pathlib import Path
 
 import pandas as pd
-from scipy import stats
 
-from race.analysis.aggregate import LEVEL, guard_cells, plain, target_evals, targets
+from race.analysis.aggregate import (
+    LEVEL,
+    guard_cells,
+    plain,
+    target_evals,
+    targets,
+    z_of_level,
+)
 from race.analysis.load import load_results
-from race.core.ladder import final_ranking, fmt_fraction, next_rung_bound
+from race.core.rungs import final_ranking, fmt_fraction, next_rung_bound
+from race.core.specs import target_problems
 from race.core.stats import BASES, REPORT, binomial_se
 from race.store.cell import CellDir
 from race.store.io import read_json
-from race.store.sweep import SweepDir
+from race.store.sweep_files import SweepDir
 
 TOP_K, BASIS = REPORT.top_k, REPORT.basis  # when a caller gives none
 
@@ -45,7 +52,7 @@ def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = TOP_K,
                      level: float = LEVEL, starts: dict[str, dict] | None = None) -> list[dict]:
     """The ladder's choices for full-budget validation, best first.
 
-    :func:`race.core.ladder.final_ranking` of the rungs: unguarded configs first; within a
+    :func:`race.core.rungs.final_ranking` of the rungs: unguarded configs first; within a
     policy size the higher rung first; sizes merged by the observed score (seeds
     averaged) at the rung where each config was read. Intervals are normal at ``level``
     from the score's standard error (binomial over the rung's problems, pooled over
@@ -58,7 +65,7 @@ def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = TOP_K,
             warm start, with ``gain_se`` (the two standard errors combined) and a verdict
             at ``level`` in its reason.
     """
-    z = float(stats.norm.ppf(0.5 + level / 2))
+    z = z_of_level(level)
     regime = dict(zip(configs["config_id"], configs["regime"])) if len(configs) else {}
     rungs = ladder["rungs"]
     chosen = []
@@ -178,7 +185,7 @@ def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
     """One rung's configs as promotion candidates: each config's ok cells (seeds) read on
     the selection target at the rung's end, their guards, and (below the last rung) the
     lower confidence bound of the seed mean that promotions rank by
-    (:func:`race.core.ladder.next_rung_bound` with ``promote_by``; ``"trend"``: at
+    (:func:`race.core.rungs.next_rung_bound` with ``promote_by``; ``"trend"``: at
     ``next_flops``)."""
     ids = {s.cell_id for s in specs}
     if not specs:
@@ -215,7 +222,7 @@ def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
         spec = members[0][0]
         candidates.append({
             "config": config, "cell_ids": cell_ids, "model": spec.model,
-            "reward": dict(spec.reward)["name"], "group_size": spec.group_size,
+            "reward": spec.reward_name, "group_size": spec.group_size,
             "update_epochs": spec.update_epochs, "score": score, "se": se,
             "predicted": predicted, "predicted_se": predicted_se,
             "lcb": predicted - z * predicted_se, "ucb": predicted + z * predicted_se,
@@ -237,7 +244,7 @@ def budget_rows(budget: float, folder: Path, *, level: float = LEVEL) -> list[di
     from ``selection.json``; the others: the best config of the last rung on them), with
     a normal interval at ``level`` from its standard error (binomial over the problems,
     pooled over seeds)."""
-    z = float(stats.norm.ppf(0.5 + level / 2))
+    z = z_of_level(level)
     sweep = SweepDir(folder)
     selection = read_json(sweep.selection)
     frame = pd.read_csv(sweep.pilots)
@@ -260,8 +267,9 @@ def budget_rows(budget: float, folder: Path, *, level: float = LEVEL) -> list[di
             if values.empty:
                 continue
             spec = specs[ids[0]]
-            n = (max(spec["select_examples"], spec["eval_examples"])
-                 if target == spec["select_target"] else spec["eval_examples"])
+            n = target_problems(target, select_target=spec["select_target"],
+                                select_examples=spec["select_examples"],
+                                eval_examples=spec["eval_examples"])
             p = float(values.mean())
             se = binomial_se(p, n) / math.sqrt(len(values))
             scored.append({"config": config, "score": p, "se": se, "guard": guard,

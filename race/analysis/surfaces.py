@@ -22,9 +22,10 @@ from race.analysis.response import (
     LEVEL,
     ResponseSurface,
     fit_surfaces,
-    realized_update_fraction,
     update_fraction,
 )
+from race.store.pilots import row_flops
+from race.store.records import phase_flops_from
 
 # the group a surface is fitted to: a policy size and a reward system on one target
 SURFACE_KEYS = ("model", "reward", "target")
@@ -60,11 +61,12 @@ def with_update_fractions(cells: pd.DataFrame,
         while cell_id not in flops and below.get(cell_id) and cell_id not in seen:
             seen.add(cell_id)
             cell_id = below[cell_id]
-        return update_fraction(flops[cell_id]) if cell_id in flops else math.nan
+        return (update_fraction(phase_flops_from(flops[cell_id], "planned_flops"))
+                if cell_id in flops else math.nan)
 
     out = cells.copy()
     out["rho_planned"] = [planned_rho(str(c)) for c in cells["cell_id"]]
-    out["rho_realized"] = ([realized_update_fraction(row) for row in cells.to_dict("records")]
+    out["rho_realized"] = ([update_fraction(row_flops(row)) for row in cells.to_dict("records")]
                            if "flops_learning" in cells else math.nan)
     return out
 

@@ -5,13 +5,19 @@ Owns the knobs a user can set (``conf/`` and the command line) and the rules on 
 values.
 
 The modules: :mod:`~race.config.schema` (the dataclasses), :mod:`~race.config.compose`
-(overrides parsed once, composed by Hydra), :mod:`~race.config.validate` (every problem
+(overrides parsed once, composed by Hydra), :mod:`~race.config.checks` (every problem
 at once, each naming its key and fix), :mod:`~race.config.spec` (configs frozen into
 specs). Their public names are importable from here.
 
 May import: catalog, core, errors, nn, pilot, rewards, tasks, warmstart.
 """
 
+from race.config.checks import (
+    check_reward_built,
+    schema_problems,
+    selection_problems,
+    validate,
+)
 from race.config.compose import (
     Overrides,
     check_group_choices,
@@ -22,6 +28,7 @@ from race.config.compose import (
     split_overrides,
     with_task_lengths,
 )
+from race.config.machine import check_device, check_gpus
 from race.config.schema import (
     EMBEDDED_BUDGET,
     GROUPS,
@@ -40,17 +47,9 @@ from race.config.schema import (
     TaskConfig,
     ValidateConfig,
     WarmStartConfig,
-    task_entry,
 )
 from race.config.spec import CellSpecs, eval_targets, full_budget, to_run_spec, to_specs
-from race.config.validate import (
-    check_device,
-    check_gpus,
-    check_reward_built,
-    schema_problems,
-    selection_problems,
-    validate,
-)
+from race.config.task_fields import task_entry
 
 __all__ = [
     "EMBEDDED_BUDGET", "GROUPS", "AccountingConfig", "CellSpecs", "GridConfig", "GuardConfig",

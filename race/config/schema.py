@@ -5,7 +5,7 @@ it means, with its unit.
 Each default is written once, in the frozen dataclass of the lowest layer that uses it,
 and read from there: a cell's knobs from :class:`~race.core.specs.RunSpec`, the guards'
 thresholds from :class:`~race.core.guards.GuardThresholds`, the ladder's from
-:mod:`race.core.ladder`, the report's from :data:`race.core.stats.REPORT`, the regime
+:mod:`race.core.rungs`, the report's from :data:`race.core.stats.REPORT`, the regime
 thresholds from :class:`~race.core.regime.RegimeThresholds`, the embedded task's knobs
 from :class:`~race.tasks.arith.ArithTask`, the warm start's from
 :class:`~race.warmstart.policies.WarmStartRecipe`, the pilots' checkpoint interval from
@@ -15,20 +15,19 @@ and spec agree).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any
 
 from omegaconf import MISSING
 
-from race.core import guards, ladder
+from race.core import guards, knobs
 from race.core.regime import RegimeThresholds
+from race.core.rungs import DEFAULT_PROMOTE_BY, DEFAULT_REDUCTION, DEFAULT_RUNGS
 from race.core.specs import RunSpec
 from race.core.stats import REPORT
 from race.pilot.budget import MAX_PILOT_HOURS, MAX_PILOT_STEPS
 from race.pilot.state import CHECKPOINT_EVERY
 from race.tasks.arith import ArithTask
-from race.tasks.math import MathTask
-from race.tasks.reasoning_gym import as_text
 from race.warmstart.policies import WarmStartRecipe
 
 GROUPS = ("model", "reward", "task", "grid", "launcher")
@@ -39,12 +38,27 @@ EMBEDDED_BUDGET = 3.5e12
 # reward kinds the accounting knows (race flops, race plan); pilots run the kinds
 # race.rewards.REWARD_KINDS builds
 ACCOUNTED_REWARD_KINDS = ("rule", "orm", "prm")
-LAUNCHERS = ("local", "slurm", "inline")
 # the defaults' owners (see the module docstring)
-_CELL = RunSpec(model="", reward=(), task=(), budget_flops=0.0)
 _ARITH = ArithTask()
 _RECIPE = WarmStartRecipe(model="")
 _REGIME = RegimeThresholds()
+
+
+def with_knobs(section: str, *, first: bool = True):
+    """A schema dataclass with RunSpec's knobs of ``section`` added (``grid``, ``pilot``,
+    ...; "" for the top level), before its own fields (``first``) or after them: each
+    knob's default, type and help come from its one declaration
+    (:func:`race.core.knobs.schema_fields`)."""
+
+    def build(cls: type) -> type:
+        own = [(f.name, f.type, field(default=f.default, default_factory=f.default_factory,
+                                      metadata=f.metadata)) for f in fields(cls)]
+        declared = knobs.schema_fields(RunSpec, section)
+        made = make_dataclass(cls.__name__, declared + own if first else own + declared,
+                              namespace={"__module__": cls.__module__, "__doc__": cls.__doc__})
+        return made
+
+    return build
 
 
 @dataclass
@@ -110,10 +124,6 @@ class RewardConfig:
     trust_remote_code: bool = False
 
 
-# the embedded task's knobs (the TaskConfig fields that race.tasks.arith.ArithTask reads)
-ARITH_FIELDS = ("digits", "first_digits", "min_ops", "max_ops", "ood_min_ops", "ood_max_ops")
-
-
 @dataclass
 class TaskConfig:
     name: str = MISSING
@@ -177,80 +187,25 @@ class WarmStartConfig:
     seed: int = _RECIPE.seed
 
 
+@with_knobs("grid")
 @dataclass
 class GridConfig:
-    # prompts sampled per GRPO step
-    prompts_per_step: int = _CELL.prompts_per_step
-    # G: completions per prompt (>= 2 for a group baseline)
-    group_size: int = _CELL.group_size
-    # generation cap, tokens (null: the task's own, task.max_new_tokens)
-    max_new_tokens: int | None = None
+    """``grid.*``: the cell's search and learning knobs (declared in RunSpec), and:"""
+
     # mean completion length, tokens (null: the task's, capped at max_new_tokens)
     completion_tokens: int | None = None
-    # mu: passes over each rollout batch
-    update_epochs: int = _CELL.update_epochs
-    # completions per optimizer step (null: the whole rollout batch)
-    minibatch_size: int | None = None
-    # completions per forward/backward pass (gradient accumulation inside a minibatch,
-    # grouped by length); bounds activation memory, not the update (0: one pass)
-    micro_batch_size: int = _CELL.micro_batch_size
-    # AdamW learning rate (LoRA)
-    lr: float = _CELL.lr
-    # LoRA rank (0: full fine-tuning)
-    lora_rank: int = _CELL.lora_rank
-    lora_alpha: int = _CELL.lora_alpha
-    # decoder-layer modules the adapters wrap
-    lora_targets: list[str] = field(default_factory=lambda: list(_CELL.lora_targets))
-    # KL penalty to the reference policy (adapters disabled); 0 skips the reference pass
-    kl_coef: float = _CELL.kl_coef
-    # per-token losses folded into one: sequence (each completion's mean, then the batch
-    # mean: GRPO) | token (every token alike: DAPO)
-    aggregation: str = _CELL.aggregation
-    # advantages: group-centred rewards divided by the group's std (GRPO), or not (Dr. GRPO)
-    scale_rewards: bool = _CELL.scale_rewards
     # sweep axes: config key -> values (race plan/sweep expand their product; a key given
     # on the command line, as one value or a comma list, replaces its axis)
     axes: dict[str, list[Any]] = field(default_factory=dict)
 
 
+@with_knobs("pilot")
 @dataclass
 class PilotConfig:
+    """``pilot.*``: the cell's run, eval and device knobs (declared in RunSpec), and:"""
+
     # each pilot gets fraction x budget FLOPs
     fraction: float = 0.0625
-    # rollout backend: hf (transformers generate) | vllm
-    backend: str = _CELL.backend
-    # sampling temperature for rollouts (evaluation is greedy)
-    temperature: float = _CELL.temperature
-    # PPO clip range of the importance ratio
-    clip_eps: float = _CELL.clip_eps
-    # pilot.backend=vllm on a GPU: the share of the GPU's memory vLLM may take, 0-1 (null:
-    # derived from the memory plan so that what the learner needs stays free; docs/gpus.md)
-    gpu_memory_utilization: float | None = None
-    # pilot.backend=vllm: weight each token's surrogate by min(pi_old / pi_vllm, tis_cap),
-    # correcting for the engine's own numerics (truncated importance sampling; 0: off)
-    tis_cap: float = _CELL.tis_cap
-    # evaluate when these fractions of the pilot budget are spent (0 is always evaluated)
-    checkpoints: list[float] = field(default_factory=lambda: list(_CELL.checkpoints))
-    # held-out problems per evaluation target and checkpoint (the targets selection does
-    # not read: reported only)
-    eval_examples: int = _CELL.eval_examples
-    # evaluation targets (held-out splits of the task): val is what selection reads;
-    # test and ood are only reported (null: every target the task has; ood only where
-    # the task has out-of-distribution problems, e.g. task.ood_source for GSM8K)
-    eval_targets: list[str] | None = None
-    # the target rankings and selection read (tuning and selection on val, never on test)
-    select_target: str = _CELL.select_target
-    # its problems at every checkpoint, the same ones each time (paired comparisons):
-    # SE sqrt(p(1-p)/n) <= 0.035 at n=200, within the pilot budget's eval share (race
-    # validate scores validate.select_examples at the full budget)
-    select_examples: int = _CELL.select_examples
-    # random seed of the pilot (rollouts, prompt order, adapter init)
-    seed: int = _CELL.seed
-    # auto (CUDA when visible) | cpu | cuda
-    device: str = _CELL.device
-    # frozen base weights: auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16; LoRA
-    # adapters and AdamW stay fp32
-    dtype: str = _CELL.dtype
     # where `race pilot` writes cells/<cell_id>/
     out_dir: str = "results/pilots"
     # sanity bounds on one pilot, checked by race plan and race sweep before anything
@@ -270,7 +225,8 @@ class RegimeConfig:
 
 @dataclass
 class LauncherConfig:
-    # local (processes on this machine) | slurm (job arrays) | inline (in-process, debugging)
+    # a conf/launcher/<name>.yaml: local (processes on this machine) | slurm (job arrays) |
+    # inline (in-process, debugging); each is a module of race/run/launch/ setting LAUNCHER
     name: str = "local"
     # local: pilots running at once on CPU (0: one per CPU core, each with one thread)
     slots: int = 0
@@ -307,6 +263,9 @@ class LauncherConfig:
     # a job that vanished from the scheduler without writing a result is reported lost
     # after this many seconds
     lost_after_s: float = 60.0
+    # a launcher's own keys that no field above names (a new backend's knobs, set in its
+    # conf/launcher/<name>.yaml: launcher.options.<key>; its module lists them)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -346,9 +305,9 @@ class SelectionConfig:
     policy: str = "ladder"
     # ladder rung budgets, fractions of the full budget (ascending; the last below 1):
     # F/48, F/24, F/12, F/6
-    rungs: list[float] = field(default_factory=lambda: list(ladder.DEFAULT_RUNGS))
+    rungs: list[float] = field(default_factory=lambda: list(DEFAULT_RUNGS))
     # each rung keeps the best 1/reduction of the configs (at least one per policy size)
-    reduction: int = ladder.DEFAULT_REDUCTION
+    reduction: int = DEFAULT_REDUCTION
     # the ladder's total pilot compute, as a share of one full run (rungs shrink to fit)
     share: float = 1.0
     # the pilots' total compute including their evaluation, as a share of one full run:
@@ -362,7 +321,7 @@ class SelectionConfig:
     z: float = 1.0
     # what that score is: last = the rung end's accuracy | trend = the accuracy predicted
     # at the next rung from the trend of the rung ends (a line in log FLOPs)
-    promote_by: str = ladder.DEFAULT_PROMOTE_BY
+    promote_by: str = DEFAULT_PROMOTE_BY
     # close: a policy size keeps its best config at each rung while that config's upper
     # bound (plus z SE) reaches the leader's lower bound | all: every size always does
     keep_sizes: str = "close"
@@ -370,8 +329,12 @@ class SelectionConfig:
     guards: GuardConfig = field(default_factory=GuardConfig)
 
 
+@with_knobs("report", first=False)
 @dataclass
 class ReportConfig:
+    """``report.*``: intervals and validation picks, and the tracker pilots log to
+    (``tracker``, ``tracker_project``: declared in RunSpec)."""
+
     # bootstrap resamples for intervals
     n_boot: int = REPORT.n_boot
     # interval level
@@ -380,13 +343,6 @@ class ReportConfig:
     top_k: int = REPORT.top_k
     # rank validation candidates on extrapolated (curve fit) or observed pilot scores
     basis: str = REPORT.basis
-    # the experiment tracker every pilot (and the sweep's pick) logs to: none | wandb |
-    # trackio | mlflow | tensorboard (each an extra: pip install 'race[wandb]'); offline
-    # stores follow the tracker's own settings (WANDB_MODE, TRACKIO_DIR,
-    # MLFLOW_TRACKING_URI); tensorboard writes under <sweep>/tensorboard/
-    tracker: str = _CELL.tracker
-    # the tracker's project (W&B, trackio) or experiment (MLflow)
-    tracker_project: str = _CELL.tracker_project
 
 
 @dataclass
@@ -398,17 +354,19 @@ class ValidateConfig:
     select_examples: int = 1000
 
 
+@with_knobs("accounting")
 @dataclass
 class AccountingConfig:
-    # also count every HF phase with FlopCounterMode and record it beside the formulas
-    measure: bool = _CELL.measure
-    # FLOP/s that MFU and HFU are reported against (null: a bf16 matmul on the pilot's
-    # GPU, or an fp32 one on CPU, measures it when the pilot starts)
-    peak_flops: float | None = None
+    """``accounting.*``: measure (FlopCounterMode beside the formulas) and peak_flops (what
+    MFU is reported against), both declared in RunSpec."""
 
 
+@with_knobs("", first=False)
 @dataclass
 class RaceConfig:
+    """The whole config; ``convention`` (the FLOP convention of budgets) is declared in
+    RunSpec."""
+
     model: ModelConfig = MISSING
     reward: RewardConfig = MISSING
     task: TaskConfig = MISSING
@@ -426,32 +384,9 @@ class RaceConfig:
     budget: float | None = None
     # race flops: GRPO steps to account (null: what `budget` buys, or one step)
     steps: int | None = None
-    # FLOP convention for budgets: model | executed
-    convention: str = _CELL.convention
     # race flops output: text | json
     format: str = "text"
 
 
 GROUP_SCHEMAS = {"model": ModelConfig, "reward": RewardConfig, "task": TaskConfig,
                  "grid": GridConfig, "launcher": LauncherConfig}
-
-
-# what a math task reads of its TaskConfig: MathTask's own fields
-MATH_FIELDS = tuple(f.name for f in fields(MathTask) if not f.name.startswith("_"))
-
-
-def task_entry(task: TaskConfig) -> dict[str, Any]:
-    """What the pilot's task reads of ``task`` (the embedded task's knobs, a data task's
-    files and prompt format, or a reasoning-gym generator with its knobs as JSON text)."""
-    if task.name == "reasoning-gym":
-        values = asdict(task) | {"config": as_text(task.config),
-                                 "ood_config": as_text(task.ood_config)}
-        keys = ("name", "dataset", "config", "ood_config", "system_prompt", "answer_format")
-    elif task.name == "math":
-        values = asdict(task) | {"eval": as_text(task.eval) if task.eval else ""}
-        keys = MATH_FIELDS
-    else:
-        values = asdict(task)
-        keys = ("name", *ARITH_FIELDS) if task.name == "arith" else (
-            "name", "source", "ood_source", "system_prompt", "answer_format")
-    return {k: v for k, v in values.items() if k in keys and v != ""}

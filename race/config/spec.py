@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from race import catalog
-from race.config.schema import EMBEDDED_BUDGET, RaceConfig, task_entry
-from race.config.validate import (
-    check_device,
-    check_gpus,
-    check_paths,
+from race.config.checks import (
     check_reward_built,
     validate,
 )
-from race.core.specs import LoraShape, ModelShape, RewardShape, RunSpec
+from race.config.machine import check_device, check_gpus, check_paths
+from race.config.schema import EMBEDDED_BUDGET, RaceConfig
+from race.config.task_fields import task_entry
+from race.core import knobs
+from race.core.specs import LoraShape, ModelShape, RewardShape, RunSpec, corrects_sampler
 from race.errors import UsageError
 from race.tasks import task_targets
 from race.warmstart.tokenizer import in_family
@@ -70,8 +70,7 @@ def to_specs(cfg: RaceConfig) -> CellSpecs:
                    ("update_epochs", grid.update_epochs),
                    ("minibatch_size", grid.minibatch_size),
                    ("kl_coef", grid.kl_coef),
-                   # truncated importance sampling always runs the old-policy pass
-                   ("old_logprobs", (cfg.pilot.tis_cap > 0 and cfg.pilot.backend == "vllm")
+                   ("old_logprobs", corrects_sampler(cfg.pilot.tis_cap, cfg.pilot.backend)
                     or None))
     return CellSpecs(policy, reward, lora, step_kwargs)
 
@@ -123,34 +122,27 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True,
         warmstart=tuple(sorted(asdict(cfg.warmstart).items())),
         budget_flops=float(budget_flops), eval_targets=eval_targets(cfg),
         policy_path=cfg.model.hf_id, policy_revision=cfg.model.revision,
-        policy=specs.policy, reward_model=specs.reward.model,
-        tracker=cfg.report.tracker, tracker_project=cfg.report.tracker_project,
-        **cell_knobs(cfg))
+        policy=specs.policy, reward_model=specs.reward.model, **cell_knobs(cfg))
 
 
-# knobs the schema writes as null where a spec writes 0 for the same meaning (the whole
-# rollout batch; measure the peak FLOP/s; derive vLLM's share of the GPU)
-SPEC_NULLS = {"minibatch_size": 0, "peak_flops": 0.0, "gpu_memory_utilization": 0.0}
-# spec fields the schema has under the same name but that to_run_spec resolves itself
+# knobs whose null the config layer resolves itself (to_run_spec: the task's targets)
 _RESOLVED = ("eval_targets",)
-_SPEC_FIELDS = {f.name for f in fields(RunSpec)}
 
 
 def cell_knobs(cfg: RaceConfig) -> dict[str, Any]:
-    """The cell knobs that the schema (``grid.*``, ``pilot.*``, ``accounting.*``,
-    ``convention``) and :class:`~race.core.specs.RunSpec` share by name, as the spec
-    holds them: lists as tuples, nulls as the spec's zeros (:data:`SPEC_NULLS`). A knob
-    added to both under one name reaches the pilot with no code here."""
-    knobs = {}
-    for section in (cfg, cfg.grid, cfg.pilot, cfg.accounting):
-        for f in fields(section):
-            value = getattr(section, f.name)
-            if f.name not in _SPEC_FIELDS or f.name in _RESOLVED or is_dataclass(value):
-                continue
-            if value is None:
-                value = SPEC_NULLS[f.name]
-            knobs[f.name] = tuple(value) if isinstance(value, list) else value
-    return knobs
+    """Every cell knob (a keyed :class:`~race.core.specs.RunSpec` field) read from ``cfg``
+    as the spec holds it: lists as tuples, null as the knob's default (its declared
+    meaning, :func:`race.core.knobs.spec_nulls`). A new knob reaches the pilot with no
+    code here."""
+    out, values = {}, knobs.config_values(RunSpec, cfg)
+    for name, (knob, default) in knobs.knobs(RunSpec).items():
+        if name in _RESOLVED:
+            continue
+        value = values[knob.key]
+        if value is None:
+            value = default
+        out[name] = tuple(value) if isinstance(value, list) else value
+    return out
 
 
 def full_budget(cfg: RaceConfig, models: Iterable[str] | None = None) -> float:

@@ -25,19 +25,28 @@ convention (FlopCounterMode counts only matmul-like ops; ``addmm`` counts its ma
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from race.core.specs import LoraShape, ModelShape, PhaseFlops, RewardShape
+from race.core.flop_terms import (
+    Convention,
+    attention_backward,
+    attention_flops,
+    causal_keys,
+    grad_flow,
+    head_flops_per_position,
+    layout,
+    linear_forward_flops_per_token,
+)
+from race.core.knobs import check_knob
+from race.core.specs import (
+    CONVENTIONS,
+    LoraShape,
+    ModelShape,
+    PhaseFlops,
+    RewardShape,
+    RunSpec,
+)
 from race.errors import RewardTokenizerMismatch, UsageError
-
-Convention = Literal["model", "executed"]
-CONVENTIONS: tuple[str, ...] = ("model", "executed")
-
-# FlopCounterMode's SDPA backward counts 5 bmm (QK^T recompute, dP, dV, dQ, dK) against
-# the forward's 2: torch.utils.flop_counter.sdpa_backward_flop_count.
-SDPA_BACKWARD_FACTOR = 2.5
-
 
 # --------------------------------------------------------------------------- checks
 
@@ -55,134 +64,6 @@ def _check_tokens(key: str, tokens: Sequence[int]) -> None:
     if bad:
         raise UsageError(f"{key}={bad[0]!r}: token counts must be positive integers; "
                          f"pass the real length of each sequence (>= 1)")
-
-
-# --------------------------------------------------------------------------- per-token pieces
-
-
-def head_flops_per_position(shape: ModelShape) -> int:
-    """Forward FLOPs of the output head on one position whose output is computed.
-
-    lm: ``2 V d``; Qwen2.5-Math-PRM value head ``Linear(d, d) -> ReLU -> Linear(d, 2)``:
-    ``2 (d^2 + 2 d)``; token/sequence classification ``Linear(d, labels)``: ``2 d labels``;
-    RACE's tiny-PRM ``lm_verifier``: ``2 V d + 2 (d + 2) labels``.
-    """
-    d = shape.hidden_size
-    if shape.head == "lm":
-        return 2 * shape.vocab_size * d
-    if shape.head == "prm_value":
-        return 2 * (d * d + d * shape.num_labels)
-    if shape.head == "lm_verifier":  # lm_head for token log-likelihoods + Linear(d + 2, labels)
-        return 2 * shape.vocab_size * d + 2 * (d + 2) * shape.num_labels
-    return 2 * d * shape.num_labels
-
-
-def _adapter_rank(lora: LoraShape | None, module: str, adapters: bool) -> int:
-    return lora.rank if adapters and lora is not None and module in lora.targets else 0
-
-
-def linear_forward_flops_per_token(shape: ModelShape, lora: LoraShape | None = None,
-                                   adapters: bool = True) -> int:
-    """Forward FLOPs of all decoder-layer linears for one token: ``2 N`` plus LoRA adapters.
-
-    Each adapter adds ``2 r (d_in + d_out)`` (A then B). ``adapters=False`` is the
-    reference policy (PEFT's ``disable_adapter``), which runs the base weights only.
-    """
-    per_layer = 0
-    for module, d_in, d_out in shape.linear_dims():
-        rank = _adapter_rank(lora, module, adapters)
-        per_layer += 2 * d_in * d_out + 2 * rank * (d_in + d_out)
-    return shape.num_layers * per_layer
-
-
-@dataclass(frozen=True, slots=True)
-class _GradFlow:
-    """Backward structure of one fine-tuning setup, independent of sequence lengths."""
-
-    linear_backward_per_token: int  # all decoder linears (+ adapters), per token
-    head_backward_per_position: int  # output head, per position
-    attn_grads: tuple[tuple[bool, bool, bool], ...]  # per layer: (q, k, v) need grad
-
-
-def _grad_flow(shape: ModelShape, lora: LoraShape | None,
-               input_grad: bool = False) -> _GradFlow:
-    """Follow which activations need gradients through the decoder, layer by layer.
-
-    ``lora=None`` is full fine-tuning: every weight (embedding included) trains, so every
-    activation needs a gradient. Under LoRA the embedding is frozen, so the residual
-    stream needs no gradient until the first adapter; frozen linears then cost their
-    activation gradient only (1x forward), adapters cost weight + input gradients.
-    """
-    full = lora is None
-    dims = {m: (d_in, d_out) for m, d_in, d_out in shape.linear_dims()}
-    backward = 0
-    attn_grads = []
-    # the residual stream entering layer 0 (embedding output); input_grad: it needs a
-    # gradient anyway (transformers' enable_input_require_grads, set for checkpointing)
-    stream_rg = full or input_grad
-
-    def linear(module: str, input_rg: bool) -> bool:
-        nonlocal backward
-        d_in, d_out = dims[module]
-        rank = _adapter_rank(lora, module, True)
-        # base weight: input gradient if the input needs one, weight gradient if trainable
-        backward += 2 * d_in * d_out * (int(input_rg) + int(full))
-        if rank:
-            # A: weight grad (+ input grad); B: weight grad + input grad (A's output)
-            backward += 2 * d_in * rank * (1 + int(input_rg)) + 4 * rank * d_out
-        return input_rg or full or bool(rank)
-
-    for _ in range(shape.num_layers):
-        q_rg = linear("q_proj", stream_rg)
-        k_rg = linear("k_proj", stream_rg)
-        v_rg = linear("v_proj", stream_rg)
-        attn_grads.append((q_rg, k_rg, v_rg))
-        o_rg = linear("o_proj", q_rg or k_rg or v_rg)
-        stream_rg = stream_rg or o_rg
-        gate_rg = linear("gate_proj", stream_rg)
-        up_rg = linear("up_proj", stream_rg)
-        down_rg = linear("down_proj", gate_rg or up_rg)
-        stream_rg = stream_rg or down_rg
-    head = head_flops_per_position(shape) * (int(stream_rg) + int(full))
-    return _GradFlow(backward, head, tuple(attn_grads))
-
-
-def _causal_keys(query_tokens: int, cached_tokens: int = 0) -> int:
-    """Sum of keys attended by ``query_tokens`` causal queries after ``cached_tokens``."""
-    return query_tokens * cached_tokens + query_tokens * (query_tokens + 1) // 2
-
-
-def attention_flops(shape: ModelShape, query_key_pairs: int) -> int:
-    """Attention forward FLOPs, all layers: ``4 L d_attn`` per (query, key) pair.
-
-    ``QK^T`` and ``PV`` are ``2 d_attn`` each per pair (GQA shares K/V heads but every
-    query head still does its own products).
-    """
-    return 4 * shape.num_layers * shape.d_attn * query_key_pairs
-
-
-def _attention_backward(shape: ModelShape, flow: _GradFlow, query_key_pairs: int,
-                        convention: Convention, fused_attention: bool) -> float:
-    per_layer = attention_flops(shape, query_key_pairs) // shape.num_layers
-    total = 0.0
-    for q_rg, k_rg, v_rg in flow.attn_grads:
-        if convention == "executed":
-            # fused SDPA recomputes QK^T; eager/math attention is autograd over two bmm
-            factor = SDPA_BACKWARD_FACTOR if fused_attention else 2.0
-            total += factor * per_layer if (q_rg or k_rg or v_rg) else 0
-        else:
-            # each gradient matmul costs half the forward: dP (for dQ or dK), dV, dQ, dK
-            grads = int(q_rg or k_rg) + int(v_rg) + int(q_rg) + int(k_rg)
-            total += per_layer * grads / 2
-    return total
-
-
-def _layout(tokens: Sequence[int], convention: Convention) -> tuple[int, int, int]:
-    """(positions, query-key pairs, rows) of full-sequence passes over ``tokens``."""
-    if convention == "executed":
-        rows, longest = len(tokens), max(tokens)
-        return rows * longest, rows * longest * longest, rows
-    return sum(tokens), sum(_causal_keys(t) for t in tokens), len(tokens)
 
 
 # --------------------------------------------------------------------------- terms
@@ -205,7 +86,7 @@ def forward_flops(shape: ModelShape, seq_tokens: Sequence[int], *,
     """
     _check_convention(convention)
     _check_tokens("seq_tokens", seq_tokens)
-    positions, pairs, rows = _layout(seq_tokens, convention)
+    positions, pairs, rows = layout(seq_tokens, convention)
     head_positions = positions if outputs == "all" else rows
     return (linear_forward_flops_per_token(shape, lora, adapters) * positions
             + head_flops_per_position(shape) * head_positions
@@ -248,10 +129,10 @@ def decode_flops(shape: ModelShape, prompt_tokens: Sequence[int],
         if steps < max(new_tokens):
             raise UsageError(f"decode_steps={steps}: fewer than the longest completion "
                              f"({max(new_tokens)})")
-        pairs = rows * _causal_keys(steps - 1, prompt)
+        pairs = rows * causal_keys(steps - 1, prompt)
         return rows * (steps - 1) * per_token + attention_flops(shape, pairs)
     steps_total = sum(n - 1 for n in new_tokens)
-    pairs = sum(_causal_keys(n - 1, p) for p, n in zip(prompt_tokens, new_tokens))
+    pairs = sum(causal_keys(n - 1, p) for p, n in zip(prompt_tokens, new_tokens))
     return steps_total * per_token + attention_flops(shape, pairs)
 
 
@@ -270,11 +151,11 @@ def _train_flops(shape: ModelShape, seq_tokens: Sequence[int], lora: LoraShape |
     _check_tokens("seq_tokens", seq_tokens)
     if lora is not None:
         lora.validate(shape)
-    flow = _grad_flow(shape, lora)
-    positions, pairs, _ = _layout(seq_tokens, convention)
+    flow = grad_flow(shape, lora)
+    positions, pairs, _ = layout(seq_tokens, convention)
     forward = forward_flops(shape, seq_tokens, convention=convention, lora=lora)
     backward = ((flow.linear_backward_per_token + flow.head_backward_per_position) * positions
-                + _attention_backward(shape, flow, pairs, convention, fused_attention))
+                + attention_backward(shape, flow, pairs, convention, fused_attention))
     return forward + backward
 
 
@@ -320,10 +201,10 @@ def decoder_backward_flops(shape: ModelShape, seq_tokens: Sequence[int],
     _check_tokens("seq_tokens", seq_tokens)
     if lora is not None:
         lora.validate(shape)
-    flow = _grad_flow(shape, lora, input_grad)
-    positions, pairs, _ = _layout(seq_tokens, convention)
+    flow = grad_flow(shape, lora, input_grad)
+    positions, pairs, _ = layout(seq_tokens, convention)
     return (flow.linear_backward_per_token * positions
-            + _attention_backward(shape, flow, pairs, convention, fused_attention))
+            + attention_backward(shape, flow, pairs, convention, fused_attention))
 
 
 def reward_flops(reward: RewardShape, seq_tokens: Sequence[int],
@@ -363,12 +244,25 @@ def check_reward_matches(policy: ModelShape, reward: RewardShape) -> None:
                                       ours.tokenizer, detail=f" (vocab {theirs.vocab_size})")
 
 
+def minibatch_problem(minibatch_size: int | None, prompts_per_step: int,
+                      group_size: int) -> str:
+    """The rule of ``grid.minibatch_size`` (null: the whole rollout batch): it divides the
+    rollout batch ``prompts_per_step x group_size``. "" when it holds, else the message."""
+    rows = prompts_per_step * group_size
+    minibatch = rows if minibatch_size is None else minibatch_size
+    if minibatch >= 1 and rows % minibatch == 0:
+        return ""
+    return (f"grid.minibatch_size={minibatch_size}: must divide the rollout batch "
+            f"prompts_per_step x group_size = {rows}; use a divisor such as "
+            f"{rows // 2 if rows % 2 == 0 else rows}")
+
+
 def grpo_step_flops(policy: ModelShape, reward: RewardShape, *, prompts_per_step: int,
                     group_size: int, prompt_tokens: int, completion_tokens: int,
                     max_new_tokens: int | None = None, update_epochs: int = 1,
                     minibatch_size: int | None = None, kl_coef: float = 0.0,
-                    lora: LoraShape | None = None, steps_per_trace: int | None = None,
-                    old_logprobs: bool | None = None,
+                    lora: LoraShape | None = None,
+                    extra_tokens_per_trace: int | None = None, old_logprobs: bool | None = None,
                     convention: Convention = "model") -> PhaseFlops:
     """FLOPs of one GRPO step of a cell, from nominal token counts.
 
@@ -383,15 +277,13 @@ def grpo_step_flops(policy: ModelShape, reward: RewardShape, *, prompts_per_step
     completion is ``completion_tokens`` long (the mean realized length).
     """
     _check_convention(convention)
-    for key, value in (("grid.prompts_per_step", prompts_per_step),
-                       ("task.prompt_tokens", prompt_tokens),
-                       ("grid.completion_tokens", completion_tokens),
-                       ("grid.update_epochs", update_epochs)):
+    for key, value in (("task.prompt_tokens", prompt_tokens),
+                       ("grid.completion_tokens", completion_tokens)):
         if not isinstance(value, int) or value < 1:
             raise UsageError(f"{key}={value!r}: must be an integer >= 1")
-    if not isinstance(group_size, int) or group_size < 2:
-        raise UsageError(f"grid.group_size={group_size!r}: GRPO needs >= 2 samples per "
-                         f"prompt for a group baseline; use e.g. grid.group_size=8")
+    for name, value in (("prompts_per_step", prompts_per_step), ("group_size", group_size),
+                        ("update_epochs", update_epochs), ("kl_coef", kl_coef)):
+        check_knob(RunSpec, name, value)  # the rule the config's validation applies
     max_new_tokens = completion_tokens if max_new_tokens is None else max_new_tokens
     if max_new_tokens < completion_tokens:
         raise UsageError(f"grid.max_new_tokens={max_new_tokens}: smaller than "
@@ -399,12 +291,8 @@ def grpo_step_flops(policy: ModelShape, reward: RewardShape, *, prompts_per_step
                          f"or lower completion_tokens")
     rows = prompts_per_step * group_size
     minibatch = rows if minibatch_size is None else minibatch_size
-    if minibatch < 1 or rows % minibatch:
-        raise UsageError(f"grid.minibatch_size={minibatch_size}: must divide the rollout "
-                         f"batch prompts_per_step x group_size = {rows}; use a divisor "
-                         f"such as {rows // 2 if rows % 2 == 0 else rows}")
-    if kl_coef < 0:
-        raise UsageError(f"grid.kl_coef={kl_coef}: must be >= 0 (0 disables the KL term)")
+    if minibatch_problem(minibatch_size, prompts_per_step, group_size):
+        raise UsageError(minibatch_problem(minibatch_size, prompts_per_step, group_size))
     if lora is not None:
         lora.validate(policy)
     check_reward_matches(policy, reward)
@@ -416,8 +304,9 @@ def grpo_step_flops(policy: ModelShape, reward: RewardShape, *, prompts_per_step
     batches = rows // minibatch
 
     rollout = generate_flops(policy, prompts, completions, convention=convention, lora=lora)
-    tags = steps_per_trace if steps_per_trace is not None else reward.steps_per_trace
-    feedback = reward_flops(reward, traces, [tags] * rows, convention=convention)
+    extra = (extra_tokens_per_trace if extra_tokens_per_trace is not None
+             else reward.extra_tokens_per_trace)
+    feedback = reward_flops(reward, traces, [extra] * rows, convention=convention)
 
     if lora is None:
         update = train_flops(policy, batch, convention=convention)
@@ -434,7 +323,8 @@ def grpo_step_flops(policy: ModelShape, reward: RewardShape, *, prompts_per_step
 
 def eval_flops(policy: ModelShape, reward: RewardShape, *, problems: int, prompt_tokens: int,
                max_new_tokens: int, lora: LoraShape | None = None,
-               steps_per_trace: int | None = None, convention: Convention = "model") -> float:
+               extra_tokens_per_trace: int | None = None,
+               convention: Convention = "model") -> float:
     """Held-out evaluation of ``problems`` problems at one checkpoint: one greedy
     ``generate`` of each at ``prompt_tokens`` and ``max_new_tokens`` completion tokens,
     and the reward scoring each trace (what the pilot charges to its eval phase).
@@ -449,8 +339,9 @@ def eval_flops(policy: ModelShape, reward: RewardShape, *, problems: int, prompt
     per_problem = (generate_flops(policy, [prompt_tokens], [max_new_tokens],
                                   convention=convention, lora=lora)
                    + reward_flops(reward, [prompt_tokens + max_new_tokens],
-                                  [steps_per_trace if steps_per_trace is not None
-                                   else reward.steps_per_trace], convention=convention))
+                                  [extra_tokens_per_trace if extra_tokens_per_trace
+                                   is not None else reward.extra_tokens_per_trace],
+                                  convention=convention))
     return float(problems * per_problem)
 
 

@@ -22,47 +22,14 @@ Sources:
 
 from __future__ import annotations
 
-import difflib
 import math
 
 import torch
 from torch import Tensor
 
-from race.core.specs import AGGREGATIONS  # ways to fold per-token values into one (masked_mean)
+from race.core.tensor_checks import check_2d, check_aggregation, check_mask, check_same_shape
 
-# --------------------------------------------------------------------------- checks
-
-
-def _check_aggregation(aggregation: str) -> None:
-    if aggregation not in AGGREGATIONS:
-        close = difflib.get_close_matches(str(aggregation), AGGREGATIONS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"aggregation={aggregation!r}: unknown loss aggregation; "
-                         f"use one of {list(AGGREGATIONS)}{hint}")
-
-
-def _check_same_shape(name: str, x: Tensor, ref_name: str, ref: Tensor) -> None:
-    if x.shape != ref.shape:
-        raise ValueError(f"{name}.shape={tuple(x.shape)}: must equal "
-                         f"{ref_name}.shape={tuple(ref.shape)}; pass per-token values for "
-                         f"the same [B, T] completion positions")
-
-
-def _check_2d(name: str, x: Tensor) -> None:
-    if x.dim() != 2:
-        raise ValueError(f"{name}.shape={tuple(x.shape)}: must be 2-D [B, T] "
-                         f"(completions x completion positions)")
-
-
-def _check_mask(mask: Tensor, logprobs: Tensor) -> None:
-    _check_same_shape("mask", mask, "logprobs", logprobs)
-    if mask.dtype != torch.bool and bool(((mask != 0) & (mask != 1)).any()):
-        raise ValueError("mask: values must be 0 or 1 (1 on real completion tokens); "
-                         "pass a bool or 0/1 tensor")
-    if not bool(mask.any()):
-        raise ValueError(f"mask: no completion tokens (mask.sum() == 0 over shape "
-                         f"{tuple(mask.shape)}); the loss would be 0/0. Check that mask "
-                         f"marks the completion tokens, aligned with logprobs")
+# --------------------------------------------------------------------------- dtypes
 
 
 def float_dtype(x: Tensor) -> torch.dtype:
@@ -169,9 +136,9 @@ def masked_mean(x: Tensor, mask: Tensor, aggregation: str = "token") -> Tensor:
         ValueError: unknown ``aggregation``, ``x`` not 2-D, ``mask`` of another shape,
             with values other than 0/1, or with no 1.
     """
-    _check_aggregation(aggregation)
-    _check_2d("x", x)
-    _check_mask(mask, x)
+    check_aggregation(aggregation)
+    check_2d("x", x)
+    check_mask(mask, x)
     return _masked_mean(x, mask.bool(), aggregation)
 
 
@@ -240,14 +207,14 @@ def clipped_policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tens
 def _check_policy_inputs(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
                          mask: Tensor, clip_eps: float, clip_eps_high: float | None,
                          aggregation: str) -> None:
-    _check_aggregation(aggregation)
-    _check_2d("logprobs", logprobs)
-    _check_same_shape("old_logprobs", old_logprobs, "logprobs", logprobs)
+    check_aggregation(aggregation)
+    check_2d("logprobs", logprobs)
+    check_same_shape("old_logprobs", old_logprobs, "logprobs", logprobs)
     if advantages.shape != logprobs.shape[:1]:
         raise ValueError(f"advantages.shape={tuple(advantages.shape)}: must be "
                          f"[B]=({logprobs.shape[0]},), one advantage per completion "
                          f"row of logprobs [B, T]={tuple(logprobs.shape)}")
-    _check_mask(mask, logprobs)
+    check_mask(mask, logprobs)
     if not 0 < clip_eps < 1:
         raise ValueError(f"clip_eps={clip_eps!r}: must be in (0, 1) so that the lower "
                          f"bound 1 - clip_eps stays positive; use e.g. clip_eps=0.2")
@@ -395,7 +362,7 @@ def grpo_loss(logprobs: Tensor, old_logprobs: Tensor, ref_logprobs: Tensor | Non
         raise ValueError(f"kl_coef={kl_coef!r}: must be a finite number >= 0; use 0 to "
                          f"drop the KL term or e.g. kl_coef=0.04 (DeepSeekMath)")
     if ref_logprobs is not None:
-        _check_same_shape("ref_logprobs", ref_logprobs, "logprobs", logprobs)
+        check_same_shape("ref_logprobs", ref_logprobs, "logprobs", logprobs)
     loss, stats, m = _policy_loss(logprobs, old_logprobs, advantages, mask,
                                   clip_eps=clip_eps, clip_eps_high=clip_eps_high,
                                   aggregation=aggregation, token_weights=token_weights)

@@ -1,6 +1,6 @@
 """A pilot's GPU memory, estimated from shapes before anything loads (``race plan``).
 
-Pure arithmetic on :class:`~race.core.specs.ModelShape` (no torch). The estimate is the peak
+Pure arithmetic on :class:`~race.core.shapes.ModelShape` (no torch). The estimate is the peak
 of three moments of a GRPO step, on top of what stays resident the whole time:
 
 * **resident**: the policy's frozen weights in the pilot's dtype; the LoRA adapters,

@@ -1,7 +1,9 @@
-"""Frozen dataclasses shared by the pure core: shapes, LoRA settings, phase FLOPs.
+"""One allocation cell as a pilot runs it (:class:`RunSpec`), each of its knobs declared
+once (:mod:`race.core.knobs`), and the id contract.
 
-Plain numbers only: no tensors, no config objects, no IO. Everything here is picklable
-so that launchers can ship it to remote jobs.
+Plain values only: no tensors, no config objects, no IO; picklable, so that launchers can
+ship it to remote jobs. The shapes it carries live in :mod:`race.core.shapes` and are
+importable from here too (``from race.core.specs import ModelShape``).
 """
 
 from __future__ import annotations
@@ -10,231 +12,32 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any
 
-from race.errors import UsageError
-
-# Heads a transformer body can carry. The head decides how many FLOPs each position whose
-# output is computed costs (see flops.head_flops_per_position).
-HEADS = ("lm", "prm_value", "token_classification", "sequence_score", "lm_verifier")
-# lm_verifier (RACE's tiny PRM): the tied lm_head on every position, whose log-likelihood
-# of each written token feeds a Linear(d + 2, labels) classifier with the hidden state.
-
-# Linear modules of one Qwen2/Llama decoder layer, in execution order.
-LAYER_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@dataclass(frozen=True, slots=True)
-class ModelShape:
-    """Architecture numbers of a decoder-only transformer (Qwen2 family).
-
-    Attributes:
-        name: registry name, e.g. ``qwen2.5-1.5b``.
-        hidden_size: d, width of the residual stream.
-        intermediate_size: I, width of the SwiGLU MLP.
-        num_layers: L, decoder layers.
-        num_heads: query heads.
-        num_kv_heads: key/value heads (grouped-query attention).
-        vocab_size: V, rows of the embedding (padded vocabulary).
-        tied_embeddings: lm_head shares the embedding matrix.
-        head_dim: per-head width; ``hidden_size // num_heads`` when 0.
-        head: output head, one of ``HEADS``.
-        num_labels: outputs of a classification/value head.
-        qkv_bias: q/k/v projections carry biases (Qwen2 does).
-        tokenizer: tokenizer family; models that exchange token ids must share it.
-        hf_id: Hugging Face id or local path of the weights, if any.
-        step_tag: token a process reward model scores at (PRMs only).
-    """
-
-    name: str
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    vocab_size: int
-    tied_embeddings: bool = True
-    head_dim: int = 0
-    head: str = "lm"
-    num_labels: int = 2
-    qkv_bias: bool = True
-    tokenizer: str = ""
-    hf_id: str = ""
-    step_tag: str = ""
-
-    def __post_init__(self) -> None:
-        for key in ("hidden_size", "intermediate_size", "num_layers", "num_heads",
-                    "num_kv_heads", "vocab_size"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or value <= 0:
-                raise UsageError(f"model.{key}={value!r}: must be a positive integer "
-                                 f"(model {self.name!r}); fix conf/model/{self.name}.yaml")
-        if self.head_dim == 0:
-            if self.hidden_size % self.num_heads:
-                raise UsageError(f"model.num_heads={self.num_heads}: does not divide "
-                                 f"hidden_size={self.hidden_size}; set model.head_dim explicitly")
-            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
-        if self.num_heads % self.num_kv_heads:
-            raise UsageError(f"model.num_kv_heads={self.num_kv_heads}: must divide "
-                             f"num_heads={self.num_heads} for grouped-query attention")
-        if self.head not in HEADS:
-            raise UsageError(f"model.head={self.head!r}: unknown head; use one of {HEADS}")
-
-    @property
-    def d_attn(self) -> int:
-        """Query width: query heads x head_dim."""
-        return self.num_heads * self.head_dim
-
-    @property
-    def d_kv(self) -> int:
-        """Key (and value) width: kv heads x head_dim."""
-        return self.num_kv_heads * self.head_dim
-
-    def linear_dims(self) -> tuple[tuple[str, int, int], ...]:
-        """(module, d_in, d_out) of each linear of one decoder layer, in execution order."""
-        d, i = self.hidden_size, self.intermediate_size
-        return (("q_proj", d, self.d_attn), ("k_proj", d, self.d_kv), ("v_proj", d, self.d_kv),
-                ("o_proj", self.d_attn, d), ("gate_proj", d, i), ("up_proj", d, i),
-                ("down_proj", i, d))
-
-    @property
-    def layer_linear_params(self) -> int:
-        """Weights of the linears of one decoder layer (no biases, no norms)."""
-        return sum(d_in * d_out for _, d_in, d_out in self.linear_dims())
-
-    @property
-    def linear_params(self) -> int:
-        """N: linear weight parameters of all decoder layers (the FLOP-relevant count)."""
-        return self.num_layers * self.layer_linear_params
-
-    @property
-    def head_params(self) -> int:
-        """Parameters of the output head (0 for an lm_head tied to the embedding)."""
-        d = self.hidden_size
-        if self.head == "lm":
-            return 0 if self.tied_embeddings else self.vocab_size * d
-        if self.head == "prm_value":  # Linear(d, d) -> ReLU -> Linear(d, labels), with biases
-            return d * d + d + d * self.num_labels + self.num_labels
-        if self.head == "lm_verifier":  # Linear(d + 2, labels) with bias; lm_head tied
-            lm = 0 if self.tied_embeddings else self.vocab_size * d
-            return lm + (d + 2) * self.num_labels + self.num_labels
-        return d * self.num_labels  # token/sequence classification: Linear(d, labels), no bias
-
-    @property
-    def non_embedding_params(self) -> int:
-        """Decoder layers + final norm: the count Qwen2.5's model card calls non-embedding."""
-        d = self.hidden_size
-        bias = (self.d_attn + 2 * self.d_kv) if self.qkv_bias else 0
-        norms = 2 * d
-        return self.num_layers * (self.layer_linear_params + bias + norms) + d
-
-    @property
-    def total_params(self) -> int:
-        """Every parameter: embedding, layers, final norm and head."""
-        return self.vocab_size * self.hidden_size + self.non_embedding_params + self.head_params
-
-    @classmethod
-    def from_dict(cls, entry: Mapping[str, Any]) -> ModelShape:
-        """Build from a ``conf/model/*.yaml`` entry (unknown keys are ignored)."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in entry.items() if k in names and v is not None})
-
-    @classmethod
-    def from_hf_config(cls, config: Any, name: str = "", head: str = "lm") -> ModelShape:
-        """Build from a Hugging Face config object, a ``config.json`` path, or its dict."""
-        if isinstance(config, (str, Path)):
-            path = Path(config)
-            path = path / "config.json" if path.is_dir() else path
-            config = json.loads(path.read_text())
-        get = config.get if isinstance(config, Mapping) else (lambda k, default=None:
-                                                              getattr(config, k, default))
-        heads = get("num_attention_heads")
-        hidden = get("hidden_size")
-        return cls(
-            name=name or get("_name_or_path", "") or get("model_type", "model"),
-            hidden_size=hidden,
-            intermediate_size=get("intermediate_size"),
-            num_layers=get("num_hidden_layers"),
-            num_heads=heads,
-            num_kv_heads=get("num_key_value_heads") or heads,
-            vocab_size=get("vocab_size"),
-            tied_embeddings=bool(get("tie_word_embeddings", False)),
-            head_dim=get("head_dim") or hidden // heads,
-            head=head,
-            num_labels=get("num_labels", 2) or 2,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class LoraShape:
-    """LoRA adapters: rank and the decoder-layer modules they wrap (base weights frozen)."""
-
-    rank: int
-    targets: tuple[str, ...] = LAYER_MODULES  # every linear of a decoder layer
-
-    def validate(self, shape: ModelShape) -> None:
-        """Raise ValueError when the adapters do not fit ``shape``."""
-        if self.rank <= 0:
-            raise UsageError(f"grid.lora_rank={self.rank}: must be >= 1; "
-                             f"use e.g. grid.lora_rank=16")
-        unknown = [t for t in self.targets if t not in LAYER_MODULES]
-        if unknown or not self.targets:
-            raise UsageError(f"grid.lora_targets={list(self.targets)}: unknown module(s) "
-                             f"{unknown}; choose from {list(LAYER_MODULES)}")
-        for module, d_in, d_out in shape.linear_dims():
-            if module in self.targets and self.rank > min(d_in, d_out):
-                raise UsageError(f"grid.lora_rank={self.rank}: larger than {module}'s width "
-                                 f"min({d_in}, {d_out}) in model {shape.name!r}; use a rank "
-                                 f"<= {min(d_in, d_out)}")
-
-
-@dataclass(frozen=True, slots=True)
-class PhaseFlops:
-    """FLOPs of GRPO post-training by phase. ``eval`` is reported but not charged."""
-
-    rollout: float = 0.0
-    learning: float = 0.0
-    feedback: float = 0.0
-    eval: float = 0.0
-
-    @property
-    def total(self) -> float:
-        """Charged FLOPs: rollout + learning + feedback (eval is not charged)."""
-        return self.rollout + self.learning + self.feedback
-
-    def shares(self) -> dict[str, float]:
-        """Each charged phase's fraction of ``total`` (zeros when total is 0)."""
-        total = self.total
-        return {k: (getattr(self, k) / total if total else 0.0)
-                for k in ("rollout", "learning", "feedback")}
-
-    def __add__(self, other: PhaseFlops) -> PhaseFlops:
-        return PhaseFlops(*(a + b for a, b in zip(self.as_tuple(), other.as_tuple())))
-
-    def scale(self, factor: float) -> PhaseFlops:
-        """Every phase multiplied by ``factor`` (e.g. a step's FLOPs times N steps)."""
-        return PhaseFlops(*(a * factor for a in self.as_tuple()))
-
-    def as_tuple(self) -> tuple[float, float, float, float]:
-        return (self.rollout, self.learning, self.feedback, self.eval)
-
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self) | {"total": self.total}
-
-
-@dataclass(frozen=True, slots=True)
-class RewardShape:
-    """A reward system as the accounting sees it: rule-based (no model) or a model."""
-
-    name: str
-    kind: str  # "rule" | "orm" | "prm"
-    model: ModelShape | None = None
-    steps_per_trace: int = 0  # PRM: step tags scored per completion (for plans and cards)
-
+from race.core import knobs
+from race.core.knobs import knob
+from race.core.shapes import (  # noqa: F401  (the shapes a spec carries, importable here)
+    HEADS,
+    LAYER_MODULES,
+    LoraShape,
+    ModelShape,
+    PhaseFlops,
+    RewardShape,
+)
 
 # Ways to fold per-token losses [B, T] into one scalar (race.core.grpo.masked_mean).
 AGGREGATIONS: tuple[str, ...] = ("token", "sequence")
+# FLOP conventions (race.core.flops): model FLOPs, or what the HF backend executes
+CONVENTIONS: tuple[str, ...] = ("model", "executed")
+# rollout backends, where a pilot runs (auto: CUDA when visible), its base weights' dtype
+BACKENDS: tuple[str, ...] = ("hf", "vllm")
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
+
+
+def _at_least(low: int):
+    """A check: an integer >= ``low`` (a bool or a float is not a count)."""
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
 
 # Experiment trackers a pilot may log to (``report.tracker``), each with the package it
 # needs ("": none); race.integrations.trackers has one class per name
@@ -242,23 +45,40 @@ TRACKERS: dict[str, str] = {"none": "", "wandb": "wandb", "trackio": "trackio",
                             "mlflow": "mlflow", "tensorboard": "tensorboard"}
 
 
+def corrects_sampler(tis_cap: float, backend: str) -> bool:
+    """Whether a step weights vLLM's rollouts by truncated importance sampling
+    (``tis_cap`` > 0 on ``backend=vllm``): it then always runs, and pays for, the
+    old-policy log-prob pass. The one rule the planner, the budget and the card share."""
+    return tis_cap > 0 and backend == "vllm"
+
+
+def target_problems(target: str, *, select_target: str, select_examples: int,
+                    eval_examples: int) -> int:
+    """Problems evaluation target ``target`` scores at a checkpoint: the selection target
+    ``max(select_examples, eval_examples)``, every other target ``eval_examples``."""
+    return max(select_examples, eval_examples) if target == select_target else eval_examples
+
+
 @dataclass(frozen=True, slots=True)
 class RunSpec:
     """One allocation cell as a pilot runs it: picklable, plain values, hashable id.
 
-    Budget and FLOPs are in the ``convention`` the budget is charged in. Its defaults are
-    the cell knobs' defaults: the config's schema reads them from here.
+    Budget and FLOPs are in the ``convention`` the budget is charged in. Each cell knob
+    is declared here once, with :func:`race.core.knobs.knob`: its default, config key,
+    group, unit, doc and check; the config's schema, the learner's view, validation and
+    the id contract are derived from these declarations (:mod:`race.core.knobs`).
 
     The id contract (:attr:`cell_id`, :attr:`config_id`, :attr:`lineage_id`): a short
     sha256 of the fields as sorted JSON, leaving out
 
-    - what does not change what runs: ``peak_flops`` (a reporting reference), the
-      shapes ``policy`` and ``reward_model`` (the names determine them),
+    - what does not change what runs (``in_id=False``): ``peak_flops`` (a reporting
+      reference), the shapes ``policy`` and ``reward_model`` (the names determine them),
       ``gpu_memory_utilization`` (where vLLM's memory goes, not what it computes) and
       ``tracker``, ``tracker_project`` (where its metrics are watched);
     - a field added after ids were in use, while it holds the value it was added with
-      (:data:`ID_OMITTED_DEFAULTS`): every cell planned before it existed keeps its id
-      and its results folder. A new knob joins that table with its default.
+      (``id_since``, :data:`ID_OMITTED_DEFAULTS`): every cell planned before it existed
+      keeps its id and its results folder. A new knob declares ``id_since`` with the
+      date it joins.
     """
 
     model: str
@@ -267,64 +87,159 @@ class RunSpec:
     budget_flops: float
     # the tiny family's warm-start recipe (``warmstart.*``) as sorted items
     warmstart: tuple[tuple[str, Any], ...] = ()
-    convention: str = "model"
-    prompts_per_step: int = 8
-    group_size: int = 8
-    max_new_tokens: int = 40
-    temperature: float = 1.0
-    update_epochs: int = 1
-    minibatch_size: int = 0
-    micro_batch_size: int = 0  # completions per forward/backward pass (0: the minibatch)
-    tis_cap: float = 0.0  # truncated importance sampling of vLLM rollouts (0: off)
-    lr: float = 3e-4
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_targets: tuple[str, ...] = LAYER_MODULES  # every linear of a decoder layer
-    kl_coef: float = 0.0
-    clip_eps: float = 0.2
-    # how per-token losses fold into one: token (DAPO) | sequence (GRPO's 1/|o| mean)
-    aggregation: str = "sequence"
-    # divide group-centred rewards by the group's std (GRPO) or not (Dr. GRPO)
-    scale_rewards: bool = True
-    seed: int = 0
-    backend: str = "hf"
-    # backend=vllm on a GPU: vLLM's share of it (0: derived from the memory plan)
-    gpu_memory_utilization: float = 0.0
-    checkpoints: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
-    eval_examples: int = 64
-    eval_targets: tuple[str, ...] = ("test", "ood")
-    # the target selection reads, and its problems at every checkpoint (SE <= 0.035)
-    select_target: str = "val"
-    select_examples: int = 200
-    measure: bool = False
+    convention: str = knob(
+        "model", key="convention", group="run", doc="FLOP convention of budgets and "
+        "ledgers: model | executed", check=lambda v: v in CONVENTIONS,
+        rule=f"use one of {list(CONVENTIONS)}")
+    prompts_per_step: int = knob(
+        8, key="grid.prompts_per_step", group="search", unit="prompts",
+        doc="prompts sampled per GRPO step", check=_at_least(1), rule="must be >= 1")
+    group_size: int = knob(
+        8, key="grid.group_size", group="search", unit="completions",
+        doc="G: completions per prompt (>= 2 for a group baseline)", check=_at_least(2),
+        rule="GRPO needs >= 2 samples per prompt for a group baseline; use e.g. "
+             "grid.group_size=8")
+    max_new_tokens: int = knob(
+        40, key="grid.max_new_tokens", group="search", unit="tokens",
+        doc="generation cap of rollouts and eval", null="the task's own, "
+        "task.max_new_tokens", check=_at_least(1), rule="must be >= 1")
+    temperature: float = knob(
+        1.0, key="pilot.temperature", group="search", learner=True,
+        doc="sampling temperature of rollouts (evaluation is greedy)",
+        check=lambda v: v > 0, rule="must be > 0")
+    update_epochs: int = knob(
+        1, key="grid.update_epochs", group="learning", learner=True, unit="passes",
+        doc="mu: passes over each rollout batch", check=_at_least(1), rule="must be >= 1")
+    minibatch_size: int = knob(
+        0, key="grid.minibatch_size", group="learning", learner=True, unit="completions",
+        doc="completions per optimizer step; must divide prompts_per_step x group_size",
+        null="the whole rollout batch")
+    micro_batch_size: int = knob(
+        0, key="grid.micro_batch_size", group="learning", learner=True, unit="completions",
+        doc="completions per forward/backward pass inside a minibatch, grouped by length; "
+        "gradients accumulate over them (0: the whole minibatch in one pass)",
+        check=_at_least(0), rule="must be >= 0 (0: each minibatch in one pass)",
+        id_since="2026-12-01")
+    tis_cap: float = knob(
+        0.0, key="pilot.tis_cap", group="learning", learner=True,
+        doc="pilot.backend=vllm: each token's surrogate times min(pi_old / pi_vllm, "
+        "tis_cap), truncated importance sampling for the engine's own numerics (0: off)",
+        id_since="2026-12-01")
+    lr: float = knob(
+        3e-4, key="grid.lr", group="learning", learner=True,
+        doc="AdamW learning rate of the LoRA adapters (tuned on val, docs/pilots.md)",
+        check=lambda v: v > 0, rule="the learning rate must be a positive number; use e.g. "
+        "grid.lr=5e-5")
+    lora_rank: int = knob(
+        16, key="grid.lora_rank", group="learning", learner=True,
+        doc="LoRA rank (0: full fine-tuning, race flops only)", check=_at_least(0),
+        rule="must be >= 0 (0: full fine-tuning)")
+    lora_alpha: int = knob(
+        32, key="grid.lora_alpha", group="learning", learner=True,
+        doc="LoRA scale numerator (the update is alpha / rank x BA)",
+        check=lambda v: v > 0, rule="must be > 0, e.g. 32")
+    lora_targets: tuple[str, ...] = knob(
+        LAYER_MODULES, key="grid.lora_targets", group="learning", learner=True,
+        doc="decoder-layer modules the adapters wrap (default: every linear)",
+        check=bool, rule="name at least one module, e.g. grid.lora_targets=[q_proj,v_proj]")
+    kl_coef: float = knob(
+        0.0, key="grid.kl_coef", group="learning", learner=True,
+        doc="KL penalty to the reference policy (adapters disabled); 0 skips its pass",
+        check=lambda v: v >= 0, rule="must be >= 0 (0 disables the KL term)")
+    clip_eps: float = knob(
+        0.2, key="pilot.clip_eps", group="learning", learner=True,
+        doc="PPO clip range of the importance ratio", check=lambda v: v > 0,
+        rule="must be > 0, e.g. 0.2")
+    aggregation: str = knob(
+        "sequence", key="grid.aggregation", group="learning", learner=True,
+        doc="per-token losses folded into one: sequence (each completion's mean, then the "
+        "batch mean: GRPO) | token (every token alike: DAPO)",
+        check=lambda v: v in AGGREGATIONS, rule=f"use one of {list(AGGREGATIONS)}")
+    scale_rewards: bool = knob(
+        True, key="grid.scale_rewards", group="learning",
+        doc="advantages: group-centred rewards divided by the group's std (GRPO), or not "
+        "(Dr. GRPO)")
+    seed: int = knob(
+        0, key="pilot.seed", group="run", doc="random seed of the pilot (rollouts, prompt "
+        "order, adapter init)", check=_at_least(0), rule="must be >= 0")
+    backend: str = knob(
+        "hf", key="pilot.backend", group="device", doc="rollout backend: hf (transformers "
+        "generate) | vllm", check=lambda v: v in BACKENDS,
+        rule="use pilot.backend=hf or vllm")
+    gpu_memory_utilization: float = knob(
+        0.0, key="pilot.gpu_memory_utilization", group="device", in_id=False,
+        doc="pilot.backend=vllm on a GPU: the share of the GPU's memory vLLM may take, 0-1 "
+        "(docs/gpus.md)", null="derived from the memory plan so that what the learner "
+        "needs stays free", check=lambda v: 0 < v <= 1,
+        rule="vLLM's share of the GPU must be in (0, 1], e.g. 0.4 (null: derived from the "
+             "memory plan)")
+    checkpoints: tuple[float, ...] = knob(
+        (0.25, 0.5, 0.75, 1.0), key="pilot.checkpoints", group="eval",
+        doc="evaluate when these fractions of the pilot budget are spent (0 is always "
+        "evaluated)", check=lambda v: all(0 < c <= 1 for c in v) and list(v) == sorted(set(v)),
+        rule="need ascending, distinct budget fractions in (0, 1], e.g. "
+             "pilot.checkpoints=[0.25,0.5,0.75,1.0]")
+    eval_examples: int = knob(
+        64, key="pilot.eval_examples", group="eval", unit="problems",
+        doc="held-out problems per evaluation target and checkpoint (the targets "
+        "selection does not read: reported only)", check=_at_least(1), rule="must be >= 1")
+    eval_targets: tuple[str, ...] = knob(
+        ("test", "ood"), key="pilot.eval_targets", group="eval",
+        doc="evaluation targets (held-out splits of the task): val is what selection "
+        "reads; test and ood are only reported", null="every target the task has; ood "
+        "only where the task has out-of-distribution problems, e.g. task.ood_source")
+    select_target: str = knob(
+        "val", key="pilot.select_target", group="eval",
+        doc="the target rankings and selection read (tuning and selection on val, never "
+        "on test)")
+    select_examples: int = knob(
+        200, key="pilot.select_examples", group="eval", unit="problems",
+        doc="the selection target's problems at every checkpoint, the same ones each time "
+        "(paired comparisons): SE sqrt(p(1-p)/n) <= 0.035 at n=200",
+        check=_at_least(1), rule="must be >= 1")
+    measure: bool = knob(
+        False, key="accounting.measure", group="run", doc="also count every HF phase with "
+        "FlopCounterMode and record it beside the formulas")
     # where the policy's weights load from ("": the tiny family's cached warm start)
     policy_path: str = ""
     # a hub policy's revision (branch, tag or commit; "": main), resolved in the cache
-    policy_revision: str = ""
+    policy_revision: str = knob("", id_since="2026-12-03")
     # the cell (a sibling folder) whose final state this pilot continues: a ladder rung
     # resumes the rung below ("": starts from the warm start)
-    continues: str = ""
+    continues: str = knob("", id_since="2026-12-01")
     # a fresh pilot scores its warm start (checkpoint 0); a ladder leaves that to one
     # cell of each START_FIELDS group, whose rows the analysis reads for all of them
-    score_start: bool = True
+    score_start: bool = knob(True, id_since="2026-12-02")
     # the targets other than the selection target are scored at the warm start and at
     # checkpoints from this many charged FLOPs on (0: at every checkpoint); a ladder sets
     # its last rung's budget, so its lower rungs score only what promotions read
-    report_from_flops: float = 0.0
-    # where and in what dtype the pilot runs: auto (CUDA when visible) | cpu | cuda, and
-    # auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 for the frozen base weights
-    device: str = "auto"
-    dtype: str = "auto"
-    # the FLOP/s MFU is measured against (0: a matmul on the pilot's device measures it)
-    peak_flops: float = 0.0
+    report_from_flops: float = knob(0.0, id_since="2026-12-02")
+    device: str = knob(
+        "auto", key="pilot.device", group="device", doc="auto (CUDA when visible) | cpu | "
+        "cuda", check=lambda v: v in DEVICES, rule=f"use one of {'|'.join(DEVICES)}",
+        id_since="2026-12-01")
+    dtype: str = knob(
+        "auto", key="pilot.dtype", group="device", doc="frozen base weights: auto (bf16 on "
+        "CUDA, fp32 on CPU) | float32 | bfloat16; LoRA adapters and AdamW stay fp32",
+        check=lambda v: v in DTYPES, rule=f"use one of {'|'.join(DTYPES)}",
+        id_since="2026-11-29")
+    peak_flops: float = knob(
+        0.0, key="accounting.peak_flops", group="device", unit="FLOP/s", in_id=False,
+        doc="what MFU and HFU are reported against", null="a bf16 matmul on the pilot's "
+        "GPU, or an fp32 one on CPU, measures it when the pilot starts",
+        check=lambda v: v > 0, rule="must be > 0 FLOP/s (null: measure it), e.g. "
+        "accounting.peak_flops=989e12 for an H100's dense bf16")
     # the policy's and the reward model's shapes as the plan read them, so the pilot and
     # its budget never read the catalog again (None: read ``model``/``reward`` by name)
-    policy: ModelShape | None = None
-    reward_model: ModelShape | None = None
-    # the experiment tracker the pilot logs to (TRACKERS: none | wandb | trackio | mlflow |
-    # tensorboard) and the tracker's project: where it is watched, not what runs
-    tracker: str = "none"
-    tracker_project: str = "race"
+    policy: ModelShape | None = knob(None, in_id=False)
+    reward_model: ModelShape | None = knob(None, in_id=False)
+    tracker: str = knob(
+        "none", key="report.tracker", group="run", in_id=False,
+        doc="the experiment tracker every pilot (and the sweep's pick) logs to: none | "
+        "wandb | trackio | mlflow | tensorboard (each an extra: pip install 'race[wandb]')")
+    tracker_project: str = knob(
+        "race", key="report.tracker_project", group="run", in_id=False,
+        doc="the tracker's project (W&B, trackio) or experiment (MLflow)")
 
     def _fields(self, *, lineage: bool = False) -> dict[str, Any]:
         """The fields an id hashes (the id contract, in the class docstring)."""
@@ -335,12 +250,14 @@ class RunSpec:
         if lineage:
             values.pop("continues", None)
             values.pop("score_start", None)  # an eval plan shared within a config's seeds
-        # a reporting reference, what the names determine, vLLM's share of a GPU, and
-        # where the metrics are watched
-        for key in ("peak_flops", "policy", "reward_model", "gpu_memory_utilization",
-                    "tracker", "tracker_project"):
+        for key in ID_EXCLUDED:  # what does not change what runs (in_id=False)
             values.pop(key, None)
         return values
+
+    @property
+    def reward_name(self) -> str:
+        """The reward system's name (``reward=<name>``)."""
+        return dict(self.reward)["name"]
 
     @property
     def cell_id(self) -> str:
@@ -395,11 +312,10 @@ def pilot_flops(full_budget_flops: float, fraction: float) -> float:
     return full_budget_flops * fraction
 
 
-# RunSpec fields left out of its ids while they hold these values: they were added after
-# ids were in use (the id contract, RunSpec's docstring)
-ID_OMITTED_DEFAULTS = {"continues": "", "device": "auto", "dtype": "auto",
-                       "micro_batch_size": 0, "tis_cap": 0.0, "score_start": True,
-                       "report_from_flops": 0.0, "policy_revision": ""}
+# RunSpec fields left out of its ids while they hold their defaults (``id_since``: added
+# after ids were in use), and fields no id hashes (``in_id=False``): the id contract
+ID_OMITTED_DEFAULTS = knobs.id_omitted_defaults(RunSpec)
+ID_EXCLUDED = knobs.id_excluded(RunSpec)
 
 # The fields that determine a warm start's evaluation (the same model greedily on the same
 # problems, scored by the same reward): cells that agree on them score one warm start

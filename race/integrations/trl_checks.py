@@ -11,7 +11,7 @@ from typing import Any
 from race.core.specs import LAYER_MODULES, LoraShape, ModelShape
 from race.errors import UsageError
 
-# decoder families whose linears are RACE's seven per layer (race.core.specs.LAYER_MODULES);
+# decoder families whose linears are RACE's seven per layer (race.core.shapes.LAYER_MODULES);
 # tested on qwen2
 MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 

@@ -16,10 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from race.core.specs import DEVICES, DTYPES
 from race.errors import UsageError
-
-DEVICES = ("auto", "cpu", "cuda")
-DTYPES = ("auto", "float32", "bfloat16")
 
 
 def check_choice(key: str, value: str, choices: tuple[str, ...]) -> str:

@@ -30,7 +30,14 @@ from functools import lru_cache
 from race.catalog import load_model_shape, reward_shape
 from race.core import flops
 from race.core.flops import reward_extra_tokens
-from race.core.specs import LoraShape, ModelShape, RewardShape, RunSpec
+from race.core.specs import (
+    LoraShape,
+    ModelShape,
+    RewardShape,
+    RunSpec,
+    corrects_sampler,
+    target_problems,
+)
 from race.errors import BudgetTooSmall
 from race.nn.devices import visible_gpus
 
@@ -64,14 +71,9 @@ def worst_step_flops(spec: RunSpec, prompt_tokens: int, max_new_tokens: int = 0)
         completion_tokens=cap, max_new_tokens=cap,
         update_epochs=spec.update_epochs, minibatch_size=spec.minibatch_size or None,
         kl_coef=spec.kl_coef, lora=LoraShape(spec.lora_rank, spec.lora_targets),
-        convention=spec.convention, old_logprobs=uses_old_pass(spec) or None)
+        convention=spec.convention,
+        old_logprobs=corrects_sampler(spec.tis_cap, spec.backend) or None)
     return step.total
-
-
-def uses_old_pass(spec: RunSpec) -> bool:
-    """Truncated importance sampling (``tis_cap`` on vLLM rollouts) always runs the
-    old-policy log-prob pass, which the step then pays for."""
-    return spec.tis_cap > 0 and spec.backend != "hf"
 
 
 # Sanity bounds on one pilot (pilot.max_steps, pilot.max_hours): a budget that buys more
@@ -100,8 +102,9 @@ def eval_problems(spec: RunSpec) -> dict[str, int]:
     """Problems each evaluation target scores at a checkpoint: the target selection reads
     (``spec.select_target``) on ``max(select_examples, eval_examples)``, the others on
     ``eval_examples``."""
-    return {target: (max(spec.select_examples, spec.eval_examples)
-                     if target == spec.select_target else spec.eval_examples)
+    return {target: target_problems(target, select_target=spec.select_target,
+                                    select_examples=spec.select_examples,
+                                    eval_examples=spec.eval_examples)
             for target in spec.eval_targets}
 
 

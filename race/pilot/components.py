@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from race import preflight
 from race.catalog import load_model_shape
@@ -18,24 +18,42 @@ from race.core.specs import RunSpec
 from race.errors import RewardFormatTooLong, UsageError
 from race.nn.devices import resolve_device, resolve_dtype, torch_dtype
 from race.pilot.learner import LearnerConfig, LoraLearner
+from race.pilot.rollout.base import RolloutBackend
 from race.pilot.rollout.hf import HFBackend
 from race.pilot.rollout.vllm import VLLMBackend
 from race.pilot.rollout.vllm_settings import engine_settings
 from race.rewards import build_reward
+from race.rewards.reward_base import Reward
 from race.tasks import prompt_bound, with_chat_template
+from race.tasks.task_base import Example
 from race.warmstart.policies import build_tiny_policy, warm_start_recipe
 from race.warmstart.tokenizer import in_family
+
+if TYPE_CHECKING:  # heavy: only the type checker reads them
+    from transformers import PreTrainedTokenizerBase
+
+
+class PilotTask(Protocol):
+    """What a pilot asks of a task (``race.tasks``' tasks, or one in a chat template)."""
+
+    def sample(self, split: str, n: int, seed: int = 0) -> list[Example]:
+        """``n`` problems of ``split``, drawn with ``seed``."""
+        ...
+
+    def verify(self, completion: str, answer: str, problem: str = "") -> bool:
+        """Whether ``completion`` answers the problem correctly."""
+        ...
 
 
 @dataclass
 class Components:
     """What a pilot runs with (built by :func:`build_components`, or given by tests)."""
 
-    task: Any
-    reward: Any
-    learner: Any
-    backend: Any
-    tokenizer: Any
+    task: PilotTask
+    reward: Reward
+    learner: LoraLearner
+    backend: RolloutBackend  # HFBackend or VLLMBackend
+    tokenizer: PreTrainedTokenizerBase
     # the weights each model loaded: {"policy": {"source", "revision"}, "reward": ...}
     # (a hub snapshot's commit hash; "" for a local folder)
     weights: dict = field(default_factory=dict)
@@ -118,7 +136,7 @@ def release_memory(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def check_reward_format(spec: RunSpec, reward: Any) -> None:
+def check_reward_format(spec: RunSpec, reward: Reward) -> None:
     """Refuse a reward model whose real input format adds more tokens per trace than the
     budget's worst case assumes (:class:`~race.errors.RewardFormatTooLong`)."""
     measure = getattr(reward, "overhead_tokens", None)
@@ -127,4 +145,4 @@ def check_reward_format(spec: RunSpec, reward: Any) -> None:
     configured = int(dict(spec.reward).get("overhead_tokens") or 0)
     measured = measure()
     if measured > configured:
-        raise RewardFormatTooLong(dict(spec.reward)["name"], configured, measured)
+        raise RewardFormatTooLong(spec.reward_name, configured, measured)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import random
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
-from race.core import flops, memory
+from race.core import flops, knobs, memory
 from race.core.specs import LoraShape, ModelShape, RunSpec
 from race.errors import UsageError
 from race.warmstart.tokenizer import pad_right
@@ -26,8 +26,6 @@ class TrainingDiverged(RuntimeError):
     """A NaN or infinite loss or gradient: the pilot stops with the step and the reason."""
 
 
-# the defaults' owner: a cell's spec (the learner's knobs are its fields of the same names)
-_CELL = RunSpec(model="", reward=(), task=(), budget_flops=0.0)
 # every update's gradients are clipped to this global norm (not a knob)
 MAX_GRAD_NORM = 1.0
 # decoder families whose causal LM's logits are exactly lm_head(last hidden state) (no
@@ -38,32 +36,13 @@ PLAIN_HEAD_TYPES = ("qwen2", "qwen3", "llama", "mistral")
 PLAN_FILL = 0.6
 
 
-@dataclass(frozen=True, slots=True)
-class LearnerConfig:
-    """Learning knobs of one cell: its :class:`~race.core.specs.RunSpec`'s fields of the
-    same names (``grid.*`` and ``pilot.*`` in the config), defaults included."""
-
-    lora_rank: int = _CELL.lora_rank
-    lora_alpha: int = _CELL.lora_alpha
-    lora_targets: tuple[str, ...] = _CELL.lora_targets
-    lr: float = _CELL.lr
-    update_epochs: int = _CELL.update_epochs
-    minibatch_size: int = _CELL.minibatch_size  # completions per optimizer step (0: all)
-    # completions per forward/backward pass inside a minibatch, grouped by length;
-    # gradients accumulate over them (0: the whole minibatch in one pass)
-    micro_batch_size: int = _CELL.micro_batch_size
-    # truncated importance sampling for rollouts another engine sampled: each token's
-    # surrogate times min(pi_old / pi_sampler, tis_cap) (0: off)
-    tis_cap: float = _CELL.tis_cap
-    clip_eps: float = _CELL.clip_eps
-    kl_coef: float = _CELL.kl_coef
-    aggregation: str = _CELL.aggregation
-    temperature: float = _CELL.temperature
-
-    @classmethod
-    def from_spec(cls, spec: RunSpec) -> LearnerConfig:
-        """The learning knobs of the cell ``spec``."""
-        return cls(**{f.name: getattr(spec, f.name) for f in fields(cls)})
+# The learning knobs of one cell: its RunSpec's fields declared ``learner=True``, with
+# their defaults (``LearnerConfig.from_spec(spec)`` reads them from a cell's spec).
+LearnerConfig = knobs.spec_view(
+    RunSpec, "LearnerConfig",
+    [name for name, (knob, _) in knobs.knobs(RunSpec).items() if knob.learner],
+    "Learning knobs of one cell: its RunSpec's fields of the same names (grid.* and "
+    "pilot.* in the config), defaults included.", __name__)
 
 
 @dataclass(frozen=True, slots=True)

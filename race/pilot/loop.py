@@ -114,10 +114,6 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     every FLOP the failed step ran) and re-raised only for bad input detected before
     anything ran (a budget that cannot buy one step, an unreadable state).
     """
-    import torch
-
-    from race.core.grpo import group_advantages
-
     if checkpoint_every < 0:
         raise UsageError(f"launcher.checkpoint_every={checkpoint_every}: must be >= 0 (0: "
                          f"never save a resumable state)")
@@ -125,35 +121,13 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     device = resolve_device(spec.device)  # pilot.device=cuda without CUDA: refused here
     dtype = resolve_dtype(spec.dtype, device)
     run = _Session.begin(spec, CellDir(cell_dir), PhaseMeter(device), log)
-    ledger, meter = run.state.ledger, run.meter
     engine, status, error, parts = None, "ok", None, None
     try:
         parts = components or build_components(spec)
         engine = _engine_args(parts)
         check_reward_format(spec, parts.reward)
         run.restore_or_evaluate(parts)
-        while True:
-            examples = parts.task.sample("train", spec.prompts_per_step,
-                                         seed=spec.seed * 1_000_003 + run.state.steps)
-            prompts = [ex.prompt for ex in examples]
-            cap = run.step_cap(longest_prompt(parts, spec, prompts))
-            if cap < 1:
-                break
-            with meter.phase("rollout", ledger.wall_s):
-                out = parts.backend.generate(prompts, n=spec.group_size, max_new_tokens=cap,
-                                             temperature=spec.temperature,
-                                             seed=spec.seed * 7919 + run.state.steps)
-            ledger.add("rollout", out.flops_model, out.flops_executed,
-                       out.flops_measured)
-            answers = [examples[i].answer for i in out.prompt_index]
-            problems = [examples[i].problem for i in out.prompt_index]
-            with meter.phase("feedback", ledger.wall_s):
-                rewards = score(spec, parts, ledger, "feedback", out, problems, answers)
-            advantages = group_advantages(torch.tensor(rewards), spec.group_size,
-                                          scale=spec.scale_rewards)
-            with meter.phase("learning", ledger.wall_s):
-                stats = run.update(parts, out, tuple(advantages.tolist()))
-            row = run.log_step(parts, out, rewards, answers, problems, cap, stats)
+        while (row := _grpo_step(run, parts)) is not None:
             asked_to_stop = stop is not None and stop()
             if asked_to_stop or (checkpoint_every and run.state.steps % checkpoint_every == 0):
                 run.save(parts)
@@ -179,6 +153,36 @@ def run_pilot(spec: RunSpec, cell_dir: Path, *, components: Components | None = 
     parts = None  # the models go before the next pilot of this slot starts
     release_memory(device)
     return summary
+
+
+def _grpo_step(run: _Session, parts: Components) -> dict | None:
+    """One GRPO step of ``run``: sample prompts, roll out G completions each, score them,
+    update the policy and log the step's row (None: the budget left cannot pay a step)."""
+    import torch
+
+    from race.core.grpo import group_advantages
+
+    spec, ledger, meter = run.spec, run.state.ledger, run.meter
+    examples = parts.task.sample("train", spec.prompts_per_step,
+                                 seed=spec.seed * 1_000_003 + run.state.steps)
+    prompts = [ex.prompt for ex in examples]
+    cap = run.step_cap(longest_prompt(parts, spec, prompts))
+    if cap < 1:
+        return None
+    with meter.phase("rollout", ledger.wall_s):
+        out = parts.backend.generate(prompts, n=spec.group_size, max_new_tokens=cap,
+                                     temperature=spec.temperature,
+                                     seed=spec.seed * 7919 + run.state.steps)
+    ledger.add("rollout", out.flops_model, out.flops_executed, out.flops_measured)
+    answers = [examples[i].answer for i in out.prompt_index]
+    problems = [examples[i].problem for i in out.prompt_index]
+    with meter.phase("feedback", ledger.wall_s):
+        rewards = score(spec, parts, ledger, "feedback", out, problems, answers)
+    advantages = group_advantages(torch.tensor(rewards), spec.group_size,
+                                  scale=spec.scale_rewards)
+    with meter.phase("learning", ledger.wall_s):
+        stats = run.update(parts, out, tuple(advantages.tolist()))
+    return run.log_step(parts, out, rewards, answers, problems, cap, stats)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """A pilot's progress as data: the FLOP ledger, the state saved every few steps, what an
-unfinished pilot spent, and the summary (the only builder of ``summary.json``'s content).
+unfinished pilot spent, and the summary (the only builder of a pilot's ``summary.json``: a
+:class:`~race.store.records.PilotSummary`).
 
 A saved state (``<cell>/state/step-<steps>/``) is what exact resume rests on: a rerun of
 the same spec continues from it, and its FLOPs, steps and ``metrics.jsonl`` equal those
@@ -20,6 +21,7 @@ from race.errors import UsageError
 from race.pilot.budget import checkpoints_after
 from race.store.cell import SPEC, CellDir
 from race.store.io import read_json, read_jsonl, write_folder, write_json
+from race.store.records import EvalRow, EvalScore, PilotSession, PilotSummary
 
 PHASES = ("rollout", "learning", "feedback", "eval")
 # the ledger's conventions: the two formulas, and FlopCounterMode when accounting.measure
@@ -93,27 +95,44 @@ class StopRequested(Exception):  # noqa: N818 (a request, not an error)
         self.steps = steps
 
 
-def build_summary(spec: RunSpec, ledger: Ledger, steps: int, evals: list[dict], status: str,
-             error: str | None, resumed_from_step: int | None, **extra) -> dict:
-    """What a cell's summary holds; the only builder of it (lost jobs included)."""
-    final = {}
-    for row in evals:  # the last checkpoint of each target
-        final[row["target"]] = {"accuracy": row["accuracy"], "mean_reward": row["mean_reward"],
-                                "checkpoint": row["checkpoint"]}
-    initial = {r["target"]: {"accuracy": r["accuracy"], "mean_reward": r["mean_reward"]}
-               for r in evals if r["checkpoint"] == 0.0}
-    charged = ledger.flops[spec.convention]
+def pilot_summary(spec: RunSpec, ledger: Ledger, steps: int, evals: list[dict],
+                  status: str, error: str | None, resumed_from_step: int | None, *,
+                  session: PilotSession | None = None,
+                  recovered_from: str | None = None) -> PilotSummary:
+    """What a cell's summary holds; the only builder of a pilot's (lost jobs included).
+
+    Args:
+        evals: the pilot's eval rows of ``metrics.jsonl``, in order: the last of each
+            target is its final score, checkpoint 0's its initial one.
+        session: where and how a finished pilot ran (None: it did not finish).
+        recovered_from: for a pilot that ended without a summary, what its FLOPs were
+            read from.
+    """
+    rows = [EvalRow.from_json(r) for r in evals]
+    final = {r.target: EvalScore(r.accuracy, r.mean_reward, r.checkpoint) for r in rows}
+    initial = {r.target: EvalScore(r.accuracy, r.mean_reward)
+               for r in rows if r.checkpoint == 0.0}
+    charged = ledger.charged(spec.convention)
     redone = ledger.redone[spec.convention]
-    return {"status": status, "error": error, "cell_id": spec.cell_id,
-            "budget_flops": spec.budget_flops, "convention": spec.convention,
-            "total_flops": ledger.charged(spec.convention),
-            "flops": dict(charged), "flops_model": ledger.flops["model"],
-            "flops_executed": ledger.flops["executed"],
-            "flops_measured": ledger.measured() if spec.measure else None,
-            "redone": dict(redone), "redone_flops": sum(redone.values()),
-            "unspent_flops": max(0.0, spec.budget_flops - ledger.charged(spec.convention)),
-            "wall_s": ledger.wall_s, "steps": steps, "final_eval": final,
-            "initial_eval": initial, "resumed_from_step": resumed_from_step} | extra
+    return PilotSummary(
+        status=status, error=error, cell_id=spec.cell_id, budget_flops=spec.budget_flops,
+        convention=spec.convention, total_flops=charged,
+        flops=dict(ledger.flops[spec.convention]), flops_model=ledger.flops["model"],
+        flops_executed=ledger.flops["executed"],
+        flops_measured=ledger.measured() if spec.measure else None,
+        redone=dict(redone), redone_flops=sum(redone.values()),
+        unspent_flops=max(0.0, spec.budget_flops - charged), wall_s=ledger.wall_s,
+        steps=steps, final_eval=final, initial_eval=initial,
+        resumed_from_step=resumed_from_step, session=session, recovered_from=recovered_from)
+
+
+def build_summary(spec: RunSpec, ledger: Ledger, steps: int, evals: list[dict], status: str,
+                  error: str | None, resumed_from_step: int | None, **session) -> dict:
+    """:func:`pilot_summary` of a finished pilot as ``summary.json`` holds it (what
+    :func:`race.pilot.loop.run_pilot` writes and returns); ``session``: the fields of
+    :class:`~race.store.records.PilotSession`."""
+    return pilot_summary(spec, ledger, steps, evals, status, error, resumed_from_step,
+                         session=PilotSession(**session) if session else None).to_json()
 
 
 @dataclass
@@ -250,10 +269,11 @@ def metrics_rows(cell: CellDir) -> list[dict]:
 
 
 def unfinished_summary(spec: RunSpec, cell_dir: Path, error: str) -> dict:
-    """The failed summary of a pilot that ended without writing one (killed, lost)."""
+    """The failed summary of a pilot that ended without writing one (killed, lost), as
+    ``summary.json`` holds it."""
     ledger, steps, evals = spent_so_far(spec, cell_dir)
-    return build_summary(spec, ledger, steps, evals, "failed", error, None,
-                    recovered_from="state/ and metrics.jsonl")
+    return pilot_summary(spec, ledger, steps, evals, "failed", error, None,
+                         recovered_from="state/ and metrics.jsonl").to_json()
 
 
 def settle_other(ledger: Ledger, prior_s: dict[str, float], session_s: float) -> Ledger:

@@ -1,5 +1,5 @@
 """The answer first: the opening of ``leaderboard.md`` and of the terminal summary,
-rendered from what :mod:`race.analysis.answer` decided (the pick, its runner-up, what it
+rendered from what :mod:`race.analysis.headline` decided (the pick, its runner-up, what it
 costs at the full budget, the best allocation by size, reward, target and budget).
 """
 
@@ -9,8 +9,8 @@ import math
 
 import pandas as pd
 
-from race.analysis.answer import verdict
-from race.analysis.sweep import SweepAnalysis
+from race.analysis.headline import verdict
+from race.analysis.sweep_analysis import SweepAnalysis
 from race.core.fmt import CHARGED_PHASES, fmt_flops
 from race.core.fmt import acc as _acc
 from race.core.fmt import interval as _interval

@@ -14,7 +14,7 @@ from race.core.fmt import interval as _interval
 from race.core.fmt import md_table as _md_table
 from race.core.stats import REPORT
 from race.store.io import write_csv, write_text
-from race.store.sweep import SweepDir
+from race.store.sweep_files import SweepDir
 
 
 def write_budget_report(parent: Path | str, folders: dict[float, Path], *,

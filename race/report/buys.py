@@ -1,4 +1,4 @@
-"""What one budget buys at each policy size (:func:`race.analysis.buys.budget_buys`),
+"""What one budget buys at each policy size (:func:`race.analysis.size_buys.budget_buys`),
 rendered: the leaderboard's and compute card's table, ``race plan``'s lines, and a small
 bar chart.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from race.analysis.buys import budget_buys
+from race.analysis.size_buys import budget_buys
 from race.core.fmt import CHARGED_PHASES, fmt_flops, model_label
 from race.core.fmt import md_table as _md_table
 from race.core.fmt import params as _params

@@ -145,18 +145,49 @@ def compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[s
     of what the full budget buys per size, :func:`race.report.buys.buys_markdown`)."""
     totals = _phase_totals(cells)
     charged = totals["total"]
+    convention = ok["convention"].iloc[0] if "convention" in ok else "model"
+    full = float(ok["full_budget_flops"].iloc[0])
+    by_model = {m: (float(g["total_flops"].fillna(0).sum()), float(g["params"].iloc[0]))
+                for m, g in cells.groupby("model", sort=False)}
+    by_model = dict(sorted(by_model.items(), key=lambda kv: (kv[1][1], kv[0])))  # by size
+    text = [*_totals_markdown(name, cells, ok, totals, convention, full),
+            *_used_markdown(totals, full),
+            f"The sweep's pilots together cost {_share(charged, full)} of one full run.",
+            "## By policy model",
+            _md_table(["model", "params", "pilot FLOPs", "share"],
+                      [[m, _params(p), fmt_flops(f), _share(f, charged)]
+                       for m, (f, p) in by_model.items()], "lrrr"),
+            "## Per cell",
+            "Phase FLOPs with their share of the cell's charged total; cells in rank order "
+            "on the primary target, failed and missing last.",
+            _cells_markdown(cells, order, totals),
+            "## Model size",
+            "Forward FLOPs per token: the decoder linears (2 per weight) plus the output "
+            "head; attention adds 4 L d_attn per attended key, by context length.",
+            _md_table(["model", "role", "params", "exact", "forward FLOPs / token"],
+                      _model_rows(ok, shapes), "llrrr"),
+            "What each policy size buys under the same pilot budget (means over its ok "
+            "cells; rollouts = steps x prompts x G, updates = steps x mu):",
+            _sizes_markdown(ok, names)]
+    if buys:
+        text += ["## What the full budget buys, per size", buys]
+    text += _hardware_markdown(ok)
+    latex = _latex_card(name, totals, by_model, len(cells), convention)
+    text += ["## LaTeX (booktabs)", "```latex\n" + latex.rstrip("\n") + "\n```"]
+    return "\n\n".join(text) + "\n", latex, totals
+
+
+def _totals_markdown(name: str, cells: pd.DataFrame, ok: pd.DataFrame, totals: dict,
+                     convention: str, full: float) -> list[str]:
+    """The card's opening: what is counted, and the sweep's FLOPs by phase."""
+    charged = totals["total"]
     spent = cells[cells["total_flops"].fillna(0) > 0] if "total_flops" in cells else cells
     failed = spent[spent["status"] != "ok"]
-    convention = ok["convention"].iloc[0] if "convention" in ok else "model"
     rows = [[PHASE_NAMES[p], fmt_flops(totals[p]), _share(totals[p], charged)]
             for p in CHARGED_PHASES]
     rows += [["**total charged**", f"**{fmt_flops(charged)}**", "100.0%"],
              [PHASE_NAMES["eval"], fmt_flops(totals["eval"]),
               f"+{_share(totals['eval'], charged)} on top"]]
-    full = float(ok["full_budget_flops"].iloc[0])
-    by_model = {m: (float(g["total_flops"].fillna(0).sum()), float(g["params"].iloc[0]))
-                for m, g in cells.groupby("model", sort=False)}
-    by_model = dict(sorted(by_model.items(), key=lambda kv: (kv[1][1], kv[0])))  # by size
     text = [f"# Compute card: {name}",
             f"{convention.capitalize()} FLOPs ({CONVENTION_TEXT.get(convention, convention)}), "
             "counted from the tokens each pilot actually processed. Phases: rollout / "
@@ -170,27 +201,32 @@ def compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[s
     if len(failed):
         text.append(f"The total includes {fmt_flops(float(failed['total_flops'].sum()))} "
                     f"FLOPs spent by {len(failed)} failed cell(s) before they stopped.")
-    shares = cost_shares(totals, full)
-    text += ["## Compute really used",
-             "Charged FLOPs count against the pilots' budgets. Redone FLOPs were spent by "
-             "interrupted runs after their last saved state and spent again on resuming; "
-             "eval FLOPs are held-out evaluation, the same absolute cost in a pilot as in a "
-             "full run.",
-             _md_table(["", "FLOPs", "share of one full run"],
-                       [["charged", fmt_flops(charged), _share(charged, full)],
-                        ["redone", fmt_flops(totals["redone"]), _share(totals["redone"], full)],
-                        ["eval", fmt_flops(totals["eval"]), _share(totals["eval"], full)],
-                        ["**used**", f"**{fmt_flops(totals['used'])}**",
-                         _share(totals["used"], full)]], "lrr"),
-             f"pilot_cost_share: {shares['charged']:.4f} of one full run charged, "
-             f"{shares['with_eval']:.4f} with eval, {shares['used']:.4f} of all compute "
-             f"used (redone included)."]
-    text += [f"The sweep's pilots together cost {_share(charged, full)} of one full run.",
-             "## By policy model",
-             _md_table(["model", "params", "pilot FLOPs", "share"],
-                       [[m, _params(p), fmt_flops(f), _share(f, charged)]
-                        for m, (f, p) in by_model.items()], "lrrr")]
+    return text
 
+
+def _used_markdown(totals: dict, full: float) -> list[str]:
+    """Compute really used: charged, redone and eval FLOPs as shares of one full run."""
+    charged = totals["total"]
+    shares = cost_shares(totals, full)
+    return ["## Compute really used",
+            "Charged FLOPs count against the pilots' budgets. Redone FLOPs were spent by "
+            "interrupted runs after their last saved state and spent again on resuming; "
+            "eval FLOPs are held-out evaluation, the same absolute cost in a pilot as in a "
+            "full run.",
+            _md_table(["", "FLOPs", "share of one full run"],
+                      [["charged", fmt_flops(charged), _share(charged, full)],
+                       ["redone", fmt_flops(totals["redone"]), _share(totals["redone"], full)],
+                       ["eval", fmt_flops(totals["eval"]), _share(totals["eval"], full)],
+                       ["**used**", f"**{fmt_flops(totals['used'])}**",
+                        _share(totals["used"], full)]], "lrr"),
+            f"pilot_cost_share: {shares['charged']:.4f} of one full run charged, "
+            f"{shares['with_eval']:.4f} with eval, {shares['used']:.4f} of all compute "
+            f"used (redone included)."]
+
+
+def _cells_markdown(cells: pd.DataFrame, order: list[str], totals: dict) -> str:
+    """Every cell's FLOPs by phase (in rank ``order``, the rest after), and the sweep's."""
+    charged = totals["total"]
     rank_of = {cid: i for i, cid in enumerate(order)}
     listed = cells.assign(_order=cells["cell_id"].map(rank_of).fillna(len(order)))
     listed = listed.sort_values(["_order", "cell_id"], kind="stable")
@@ -212,26 +248,9 @@ def compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[s
                       *(f"{fmt_flops(totals[p])} ({_share(totals[p], charged)})"
                         for p in CHARGED_PHASES), fmt_flops(totals["eval"]),
                       f"**{fmt_flops(charged)}**"])
-    text += ["## Per cell",
-             "Phase FLOPs with their share of the cell's charged total; cells in rank order "
-             "on the primary target, failed and missing last.",
-             _md_table(["cell", "status", "model", "reward", "G", "mu", "seed", "steps",
-                        "rollout", "learning", "feedback", "eval", "total charged"],
-                       cell_rows, "llllrrrrrrrrr"),
-             "## Model size",
-             "Forward FLOPs per token: the decoder linears (2 per weight) plus the output "
-             "head; attention adds 4 L d_attn per attended key, by context length.",
-             _md_table(["model", "role", "params", "exact", "forward FLOPs / token"],
-                       _model_rows(ok, shapes), "llrrr"),
-             "What each policy size buys under the same pilot budget (means over its ok "
-             "cells; rollouts = steps x prompts x G, updates = steps x mu):",
-             _sizes_markdown(ok, names)]
-    if buys:
-        text += ["## What the full budget buys, per size", buys]
-    text += _hardware_markdown(ok)
-    latex = _latex_card(name, totals, by_model, len(cells), convention)
-    text += ["## LaTeX (booktabs)", "```latex\n" + latex.rstrip("\n") + "\n```"]
-    return "\n\n".join(text) + "\n", latex, totals
+    return _md_table(["cell", "status", "model", "reward", "G", "mu", "seed", "steps",
+                      "rollout", "learning", "feedback", "eval", "total charged"],
+                     cell_rows, "llllrrrrrrrrr")
 
 
 def _hardware_markdown(ok: pd.DataFrame) -> list[str]:
@@ -268,7 +287,7 @@ def _params_short(count: int) -> str:
 def cell_card_text(cfg, specs, cards: dict) -> str:
     """``race flops``' compute card of one cell: its policy, feedback, search and learning
     knobs, and each charged phase's FLOPs and share in both conventions (``cards``:
-    convention -> :class:`~race.core.cards.ComputeCard`)."""
+    convention -> :class:`~race.core.run_flops.ComputeCard`)."""
     policy, reward, lora, kw = specs.policy, specs.reward, specs.lora, specs.kwargs()
     model_card = cards["model"]
     rows = kw["prompts_per_step"] * kw["group_size"]
@@ -277,7 +296,8 @@ def cell_card_text(cfg, specs, cards: dict) -> str:
     feedback = ("rule-based verifier, 0 FLOPs" if reward.kind == "rule" else
                 f"{reward.kind.upper()} {reward.model.name} "
                 f"({_params_short(reward.model.total_params)} params), "
-                f"{reward.steps_per_trace if reward.kind == 'prm' else 0} step tags/trace")
+                f"{reward.steps_per_trace} step tags/trace "
+                f"(+{reward.extra_tokens_per_trace} tokens/trace: input format and tags)")
     per_token = linear_forward_flops_per_token(policy) + head_flops_per_position(policy)
     lines = [
         f"RACE compute card  ({model_card.steps} GRPO step(s); budget convention: "

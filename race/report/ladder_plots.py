@@ -17,7 +17,7 @@ import pandas as pd
 
 from race.analysis.curves import sigmoid
 from race.core.fmt import label as _label
-from race.core.ladder import fmt_fraction
+from race.core.rungs import fmt_fraction
 from race.report.plots import FONT, PANEL_IN, config_styles, pyplot, save
 
 LINESTYLES = ("-", "--", ":", "-.")

@@ -1,5 +1,5 @@
 """The leaderboard's markdown (rankings per target, the ladder's rungs, the guards) and
-the report's terminal summary, rendered from a :class:`~race.analysis.sweep.SweepAnalysis`.
+the report's terminal summary, rendered from a :class:`~race.analysis.sweep_analysis.SweepAnalysis`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 import pandas as pd
 
 from race.analysis.select import ladder_guards
-from race.analysis.sweep import SweepAnalysis
+from race.analysis.sweep_analysis import SweepAnalysis
 from race.core.fmt import CHARGED_PHASES, fmt_flops
 from race.core.fmt import acc as _acc
 from race.core.fmt import int_text as _int
@@ -17,7 +17,7 @@ from race.core.fmt import interval as _interval
 from race.core.fmt import label as _label
 from race.core.fmt import md_table as _md_table
 from race.core.fmt import share as _share
-from race.core.ladder import fmt_fraction
+from race.core.rungs import fmt_fraction
 from race.report.answer import answer_lines, answer_markdown
 from race.report.buys import buys_markdown
 from race.report.card import cost_shares

@@ -11,7 +11,7 @@ from race.core.fmt import interval as _interval
 from race.core.fmt import md_table as _md_table
 from race.errors import UsageError
 from race.store.io import REPORT_FIX, read_result, write_text
-from race.store.sweep import SweepDir
+from race.store.sweep_files import SweepDir
 
 VALIDATION_HEADING = "## Validation: predicted vs realized"
 

@@ -1,5 +1,5 @@
 """Every file of one sweep's report (``race report``): the leaderboard, the compute card,
-the plots and the selection, rendered from what :func:`race.analysis.sweep.analyse_sweep`
+the plots and the selection, rendered from what :func:`race.analysis.sweep_analysis.analyse_sweep`
 decided, each written atomically.
 
 Files written into the sweep folder (docs/design.md, results contract): ``leaderboard.md``
@@ -16,7 +16,7 @@ import pandas as pd
 from race.analysis.aggregate import increments, plain
 from race.analysis.load import model_shapes
 from race.analysis.surfaces import surface_records
-from race.analysis.sweep import SweepAnalysis, analyse_sweep
+from race.analysis.sweep_analysis import SweepAnalysis, analyse_sweep
 from race.core.fmt import CHARGED_PHASES, fmt_flops
 from race.core.fmt import md_table as _md_table
 from race.core.fmt import share as _share
@@ -28,7 +28,7 @@ from race.report.leaderboard import leaderboard_markdown, summary_text
 from race.report.validation import validation_section
 from race.store.io import read_result, write_csv, write_json, write_text
 from race.store.pilots import counts_text
-from race.store.sweep import SELECTION_JSON, SweepDir
+from race.store.sweep_files import SELECTION_JSON, SweepDir
 
 # every file a report writes, by key
 FILES = {"leaderboard_md": "leaderboard.md", "leaderboard_csv": "leaderboard.csv",

@@ -16,8 +16,8 @@ from race.core.specs import ModelShape
 from race.errors import UnknownName
 from race.nn.devices import torch_dtype
 from race.preflight import check_reward_folder, is_local, resolve_weights
-from race.rewards.base import Reward, RewardFlops, check_rewards
 from race.rewards.qwen_prm import QwenPRM
+from race.rewards.reward_base import Reward, RewardFlops, check_rewards
 from race.rewards.rule import RuleReward
 from race.rewards.tiny_prm import TinyPRM
 from race.warmstart.prm import family_prm

@@ -23,7 +23,7 @@ from typing import Any
 from race.core.flops import reward_flops
 from race.core.specs import ModelShape, RewardShape
 from race.errors import RewardInputTooLong, UsageError
-from race.rewards.base import FlopLedger, RewardFlops, check_rewards
+from race.rewards.reward_base import FlopLedger, RewardFlops, check_rewards
 
 # Qwen2.5-Math-PRM's model card: the system prompt its training data used.
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."

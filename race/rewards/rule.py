@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from race.rewards.base import FlopLedger, check_rewards
+from race.rewards.reward_base import FlopLedger, check_rewards
 from race.tasks.arith import step_labels
 
 # structured: the share of the reward a well-formed trace earns, right or wrong

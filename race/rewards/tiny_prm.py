@@ -14,8 +14,8 @@ from typing import Any
 from race.catalog import load_model_shape
 from race.core import flops
 from race.core.specs import ModelShape, RewardShape
-from race.rewards.base import FlopLedger, RewardFlops, check_rewards
 from race.rewards.qwen_prm import aggregate_scores
+from race.rewards.reward_base import FlopLedger, RewardFlops, check_rewards
 from race.warmstart.prm import build_tiny_prm, encode_for_scoring, load_prm, step_scores
 
 

@@ -13,18 +13,13 @@ from race.pilot.budget import PILOT_FLOPS_PER_S, machine_device, pilot_hours
 
 
 def uses_gpus(cfg) -> bool:
-    """Whether the pilots will run on GPUs: pilot.device=cuda, or the launcher gives
-    each one a GPU (``race plan`` cannot ask torch, and must not import it)."""
+    """Whether the pilots will run on GPUs: pilot.device=cuda, or the config gives each
+    pilot a GPU (``launcher.gpus`` or ``launcher.gpus_per_node``, whichever launcher
+    reads it: a plan written for a GPU cluster is planned for GPUs wherever it is
+    checked; ``race plan`` cannot ask torch, and must not import it)."""
     return (cfg.pilot.device == "cuda"
             or (cfg.pilot.device == "auto"
                 and bool(cfg.launcher.gpus or cfg.launcher.gpus_per_node)))
-
-
-def cell_knobs(cell) -> dict[str, str]:
-    """A cell's model, reward and axis values, as a plan's table and messages show them."""
-    if cell.spec is None:
-        return dict(cell.knobs)
-    return {"model": cell.spec.model, "reward": dict(cell.spec.reward)["name"]} | dict(cell.knobs)
 
 
 def pilot_device(cfg, runnable: bool) -> str | None:
@@ -51,7 +46,7 @@ def check_bounds(cells: list, base, budget: float, longest_flops: float, *,
         steps = cell.steps * longest_flops / cell.spec.budget_flops
         if steps <= pilot.max_steps and hours <= pilot.max_hours:
             continue
-        knobs = " ".join(f"{k}={v}" for k, v in cell_knobs(cell).items())
+        knobs = " ".join(f"{k}={v}" for k, v in cell.shown_knobs().items())
         what = (f"{steps:.3g} GRPO steps, past pilot.max_steps={pilot.max_steps}"
                 if steps > pilot.max_steps else
                 f"about {hours:.3g} h on {device} at {PILOT_FLOPS_PER_S[device]:.2g} "

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from race.catalog import load_entry
 from race.core.fmt import fmt_flops
-from race.run.launch.base import Task
 from race.run.launch.job import PilotJob, cores, threads
+from race.run.launch.launcher_base import Task
 from race.run.launch.watch import launch, quiet_library_output
 from race.store import claims
 from race.store.cell import CellDir, last_charged_flops

@@ -16,7 +16,6 @@ and checked once (:func:`race.preflight.check_plan`).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,23 +33,17 @@ from race.config import (
 from race.config.compose import once
 from race.core import flops
 from race.core.fmt import fmt_flops
-from race.core.ladder import LadderPlan, fmt_fraction, plan_ladder
+from race.core.knobs import default_of
 from race.core.memory import GIB, MemoryPlan, plan_memory
 from race.core.regime import regime_label
-from race.core.specs import LoraShape, PhaseFlops, RunSpec, pilot_flops, start_key
+from race.core.rungs import LadderPlan
+from race.core.specs import LoraShape, PhaseFlops, RunSpec, pilot_flops
 from race.errors import RewardTokenizerMismatch, UsageError
-from race.pilot.budget import (
-    checkpoints_after,
-    eval_problems,
-    planned_evaluations,
-    reports_at,
-    worst_step_flops,
-)
+from race.pilot.budget import eval_problems, planned_evaluations, worst_step_flops
 from race.pilot.rollout.vllm_settings import check_cell as check_vllm_cell
-from race.run.bounds import cell_knobs, check_bounds, pilot_device, uses_gpus
+from race.run.bounds import check_bounds, pilot_device, uses_gpus
+from race.run.rung_plan import fit_ladder_to_eval, grid_ladder, ladder_eval_flops, ladder_eval_plan
 
-# the defaults' owner (a full fine-tuning cell's memory is planned at the default rank)
-_CELL = RunSpec(model="", reward=(), task=(), budget_flops=0.0)
 # Axes print in this order (then any other key, then seeds last).
 AXIS_ORDER = ("model", "grid.group_size", "grid.prompts_per_step", "grid.max_new_tokens",
               "grid.update_epochs", "grid.lr", "grid.lora_rank", "reward")
@@ -85,6 +78,12 @@ class Cell:
     memory: MemoryPlan | None = None
     eval_each_flops: float = 0.0
     eval_select_flops: float = 0.0
+
+    def shown_knobs(self) -> dict[str, str]:
+        """Its model, reward and axis values, as a plan's table and messages show them."""
+        if self.spec is None:
+            return dict(self.knobs)
+        return {"model": self.spec.model, "reward": self.spec.reward_name} | dict(self.knobs)
 
     @property
     def eval_flops(self) -> float:
@@ -130,25 +129,11 @@ class Plan:
         :func:`race.core.flops.eval_flops`).
 
         A ladder, like :attr:`pilot_flops`, counts ``counts[i] x seeds`` cells at rung
-        ``i``, each at the runnable cells' mean cost: a continued cell evaluates only its
-        checkpoints above the rung below (:func:`race.pilot.budget.checkpoints_after`, as
-        the pilot), on the selection target alone below ``spec.report_from_flops``; the
-        warm start is scored once per cell whose ``spec.score_start`` holds.
+        ``i`` (:func:`race.run.rung_plan.ladder_eval_flops`).
         """
-        cells = self.runnable
         if self.ladder is None:
-            return sum(c.eval_flops for c in cells)
-        total = sum(c.eval_each_flops for c in cells if c.spec.score_start)
-        below = 0.0
-        for rung, count in zip(self.ladder.rungs, self.ladder.counts):
-            budget, start = rung * self.budget_flops, below * self.budget_flops
-            each = sum(sum(c.eval_each_flops if reports_at(c.spec, point * budget)
-                           else c.eval_select_flops
-                           for point in checkpoints_after(c.spec.checkpoints, budget, start))
-                       for c in cells) / len(cells)
-            total += count * self.ladder.seeds * each
-            below = rung
-        return total
+            return sum(c.eval_flops for c in self.runnable)
+        return ladder_eval_flops(self.runnable, self.ladder, self.budget_flops)
 
     @property
     def share_with_eval(self) -> float:
@@ -251,66 +236,6 @@ def plan_grid(overrides: Overrides | list[str], *, runnable: bool = True) -> Pla
                 tuple(cells), base.task.name, base, ladder)
 
 
-def ladder_eval_plan(cells: list[Cell], ladder: LadderPlan, budget: float) -> list[Cell]:
-    """A ladder's cells with their eval spent where decisions are made: below the last
-    rung only the selection target is scored (``spec.report_from_flops`` is the last
-    rung's budget), and each warm start once, by the first cell of its
-    :func:`race.core.specs.start_key` group (the others read its rows)."""
-    last = pilot_flops(budget, ladder.rungs[-1])
-    seen, out = set(), []
-    for cell in cells:
-        if cell.spec is None:
-            out.append(cell)
-            continue
-        key = start_key(cell.spec.to_dict())
-        first = key not in seen and not cell.refused
-        seen |= {key} if first else set()
-        out.append(replace(cell, spec=replace(cell.spec, report_from_flops=last,
-                                              score_start=first)))
-    return out
-
-
-def grid_ladder(base, axes: Mapping[str, list[str]], *,
-                share: float | None = None) -> LadderPlan | None:
-    """The ladder of a grid under ``selection.policy=ladder`` (None: flat), costing at
-    most ``share`` full runs (default ``selection.share``).
-
-    Configs are the grid's cells with the seeds folded together; the plan keeps room for
-    a config of every size on the ``model`` axis at each rung (whether a size uses it is
-    decided at each promotion, ``selection.keep_sizes``).
-    """
-    selection = base.selection
-    if selection.policy != "ladder":
-        return None
-    seeds = len(axes.get("pilot.seed", [None]))
-    configs = 1
-    for key, values in axes.items():
-        configs *= 1 if key == "pilot.seed" else len(values)
-    return plan_ladder(configs, seeds=seeds, n_sizes=len(axes.get("model", [None])),
-                       rungs=selection.rungs, reduction=selection.reduction,
-                       share=selection.share if share is None else share)
-
-
-def fit_ladder_to_eval(ladder: LadderPlan, cells: list[Cell], base, axes,
-                       budget: float) -> LadderPlan:
-    """The ladder with its rungs shrunk until its charged FLOPs and its planned eval
-    FLOPs together fit ``selection.pilot_budget`` full runs (``ladder`` itself when they
-    fit already, or when the eval alone exceeds it: :func:`eval_budget_warning` says so).
-
-    A rung's eval does not depend on its budget (every checkpoint scores the same
-    problems), so the eval share is read once, at the requested rungs.
-    """
-    runnable = [c for c in cells if not c.refused]
-    if not runnable:
-        return ladder
-    selection = base.selection
-    provisional = Plan(budget, ladder.rungs[0], (), tuple(runnable), "", base, ladder)
-    room = selection.pilot_budget - provisional.eval_flops / budget
-    if room <= 0 or ladder.cost_share <= room * (1 + 1e-9):
-        return ladder
-    return grid_ladder(base, axes, share=min(selection.share, room))
-
-
 def _check_distinct(cells: list[Cell]) -> None:
     """Two cells with one id would share a folder: refuse, naming both knob sets."""
     seen: dict[str, Cell] = {}
@@ -379,105 +304,10 @@ def cell_memory(cfg, specs) -> MemoryPlan:
     rows = grid.prompts_per_step * grid.group_size
     micro = min(grid.micro_batch_size or rows, grid.minibatch_size or rows, rows)
     reward = specs.reward.model if specs.reward.kind != "rule" else None
-    return plan_memory(specs.policy, specs.lora or LoraShape(grid.lora_rank or _CELL.lora_rank),
+    # a full fine-tuning cell's memory is planned at the default rank
+    lora = specs.lora or LoraShape(grid.lora_rank or default_of(RunSpec, "lora_rank"))
+    return plan_memory(specs.policy, lora,
                        dtype=dtype, rows=rows, micro_rows=micro,
                        prompt_tokens=cfg.task.prompt_tokens,
                        max_new_tokens=grid.max_new_tokens, reward_model=reward,
                        backend=cfg.pilot.backend)
-
-
-def plan_table(plan: Plan) -> str:
-    """The plan as a fixed-width table, refused cells listed last with their reasons."""
-    always = [k for k in ("model", "reward") if k not in dict(plan.axes)]
-    keys = always + [k for k, _ in plan.axes]
-    short = {k: k.split(".")[-1].replace("group_size", "G").replace("update_epochs", "mu")
-             for k in keys}
-    shown = [cell_knobs(c) for c in plan.cells]
-    widths = {k: max(len(short[k]), *(len(str(kn.get(k, ""))) for kn in shown)) for k in keys}
-    header = (f"{'cell':<13}" + "".join(f"{short[k]:<{widths[k] + 2}}" for k in keys)
-              + f"{'steps':>6}{'rollout':>19}{'learning':>19}{'feedback':>19}"
-              + f"{'mem GiB':>9}  regime")
-    lines = [header]
-    for cell in plan.runnable:
-        knobs = cell_knobs(cell)
-        shares = cell.planned.shares()
-        phases = "".join(f"{fmt_flops(getattr(cell.planned, p)):>11} {shares[p]:>6.1%}"
-                         for p in ("rollout", "learning", "feedback"))
-        memory = f"{cell.memory.peak / GIB:>9.2f}" if cell.memory else f"{'-':>9}"
-        lines.append(f"{cell.spec.cell_id:<13}"
-                     + "".join(f"{knobs[k]:<{widths[k] + 2}}" for k in keys)
-                     + f"{cell.steps:>6}{phases}{memory}  {cell.regime}")
-    refused = [c for c in plan.cells if c.refused]
-    if refused:
-        lines.append("")
-        lines.append(f"refused ({len(refused)} cell(s), not run):")
-        for cell in refused:
-            knobs = " ".join(f"{k}={v}" for k, v in cell.knobs)
-            lines.append(f"  {cell_label(cell)}  {knobs}: {cell.refused}")
-    return "\n".join(lines)
-
-
-def cell_label(cell: Cell) -> str:
-    """The cell id, or a dash for a cell that cannot exist."""
-    return cell.spec.cell_id if cell.spec else "-" * 12
-
-
-def flat_share(plan: Plan) -> float:
-    """What a flat grid of these cells at ``pilot.fraction`` would cost, in full runs."""
-    return len(plan.runnable) * plan.base.pilot.fraction if plan.base else 0.0
-
-
-def cost_warning(plan: Plan) -> str:
-    """A warning when the grid's pilots together cost more than one full-budget run
-    ("" otherwise): under ``selection.policy=flat`` each cell gets ``pilot.fraction`` of
-    the budget, whatever the grid (a ladder spends ``selection.share``)."""
-    n = len(plan.runnable)
-    if plan.ladder is not None or plan.share_of_full_run <= 1.0:
-        return ""
-    return (f"warning: these {n} pilots cost {plan.share_of_full_run:.2f} full-budget runs "
-            f"(each gets pilot.fraction={plan.pilot_fraction:g} of the budget); to keep the "
-            f"pilots within one full run, use selection.policy=ladder, "
-            f"pilot.fraction<={1 / n:.3g} or fewer cells")
-
-
-def eval_budget_warning(plan: Plan) -> str:
-    """A warning when the pilots' charged and planned eval FLOPs together exceed
-    ``selection.pilot_budget`` full-budget runs ("" otherwise)."""
-    limit = plan.base.selection.pilot_budget if plan.base else 1.0
-    if plan.share_with_eval <= limit:
-        return ""
-    return (f"warning: these pilots with their evaluation cost {plan.share_with_eval:.2f} "
-            f"full-budget runs > selection.pilot_budget={limit:g}; score fewer problems "
-            f"(pilot.select_examples, pilot.eval_examples), fewer checkpoints "
-            f"(pilot.checkpoints) or targets (pilot.eval_targets), or raise "
-            f"selection.pilot_budget")
-
-
-def ladder_text(ladder: LadderPlan) -> str:
-    """``16 configs at F/48 -> 8 at F/24 -> 4 at F/12 -> 2 at F/6``, with seeds."""
-    rungs = " -> ".join(f"{count} at {fmt_fraction(rung)}"
-                        for count, rung in zip(ladder.counts, ladder.rungs))
-    seeds = f" (x{ladder.seeds} seeds)" if ladder.seeds > 1 else ""
-    return f"{rungs} config(s){seeds}"
-
-
-def plan_summary(plan: Plan) -> str:
-    """One paragraph: the grid's size, budgets, and pilot cost vs one full run."""
-    axes = " x ".join(f"{k}[{len(v)}]" for k, v in plan.axes) or "one cell"
-    head = (f"grid {axes} = {len(plan.cells)} cell(s), {len(plan.runnable)} runnable; "
-            f"full-run budget F = {fmt_flops(plan.budget_flops)} FLOPs")
-    charged = (f"{fmt_flops(plan.pilot_flops)} FLOPs charged = {plan.share_of_full_run:.1%} "
-               f"of one full-budget run, eval ~{fmt_flops(plan.eval_flops)} "
-               f"({plan.eval_flops / plan.budget_flops:.1%}), {plan.share_with_eval:.1%} "
-               f"with eval")
-    if plan.ladder is not None:
-        selection = plan.base.selection
-        shrunk = (f"; rungs shrunk x{plan.ladder.scaled:.3g} to fit selection.share="
-                  f"{selection.share:g} and, with eval, selection.pilot_budget="
-                  f"{selection.pilot_budget:g}" if plan.ladder.scaled < 1 else "")
-        return (f"{head}; ladder {ladder_text(plan.ladder)}, pilots {charged} (a flat grid "
-                f"at pilot.fraction={plan.base.pilot.fraction:g}: {flat_share(plan):.1%} "
-                f"charged){shrunk}")
-    each = fmt_flops(plan.budget_flops * plan.pilot_fraction)
-    return (f"{head}, pilots {plan.pilot_fraction:g} x budget = {each} each; all pilots "
-            f"{charged}")

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from race.errors import UsageError, WeightsMissing
 from race.preflight import WEIGHT_PATTERNS, hub_snapshot
-from race.tasks.base import is_local
 from race.tasks.math import eval_entries
+from race.tasks.task_base import is_local
 
 # task fields that name a data source (a math task's evaluation targets are in ``eval``)
 SOURCE_KEYS = ("source", "val_source", "test_source", "ood_source")

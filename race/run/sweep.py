@@ -3,7 +3,7 @@
 ::
 
     plan_grid(overrides)              cells, steps and FLOPs per phase (refused cells listed)
-    check the launcher                 a SLURM partition or request the cluster lacks -> exit 2
+    check the launcher                 its request (e.g. a SLURM partition it lacks) -> exit 2
     results/<sweep>/sweep.json         resolved config, cells, git sha, versions, times
     warm start                         tiny policies and PRMs, built once, cached
     launch(...)                        cells without an ok summary.json (a rerun resumes)
@@ -29,12 +29,12 @@ from race.errors import UsageError
 from race.run.cells import launch_cells, needs_warm_start
 from race.run.grid import Plan, plan_grid
 from race.run.ladder import run_ladder
-from race.run.launch.slurm import check_slurm
+from race.run.launch.launcher_base import launcher_for
 from race.run.prefetch import check_needs, hub_needs
 from race.store import claims
 from race.store.io import SWEEP_JSON_FIX, read_json, read_result, write_csv, write_json
 from race.store.pilots import pilots_frame
-from race.store.sweep import SweepDir
+from race.store.sweep_files import SweepDir
 from race.warmstart.policies import check_cache_writable
 
 
@@ -82,13 +82,12 @@ def sweep_record(plan: Plan, cfg, overrides: list[str], **extra) -> dict:
 
 def plan_sweep(overrides: Overrides) -> tuple[Plan, Path]:
     """The plan of one budget's sweep and its folder (``sweep.out_dir`` /
-    ``sweep.name``, or :func:`sweep_name`), its launcher checked (a SLURM partition or
-    request the cluster lacks: UsageError) and the folder's own plan compared
-    (:func:`check_same_plan`)."""
+    ``sweep.name``, or :func:`sweep_name`), its launcher checked (its ``check``, e.g. a
+    SLURM partition or request the cluster lacks: UsageError) and the folder's own plan
+    compared (:func:`check_same_plan`)."""
     plan = plan_grid(overrides)
     base = plan.base
-    if base.launcher.name == "slurm":
-        check_slurm(base.launcher)
+    launcher_for(base.launcher.name).check(base.launcher)  # e.g. SLURM against sinfo
     check_needs(hub_needs(c.spec for c in plan.runnable))  # hub weights, before any folder
     if any(needs_warm_start(c.spec) for c in plan.runnable):
         check_cache_writable()  # the tiny family is built into the cache
@@ -167,8 +166,7 @@ def plan_budget_sweeps(rest: Overrides, budgets: list[float]
     by ascending budget."""
     plans = [plan_grid(rest.with_budget(b)) for b in budgets]  # all checked first
     base = plans[0].base
-    if base.launcher.name == "slurm":
-        check_slurm(base.launcher)
+    launcher_for(base.launcher.name).check(base.launcher)  # e.g. SLURM against sinfo
     check_needs(hub_needs(c.spec for p in plans for c in p.runnable))
     if any(needs_warm_start(c.spec) for p in plans for c in p.runnable):
         check_cache_writable()

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from race.core.specs import PhaseFlops
 from race.store.cell import SPEC, SUMMARY, CellDir, every_cell_dir
 from race.store.claims import running_pilot
 from race.store.io import read_result
+from race.store.records import PilotSession, PilotSummary, phase_flops_from
 
 # what a cell folder can be, in the order counts are printed: ok and failed pilots left a
 # verdict; missing ones never finished (a rerun resumes them); running ones hold their run
@@ -56,26 +58,34 @@ def pilot_row(cell_dir: Path) -> dict:
                           f"once the sweep finishes"}
         return row | {"status": "missing", "error": f"no {SUMMARY}: the pilot never "
                       "finished; rerun the sweep to resume it"}
-    summary = read_result(cell.summary, rerun)
-    row |= {"status": summary["status"], "error": summary.get("error"),
-            "steps": summary.get("steps", 0), "total_flops": summary.get("total_flops", 0.0),
-            "resumed_from_step": summary.get("resumed_from_step"),
-            "redone_flops": summary.get("redone_flops", 0.0),
-            "unspent_flops": summary.get("unspent_flops")}
-    for phase, value in summary.get("flops", {}).items():
+    summary = PilotSummary.from_json(read_result(cell.summary, rerun))
+    row |= {"status": summary.status, "error": summary.error, "steps": summary.steps,
+            "total_flops": summary.total_flops,
+            "resumed_from_step": summary.resumed_from_step,
+            "redone_flops": summary.redone_flops, "unspent_flops": summary.unspent_flops}
+    for phase, value in summary.flops.items():
         row[f"flops_{phase}"] = value
-    for phase, value in summary.get("wall_s", {}).items():
+    for phase, value in summary.wall_s.items():
         row[f"wall_s_{phase}"] = value
-    row |= {"device": summary.get("device"), "dtype": summary.get("dtype"),
-            "peak_flops": summary.get("peak_flops")}
-    for phase, use in (summary.get("throughput") or {}).items():
+    session = summary.session or PilotSession()
+    row |= {"device": summary.device, "dtype": summary.dtype,
+            "peak_flops": session.peak_flops}
+    for phase, use in (session.throughput or {}).items():
         for key in ("flops_per_s", "mfu", "hfu", "peak_gib"):
             row[f"{key}_{phase}"] = use.get(key)
-    for when in ("initial", "final"):
-        for target, metrics in summary.get(f"{when}_eval", {}).items():
-            row[f"{when}_{target}"] = metrics.get("accuracy")
-            row[f"{when}_{target}_reward"] = metrics.get("mean_reward")
+    for when, scores in (("initial", summary.initial_eval), ("final", summary.final_eval)):
+        for target, score in scores.items():
+            row[f"{when}_{target}"] = score.accuracy
+            row[f"{when}_{target}_reward"] = score.mean_reward
     return row
+
+
+def row_flops(row: dict) -> PhaseFlops:
+    """A ``pilots.csv`` row's FLOPs by phase (``flops_<phase>``, the charged convention);
+    a missing or empty phase (a cell that never started) reads as nan."""
+    return phase_flops_from({p: row.get(f"flops_{p}")
+                             for p in ("rollout", "learning", "feedback", "eval")},
+                            "flops_<phase>")
 
 
 def pilots_frame(sweep_dir: Path):

@@ -25,10 +25,10 @@ from typing import Any
 from race.catalog import did_you_mean
 from race.errors import UnknownName, UsageError
 from race.tasks.arith import ArithTask
-from race.tasks.base import HELD_OUT, Example, sample_rows
 from race.tasks.gsm8k import load_gsm8k
 from race.tasks.math import MathTask
 from race.tasks.reasoning_gym import ReasoningGymTask, has_ood
+from race.tasks.task_base import HELD_OUT, Example, sample_rows
 from race.tasks.verify import answers_match
 
 # GSM8K-format pilots: the instruction that follows the question (the rule verifier reads

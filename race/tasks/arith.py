@@ -26,7 +26,7 @@ import zlib
 from dataclasses import dataclass
 
 from race.errors import UsageError
-from race.tasks.base import Example
+from race.tasks.task_base import Example
 
 FINAL_PREFIX = "#### "
 SPLITS = ("train", "val", "test", "ood")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from race.errors import UsageError
-from race.tasks.base import FILE_SUFFIXES, Example
+from race.tasks.task_base import FILE_SUFFIXES, Example
 from race.tasks.verify import normalize_number
 
 logger = logging.getLogger(__name__)

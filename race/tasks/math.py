@@ -31,7 +31,7 @@ from typing import Any
 
 import race.tasks.gsm8k as gsm8k
 from race.errors import UsageError
-from race.tasks.base import FILE_SUFFIXES, HELD_OUT, Example, is_local
+from race.tasks.task_base import FILE_SUFFIXES, HELD_OUT, Example, is_local
 from race.tasks.verify import _MATH_DOLLARS_RE, _last_marker, answers_match, gold_parses
 
 logger = logging.getLogger(__name__)

@@ -43,7 +43,7 @@ from typing import Any
 
 from race.catalog import closest
 from race.errors import MissingExtra, UnknownName, UsageError
-from race.tasks.base import Example, sample_rows
+from race.tasks.task_base import Example, sample_rows
 
 ANSWER_FORMAT = ("Think it through step by step, then end with the final answer alone "
                  "after 'Answer:', e.g. 'Answer: 42'.")
@@ -314,7 +314,7 @@ class ReasoningGymTask:
                        trace=trace, split=split, question=question)
 
     def sample(self, split: str, n: int, seed: int = 0) -> list[Example]:
-        """``n`` problems of ``split`` in a seeded order (:func:`~race.tasks.base.sample_rows`:
+        """``n`` problems of ``split`` in a seeded order (:func:`~race.tasks.task_base.sample_rows`:
         train cycles, a held-out split never repeats a problem)."""
         return sample_rows(self.rows(split), split, n,
                            f"{self.name}/{self.dataset}/{split}/{seed}")

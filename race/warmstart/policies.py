@@ -42,7 +42,7 @@ from race.core.specs import ModelShape
 from race.errors import UsageError
 from race.store.umask import share_like_umask
 from race.tasks.arith import ArithTask, step_labels
-from race.tasks.base import Example
+from race.tasks.task_base import Example
 from race.warmstart.tokenizer import (
     FAMILY,
     build_char_tokenizer,

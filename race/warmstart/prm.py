@@ -40,7 +40,7 @@ from race.core.specs import ModelShape
 from race.errors import RewardInputTooLong, UsageError
 from race.nn.devices import torch_dtype
 from race.tasks.arith import ArithTask, split_lines, step_labels
-from race.tasks.base import Example
+from race.tasks.task_base import Example
 from race.warmstart.policies import build_tiny_policy, cached_build, warm_start_recipe
 from race.warmstart.tokenizer import FAMILY, in_family, pad_right
 

@@ -1,6 +1,6 @@
 """The job side of every launcher: :class:`PilotJob`, the picklable callable that runs
 one pilot in its worker, turning a scheduler's signals into a save at the next step
-boundary; and how many pilots run at once and with how many torch threads each.
+boundary; and how many torch threads each pilot gets (its launcher's share).
 
 torch and submitit are imported inside the methods: torch after the thread variables are
 set, submitit only on a requeue.
@@ -18,8 +18,7 @@ from race.errors import NoSpace
 from race.integrations.trackers import pilot_feed
 from race.pilot.loop import run_pilot
 from race.pilot.state import StopRequested
-from race.run.launch.base import NO_SPACE
-from race.run.launch.slurm import slurm_resources
+from race.run.launch.launcher_base import NO_SPACE, launcher_for
 from race.store import claims
 
 
@@ -145,16 +144,8 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def slots(cfg) -> int:
-    """Pilots that run at once under the local launcher (``slots=0``: one per core)."""
-    return len(cfg.gpus) if cfg.gpus else (cfg.slots or cores())
-
-
 def threads(cfg) -> int:
-    """Torch threads per pilot: ``threads_per_pilot``, else the SLURM task's CPUs, else
-    this machine's cores shared by the slots (one slot per GPU with ``gpus``)."""
-    if cfg.threads_per_pilot:
-        return cfg.threads_per_pilot
-    if cfg.name == "slurm":
-        return slurm_resources(cfg)[0]
-    return max(1, cores() // slots(cfg))
+    """Torch threads per pilot: ``launcher.threads_per_pilot``, else what the launcher
+    gives each pilot (:meth:`~race.run.launch.launcher_base.Launcher.threads`: the SLURM
+    task's CPUs, or this machine's cores shared by the local slots)."""
+    return cfg.threads_per_pilot or launcher_for(cfg.name).threads(cfg)

@@ -1,7 +1,6 @@
-"""The local and inline launchers: slot workers on this machine, sharing the tasks (one
-per core, or one per GPU pinned with ``CUDA_VISIBLE_DEVICES``), or pilots in this very
-process one after another (submitit's debug executor), and the process plumbing that
-keeps no pilot running after its sweep is gone.
+"""The local launcher: slot workers on this machine, sharing the tasks (one per core, or
+one per GPU pinned with ``CUDA_VISIBLE_DEVICES``), and the process plumbing that keeps no
+pilot running after its sweep is gone.
 
 submitit is imported inside the functions that need it (heavy: ``race plan`` never loads it).
 """
@@ -19,40 +18,16 @@ import uuid
 from pathlib import Path
 
 from race.errors import NoSpace
-from race.run.launch.base import NO_SPACE, Ended, Task, job_error, record_lost
-from race.run.launch.job import deliver
+from race.run.launch.job import cores, deliver
+from race.run.launch.launcher_base import (
+    NO_SPACE,
+    Ended,
+    Task,
+    Watcher,
+    job_error,
+    record_lost,
+)
 from race.store.claims import CellBusy, owner_alive, this_process
-
-
-class InlineWatcher:
-    """Pilots in this process, one after another (submitit's debug executor): each poll
-    runs the next pending task to its end."""
-
-    def __init__(self, executor, job):
-        self.executor, self.job = executor, job
-
-    def start(self, tasks: list[Task]) -> None:
-        """Nothing runs ahead: each poll submits the task it runs."""
-
-    def poll(self, pending: list[Task]) -> list[Ended]:
-        task = pending[0]
-        sub = self.executor.submit(self.job, task.spec, task.cell_dir)
-        try:
-            outcome = sub.result()
-        except Exception as error:  # recorded, never stops the others
-            if not task.cell.has_summary():
-                return [Ended(task, sub, lost=f"{type(error).__name__}: {error}")]
-            return [Ended(task, sub)]
-        if isinstance(outcome, dict) and outcome.get("status") == NO_SPACE:
-            raise NoSpace(outcome["path"])  # a full disk ends the sweep
-        return [Ended(task, sub)]
-
-    def running(self, pending: list[Task]) -> int:
-        """One while tasks are pending: the next starts as soon as the last has ended."""
-        return min(1, len(pending))
-
-    def stop(self) -> None:
-        """Nothing to stop: a pilot in this process ends with it."""
 
 
 class SlotWorker:
@@ -219,3 +194,45 @@ def _kill_tree(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def slots(cfg) -> int:
+    """Pilots that run at once under the local launcher (``slots=0``: one per core)."""
+    return len(cfg.gpus) if cfg.gpus else (cfg.slots or cores())
+
+
+def local_threads(cfg) -> int:
+    """Torch threads per pilot: this machine's cores shared by the slots (one slot per GPU
+    with ``launcher.gpus``), at least one."""
+    return max(1, cores() // slots(cfg))
+
+
+class LocalLauncher:
+    """``launcher=local`` (:class:`~race.run.launch.launcher_base.Launcher`)."""
+
+    name = "local"
+    keys = ("slots", "gpus", "timeout_min", "signal_delay_s", "max_requeues")
+    in_process = False
+
+    def check(self, cfg) -> None:
+        """Nothing beyond the plan's checks (``launcher.gpus`` against this machine's GPUs
+        is one: :func:`race.config.check_gpus`)."""
+
+    def executor(self, cfg, folder: Path):
+        import submitit
+
+        ex = submitit.LocalExecutor(folder, max_num_timeout=cfg.max_requeues)
+        ex.update_parameters(timeout_min=cfg.timeout_min, signal_delay_s=cfg.signal_delay_s)
+        return ex
+
+    def watcher(self, cfg, executor, job) -> Watcher:
+        slot_ids = list(cfg.gpus) if cfg.gpus else list(range(slots(cfg)))
+        return LocalWatcher(executor, job, slot_ids=slot_ids, pin_gpus=bool(cfg.gpus),
+                            timeout_min=cfg.timeout_min)
+
+    def threads(self, cfg) -> int:
+        return local_threads(cfg)
+
+
+
+LAUNCHER = LocalLauncher()

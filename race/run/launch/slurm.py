@@ -1,5 +1,7 @@
 """The SLURM launcher: what a pilot asks the cluster for, the check of that request
 against ``sinfo`` before anything is submitted, and the watcher of one job array.
+Timed-out or preempted pilots are checkpointed by submitit's signal handler, requeued,
+and resume from their own last checkpoint.
 
 ``sinfo`` and ``squeue`` are read through pure parsers (:func:`parse_sinfo`,
 :func:`parse_squeue`), tested against stored outputs; only :func:`check_slurm` and
@@ -11,10 +13,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from race.errors import UsageError
-from race.run.launch.base import Ended, Task
+from race.run.launch.launcher_base import Ended, Task, Watcher
 
 # SLURM defaults per pilot when cpus_per_task / mem_gb are null: (CPUs, GB) without a GPU,
 # and per GPU (data loading, tokenization and the checkpoint's host copy)
@@ -173,3 +176,36 @@ class SlurmWatcher:
     def stop(self) -> None:
         """Nothing: the jobs are SLURM's and run on, each writing its own summary
         (``scancel`` stops them)."""
+
+
+class SlurmLauncher:
+    """``launcher=slurm`` (:class:`~race.run.launch.launcher_base.Launcher`)."""
+
+    name = "slurm"
+    keys = ("partition", "gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min",
+            "array_parallelism", "setup", "additional", "signal_delay_s", "max_requeues",
+            "lost_after_s")
+    in_process = False
+
+    def check(self, cfg) -> None:
+        check_slurm(cfg)
+
+    def executor(self, cfg, folder: Path):
+        import submitit
+
+        ex = submitit.AutoExecutor(folder, cluster="slurm",
+                                   slurm_max_num_timeout=cfg.max_requeues)
+        ex.update_parameters(**slurm_parameters(cfg))
+        return ex
+
+    def watcher(self, cfg, executor, job) -> Watcher:
+        return SlurmWatcher(executor, job, lost_after_s=cfg.lost_after_s,
+                            max_requeues=cfg.max_requeues)
+
+    def threads(self, cfg) -> int:
+        """The CPUs each array task asks for (:func:`slurm_resources`)."""
+        return slurm_resources(cfg)[0]
+
+
+
+LAUNCHER = SlurmLauncher()

@@ -1,28 +1,20 @@
-"""Launchers: every pilot goes through submitit, to SLURM, to local processes, or inline.
-
-- ``local``: ``launcher.slots`` worker processes on this machine, each running pilots one
-  after another with ``cores // slots`` torch threads (imports paid once per slot); with
-  ``launcher.gpus=[0,1,...]`` one worker per GPU, pinned with ``CUDA_VISIBLE_DEVICES``
-  (submitit's ``visible_gpus``).
-- ``slurm``: one job array; partition, GPUs, CPUs, memory, time limit, array
-  parallelism and setup lines from the config. A pilot that reaches its time limit (or
-  is preempted) is checkpointed by submitit's signal handler and requeued; the pilot
-  resumes from its own last checkpoint (adapter, optimizer, ledger, RNG), so FLOPs are
-  never counted twice.
-- ``inline``: in this process, one after another (submitit's debug executor).
+"""The one launch loop: every pilot goes through submitit, through the launcher its
+config names (``launcher=local``, ``slurm``, ``inline``, or any other module of this
+package that registers one: :func:`~race.run.launch.launcher_base.launcher_for`).
 
 One loop polls them all: :func:`as_completed` yields each task as it ends, asking the
-launcher's watcher (:class:`InlineWatcher`, :class:`LocalWatcher`, :class:`SlurmWatcher`)
-only to start the work, which tasks ended since the last poll, how many run, and which can
+launcher's watcher (``InlineWatcher``, ``LocalWatcher``, ``SlurmWatcher``) only to start
+the work, which tasks ended since the last poll, how many run, and which can
 never finish. Polling has a deadline: a job that leaves the scheduler without a result
 (killed, node lost) is noticed within ``launcher.lost_after_s`` and recorded as a failed
 cell instead of being waited on forever (submitit alone needs ``sacct`` for that).
 
-One module per backend behind that small interface (:mod:`~race.run.launch.local`,
-:mod:`~race.run.launch.slurm`), the job they all run (:mod:`~race.run.launch.job`) and
-what they share (:mod:`~race.run.launch.base`); this module holds the one loop and the
-submitit executors. submitit is imported inside the functions that build executors, so
-that ``race plan`` never loads it.
+One module per backend, each a :class:`~race.run.launch.launcher_base.Launcher` that the
+registry finds by name (:mod:`~race.run.launch.inline`, :mod:`~race.run.launch.local`,
+:mod:`~race.run.launch.slurm`: executor, watcher, check), the job they all run
+(:mod:`~race.run.launch.job`) and what they share (:mod:`~race.run.launch.launcher_base`);
+this module holds the one loop. submitit is imported inside the functions that build
+executors, so that ``race plan`` never loads it.
 """
 
 from __future__ import annotations
@@ -39,33 +31,17 @@ from contextlib import closing, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from race.run.launch.base import (
+from race.run.launch.job import PilotJob, threads
+from race.run.launch.launcher_base import (
     Counts,
     Ended,
     Task,
     Watcher,
     job_error,
+    launcher_for,
     raise_no_space,
     record_lost,
 )
-from race.run.launch.job import PilotJob, slots, threads
-from race.run.launch.local import InlineWatcher, LocalWatcher
-from race.run.launch.slurm import SlurmWatcher, slurm_parameters
-
-
-def executor(cfg, folder: Path):
-    """The submitit executor for ``cfg`` (a ``LauncherConfig``), logging under ``folder``."""
-    import submitit
-
-    if cfg.name == "inline":
-        return submitit.DebugExecutor(folder)
-    if cfg.name == "local":
-        ex = submitit.LocalExecutor(folder, max_num_timeout=cfg.max_requeues)
-        ex.update_parameters(timeout_min=cfg.timeout_min, signal_delay_s=cfg.signal_delay_s)
-        return ex
-    ex = submitit.AutoExecutor(folder, cluster="slurm", slurm_max_num_timeout=cfg.max_requeues)
-    ex.update_parameters(**slurm_parameters(cfg))
-    return ex
 
 
 @contextmanager
@@ -178,31 +154,19 @@ def launch(tasks: list[Task], cfg, folder: Path,
     counts = Counts(total=len(tasks))
     if not tasks:
         return counts
+    backend = launcher_for(cfg.name)
     job = job or PilotJob(threads(cfg), cfg.checkpoint_every)
-    ex = executor(cfg, folder)
-    inline = cfg.name == "inline"
-    # an inline poll runs a pilot to its end: there is nothing to wait for between polls
-    ends = as_completed(watcher_for(cfg, ex, job), tasks, counts=counts, on_change=on_change,
-                        poll_s=0.0 if inline else cfg.poll_s)
-    # SIGTERM unwinds like Ctrl-C, so the watcher stops local pilots; an inline run keeps
-    # SIGTERM's default (its pilot saves on it, see StopSignals, and the process ends)
-    with (nullcontext() if inline else _terminate_as_interrupt()), closing(ends):
+    watcher = backend.watcher(cfg, backend.executor(cfg, folder), job)
+    here = backend.in_process
+    # a poll in this process runs a pilot to its end: there is nothing to wait for
+    ends = as_completed(watcher, tasks, counts=counts, on_change=on_change,
+                        poll_s=0.0 if here else cfg.poll_s)
+    # SIGTERM unwinds like Ctrl-C, so the watcher stops local pilots; a run in this process
+    # keeps SIGTERM's default (its pilot saves on it, see StopSignals, and the process ends)
+    with (nullcontext() if here else _terminate_as_interrupt()), closing(ends):
         for _ in ends:  # counted and reported inside the generator
             pass
     return counts
-
-
-def watcher_for(cfg, ex, job) -> Watcher:
-    """The watcher of launcher ``cfg`` (a ``LauncherConfig``), submitting ``job`` to the
-    submitit executor ``ex`` (:func:`executor`)."""
-    if cfg.name == "inline":
-        return InlineWatcher(ex, job)
-    if cfg.name == "slurm":
-        return SlurmWatcher(ex, job, lost_after_s=cfg.lost_after_s,
-                            max_requeues=cfg.max_requeues)
-    slot_ids = list(cfg.gpus) if cfg.gpus else list(range(slots(cfg)))
-    return LocalWatcher(ex, job, slot_ids=slot_ids, pin_gpus=bool(cfg.gpus),
-                        timeout_min=cfg.timeout_min)
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from race.run.cells import launch_cells
 from race.store.cell import CellDir
 from race.store.claims import this_process
 from race.store.io import REPORT_FIX, SWEEP_JSON_FIX, read_json, read_result, write_json
-from race.store.sweep import SELECTION_JSON, SweepDir
+from race.store.sweep_files import SELECTION_JSON, SweepDir
 
 
 def full_budget_spec(spec_dict: dict, full_budget_flops: float, select_examples: int = 0):

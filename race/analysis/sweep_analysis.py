@@ -22,9 +22,8 @@ from race.analysis.aggregate import (
     split_status,
     targets,
 )
-from race.analysis.answer import flat_answer, full_run, ladder_answer, pick_profile
-from race.analysis.buys import budget_buys
 from race.analysis.curves import fit_cells
+from race.analysis.headline import flat_answer, full_run, ladder_answer, pick_profile
 from race.analysis.ladder_curves import ladder_points, lineage_fits
 from race.analysis.load import load_results, run_specs
 from race.analysis.response import ResponseSurface
@@ -34,13 +33,14 @@ from race.analysis.select import (
     select_for_validation,
     warm_starts,
 )
+from race.analysis.size_buys import budget_buys
 from race.analysis.surfaces import response_surfaces
 from race.core.guards import DEFAULT, GuardThresholds
 from race.core.stats import BASES, REPORT
 from race.errors import UsageError
 from race.store.io import SWEEP_JSON_FIX, read_result
 from race.store.pilots import counts_text
-from race.store.sweep import SweepDir
+from race.store.sweep_files import SweepDir
 
 
 @dataclass
@@ -60,11 +60,11 @@ class SweepAnalysis:
     ``card_only``: runs of another trainer, with RACE's ledger but none of its evals
     (nothing to rank: the compute card only).
 
-    The answer a report opens with (:mod:`race.analysis.answer`): ``pick`` (the first
+    The answer a report opens with (:mod:`race.analysis.headline`): ``pick`` (the first
     selected config with its regime, rho and FLOP split), ``runner_up`` (with the
     pick's lead over it), ``findings`` (the best allocation by size, reward, target and,
     on a ladder, rung budget), ``buys`` (what the full budget buys at each size with the
-    pick's recipe, :func:`race.analysis.buys.budget_buys`; ``buys_note``: why it is
+    pick's recipe, :func:`race.analysis.size_buys.budget_buys`; ``buys_note``: why it is
     empty) and ``full`` (the pick's size's row of it, with its measured FLOP/s).
     ``every_eval``: every rung's checkpoint evals; a ladder's ``points`` (target ->
     :func:`race.analysis.ladder_curves.ladder_points`) and ``lineage_fits`` (its
@@ -214,7 +214,7 @@ def _select(result: SweepAnalysis, configs: pd.DataFrame, evals: pd.DataFrame,
 
 def _answer(result: SweepAnalysis) -> None:
     """The pick, its runner-up, the conditional findings, what the full budget buys per
-    size, and a ladder's figure data (:mod:`race.analysis.answer`)."""
+    size, and a ladder's figure data (:mod:`race.analysis.headline`)."""
     if not result.selected:
         return
     configs, level, starts = result.primary_configs, result.level, result.starts

@@ -1,8 +1,6 @@
 """Validation of a composed config: every problem at once, each one line naming the key,
-its value, the rule broken and the fix (:class:`~race.errors.UsageError`); and the
-checks of this machine a run needs (paths, a CUDA device, the named GPUs).
-
-torch is imported only by the device checks, and only when a GPU is named.
+its value, the rule broken and the fix (:class:`~race.errors.UsageError`). The checks
+of this machine a run needs are in :mod:`race.config.machine`.
 """
 
 from __future__ import annotations
@@ -15,37 +13,34 @@ from pathlib import Path, PurePath
 from race import catalog
 from race.config.schema import (
     ACCOUNTED_REWARD_KINDS,
-    LAUNCHERS,
     RaceConfig,
     SelectionConfig,
     SweepConfig,
-    task_entry,
 )
-from race.core.flops import CONVENTIONS
-from race.core.ladder import KEEP_SIZES, PROMOTE_BY
-from race.core.specs import AGGREGATIONS, HEADS, TRACKERS
+from race.config.task_fields import task_entry
+from race.core.flops import minibatch_problem
+from race.core.knobs import config_values, knob_problems
+from race.core.rungs import KEEP_SIZES, PROMOTE_BY
+from race.core.specs import HEADS, TRACKERS, RunSpec
 from race.core.stats import BASES
 from race.errors import UsageError
-from race.nn.devices import DEVICES, DTYPES, resolve_device, visible_gpus
 from race.rewards import REWARD_KINDS as BUILT_REWARDS
 from race.rewards.rule import CHECKS
 from race.tasks import task_targets
 from race.tasks.arith import ArithTask
-from race.tasks.base import is_local
 from race.tasks.math import eval_entries
 from race.tasks.reasoning_gym import as_text, config_problems
 
 
 def _finite_problems(cfg: RaceConfig) -> list[str]:
-    """Every float field that is NaN or infinite (``budget=1e400`` overflows to inf)."""
-    fields = {"budget": cfg.budget, "grid.lr": cfg.grid.lr, "grid.kl_coef": cfg.grid.kl_coef,
-              "pilot.fraction": cfg.pilot.fraction,
-              "pilot.temperature": cfg.pilot.temperature,
-              "pilot.clip_eps": cfg.pilot.clip_eps, "report.level": cfg.report.level,
-              "launcher.poll_s": cfg.launcher.poll_s,
+    """Every float field that is NaN or infinite (``budget=1e400`` overflows to inf): the
+    float cell knobs (their declarations) and the run's own."""
+    fields = {"budget": cfg.budget, "pilot.fraction": cfg.pilot.fraction,
+              "report.level": cfg.report.level, "launcher.poll_s": cfg.launcher.poll_s,
               "launcher.lost_after_s": cfg.launcher.lost_after_s,
               "selection.share": cfg.selection.share, "selection.z": cfg.selection.z,
               "selection.pilot_budget": cfg.selection.pilot_budget}
+    fields |= config_values(RunSpec, cfg)
     fields |= {f"selection.rungs[{i}]": v for i, v in enumerate(cfg.selection.rungs)}
     fields |= {f"selection.rung_checkpoints[{i}]": v
                for i, v in enumerate(cfg.selection.rung_checkpoints)}
@@ -135,9 +130,6 @@ def testbed_problems(cfg: RaceConfig) -> list[str]:
     if not 0 <= warm.flip <= 1:
         problems.append(f"warmstart.flip={warm.flip}: a share of the demonstrations' "
                         f"subtraction steps, in [0, 1] (0: clean demonstrations)")
-    if cfg.grid.aggregation not in AGGREGATIONS:
-        problems.append(f"grid.aggregation={cfg.grid.aggregation!r}: use one of "
-                        f"{list(AGGREGATIONS)}")
     return problems
 
 
@@ -146,33 +138,20 @@ def validate(cfg: RaceConfig) -> None:
     problems = _finite_problems(cfg)
     broken = {p.split("=", 1)[0] for p in problems}
     grid, task = cfg.grid, cfg.task
-    if grid.group_size < 2:
-        problems.append(f"grid.group_size={grid.group_size}: GRPO needs >= 2 samples per "
-                        f"prompt for a group baseline; use e.g. grid.group_size=8")
-    for key, value in (("grid.prompts_per_step", grid.prompts_per_step),
-                       ("grid.max_new_tokens", grid.max_new_tokens),
-                       ("grid.update_epochs", grid.update_epochs),
-                       ("task.prompt_tokens", task.prompt_tokens),
+    # every cell knob's own rule, as RunSpec declares it (race.core.knobs)
+    problems += knob_problems(RunSpec, config_values(RunSpec, cfg), skip=broken)
+    for key, value in (("task.prompt_tokens", task.prompt_tokens),
                        ("task.completion_tokens", task.completion_tokens)):
         if value < 1:
             problems.append(f"{key}={value}: must be >= 1")
     if grid.completion_tokens is not None and grid.completion_tokens < 1:
         problems.append(f"grid.completion_tokens={grid.completion_tokens}: must be >= 1 "
                         f"(or null for the task's mean)")
-    rows = grid.prompts_per_step * grid.group_size
-    if grid.minibatch_size is not None and (grid.minibatch_size < 1 or rows % grid.minibatch_size):
-        problems.append(f"grid.minibatch_size={grid.minibatch_size}: must divide the rollout "
-                        f"batch prompts_per_step x group_size = {rows}")
-    if grid.micro_batch_size < 0:
-        problems.append(f"grid.micro_batch_size={grid.micro_batch_size}: must be >= 0 (0: "
-                        f"each minibatch in one pass)")
-    if "grid.lr" not in broken and not grid.lr > 0:
-        problems.append(f"grid.lr={grid.lr}: the learning rate must be a positive number; "
-                        f"use e.g. grid.lr=5e-5")
-    if grid.lora_rank < 0:
-        problems.append(f"grid.lora_rank={grid.lora_rank}: must be >= 0 (0: full fine-tuning)")
-    if grid.kl_coef < 0:
-        problems.append(f"grid.kl_coef={grid.kl_coef}: must be >= 0")
+    if isinstance(grid.prompts_per_step, int) and isinstance(grid.group_size, int) and \
+            grid.prompts_per_step >= 1 and grid.group_size >= 1:
+        minibatch = minibatch_problem(grid.minibatch_size, grid.prompts_per_step,
+                                      grid.group_size)
+        problems += [minibatch] if minibatch else []
     if cfg.reward.overhead_tokens < 0 or cfg.reward.max_steps < 0:
         problems.append(f"reward.overhead_tokens={cfg.reward.overhead_tokens}, "
                         f"reward.max_steps={cfg.reward.max_steps}: must be >= 0")
@@ -182,8 +161,6 @@ def validate(cfg: RaceConfig) -> None:
     elif cfg.reward.kind != "rule" and not cfg.reward.model:
         problems.append(f"reward.model=null: reward.kind={cfg.reward.kind} needs a model "
                         f"name under conf/model/, e.g. reward.model=qwen2.5-math-prm-7b")
-    if cfg.convention not in CONVENTIONS:
-        problems.append(f"convention={cfg.convention!r}: use one of {list(CONVENTIONS)}")
     if cfg.format not in ("text", "json"):
         problems.append(f"format={cfg.format!r}: use format=text or format=json")
     if cfg.budget is not None and "budget" not in broken and cfg.budget <= 0:
@@ -193,31 +170,16 @@ def validate(cfg: RaceConfig) -> None:
     pilot = cfg.pilot
     if "pilot.fraction" not in broken and not 0 < pilot.fraction <= 1:
         problems.append(f"pilot.fraction={pilot.fraction}: must be in (0, 1]; e.g. 0.0625")
-    if pilot.backend not in ("hf", "vllm"):
-        problems.append(f"pilot.backend={pilot.backend!r}: use pilot.backend=hf or vllm")
-    if pilot.eval_examples < 1 or pilot.select_examples < 1:
-        problems.append(f"pilot.eval_examples={pilot.eval_examples}, pilot.select_examples="
-                        f"{pilot.select_examples}: must be >= 1")
-    if pilot.temperature <= 0:
-        problems.append(f"pilot.temperature={pilot.temperature}: must be > 0")
     if pilot.tis_cap < 0 or (pilot.tis_cap > 0 and pilot.backend != "vllm"):
         problems.append(f"pilot.tis_cap={pilot.tis_cap}: must be >= 0, and corrects vLLM "
                         f"rollouts only; use pilot.backend=vllm or pilot.tis_cap=0")
-    share = pilot.gpu_memory_utilization
-    if share is not None and not 0 < share <= 1:
-        problems.append(f"pilot.gpu_memory_utilization={share}: vLLM's share of the GPU must "
-                        f"be in (0, 1], e.g. 0.4 (null: derived from the memory plan)")
-    for key, value, choices in (("pilot.device", pilot.device, DEVICES),
-                                ("pilot.dtype", pilot.dtype, DTYPES)):
-        if value not in choices:
-            problems.append(f"{key}={value!r}: use one of {'|'.join(choices)}")
-    peak = cfg.accounting.peak_flops
-    if peak is not None and peak <= 0:
-        problems.append(f"accounting.peak_flops={peak}: must be > 0 FLOP/s (null: measure "
-                        f"it), e.g. accounting.peak_flops=989e12 for an H100's dense bf16")
     launcher = cfg.launcher
-    if launcher.name not in LAUNCHERS:
-        problems.append(f"launcher.name={launcher.name!r}: use launcher=local, slurm or inline")
+    # the launchers are the YAMLs of conf/launcher/ (each one's module registers itself in
+    # the run layer's registry, which tests/test_launch.py holds to the same names)
+    known = catalog.names("launcher")
+    if launcher.name not in known:
+        problems.append(f"launcher.name={launcher.name!r}: use launcher="
+                        f"{', '.join(known[:-1])} or {known[-1]}")
     for key in ("cpus_per_task", "mem_gb", "timeout_min", "array_parallelism"):
         if getattr(launcher, key) is not None and getattr(launcher, key) < 1:
             problems.append(f"launcher.{key}={getattr(launcher, key)}: must be >= 1")
@@ -274,19 +236,9 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
          reward.tag_tokens_per_step, "must be >= 0")
     need(cfg.task.steps_per_trace >= 0, "task.steps_per_trace", cfg.task.steps_per_trace,
          "must be >= 0")
-    grid = cfg.grid
-    need(grid.lora_alpha > 0, "grid.lora_alpha", grid.lora_alpha, "must be > 0, e.g. 32")
-    need(bool(grid.lora_targets), "grid.lora_targets", list(grid.lora_targets),
-         "name at least one module, e.g. grid.lora_targets=[q_proj,v_proj]")
     pilot = cfg.pilot
-    need(pilot.clip_eps > 0, "pilot.clip_eps", pilot.clip_eps, "must be > 0, e.g. 0.2")
-    need(pilot.seed >= 0, "pilot.seed", pilot.seed, "must be >= 0")
     need(pilot.max_steps >= 1, "pilot.max_steps", pilot.max_steps, "must be >= 1")
     need(pilot.max_hours > 0, "pilot.max_hours", pilot.max_hours, "must be > 0 hours")
-    checkpoints = list(pilot.checkpoints)
-    need(all(0 < c <= 1 for c in checkpoints) and checkpoints == sorted(set(checkpoints)),
-         "pilot.checkpoints", checkpoints, "need ascending, distinct budget fractions in "
-         "(0, 1], e.g. pilot.checkpoints=[0.25,0.5,0.75,1.0]")
     if cfg.task.name == "math":
         try:  # task.eval.<name>: names and entries (every problem at once, as below)
             eval_entries(as_text(cfg.task.eval) if cfg.task.eval else "",
@@ -294,29 +246,7 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
         except UsageError as error:
             return problems + [str(error)]
     has = task_targets(task_entry(cfg.task))
-    if pilot.eval_targets is not None:
-        targets = list(pilot.eval_targets)
-        shown = f"[{','.join(map(str, targets))}]"
-        unknown = [t for t in targets if t not in (*has, "val", "test", "ood")]
-        if not targets:
-            problems.append(f"pilot.eval_targets=[]: evaluate at least one target, e.g. "
-                            f"pilot.eval_targets=[{','.join(has)}], or null for all the "
-                            f"task's targets")
-        elif unknown:
-            problems.append(f"pilot.eval_targets={shown}: unknown target(s) {unknown}; use "
-                            f"some of [{','.join(has)}] (held-out splits of task="
-                            f"{cfg.task.name}), or null for all of them")
-        elif len(set(targets)) < len(targets):
-            problems.append(f"pilot.eval_targets={shown}: a target listed twice; list each "
-                            f"once")
-        elif "ood" in targets and "ood" not in has:
-            give = ("task.ood_config.<knob>=<harder value>" if cfg.task.name ==
-                    "reasoning-gym" else "task.ood_source=<a GSM8K-format file>")
-            why = ("its generator has no harder setting" if cfg.task.name == "reasoning-gym"
-                   else "task.ood_source is unset")
-            problems.append(f"pilot.eval_targets={shown}: task={cfg.task.name} has no ood "
-                            f"problems ({why}); give {give}, or drop ood, e.g. "
-                            f"pilot.eval_targets=[{','.join(t for t in targets if t != 'ood')}]")
+    problems += eval_target_problems(cfg, has)
     need(pilot.select_target in (*has, "val", "test", "ood"), "pilot.select_target",
          pilot.select_target, f"use one of the task's targets [{','.join(has)}]: val "
          f"(selection reads a held-out split; never select on test), or a named "
@@ -354,6 +284,36 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
     return problems
 
 
+def eval_target_problems(cfg: RaceConfig, has: tuple[str, ...]) -> list[str]:
+    """What is wrong with ``pilot.eval_targets`` (null: every target the task ``has``)."""
+    if cfg.pilot.eval_targets is None:
+        return []
+    problems = []
+    targets = list(cfg.pilot.eval_targets)
+    shown = f"[{','.join(map(str, targets))}]"
+    unknown = [t for t in targets if t not in (*has, "val", "test", "ood")]
+    if not targets:
+        problems.append(f"pilot.eval_targets=[]: evaluate at least one target, e.g. "
+                        f"pilot.eval_targets=[{','.join(has)}], or null for all the "
+                        f"task's targets")
+    elif unknown:
+        problems.append(f"pilot.eval_targets={shown}: unknown target(s) {unknown}; use "
+                        f"some of [{','.join(has)}] (held-out splits of task="
+                        f"{cfg.task.name}), or null for all of them")
+    elif len(set(targets)) < len(targets):
+        problems.append(f"pilot.eval_targets={shown}: a target listed twice; list each "
+                        f"once")
+    elif "ood" in targets and "ood" not in has:
+        give = ("task.ood_config.<knob>=<harder value>" if cfg.task.name ==
+                "reasoning-gym" else "task.ood_source=<a GSM8K-format file>")
+        why = ("its generator has no harder setting" if cfg.task.name == "reasoning-gym"
+               else "task.ood_source is unset")
+        problems.append(f"pilot.eval_targets={shown}: task={cfg.task.name} has no ood "
+                        f"problems ({why}); give {give}, or drop ood, e.g. "
+                        f"pilot.eval_targets=[{','.join(t for t in targets if t != 'ood')}]")
+    return problems
+
+
 # the longest folder name sweep.name may give (bytes; most file systems stop at 255)
 MAX_NAME_BYTES = 200
 
@@ -381,46 +341,6 @@ def sweep_name_problems(sweep: SweepConfig) -> list[str]:
                         f"{MAX_NAME_BYTES} a folder name may have here (file systems allow "
                         f"255, and a budget list adds a subfolder); give a shorter name")
     return problems
-
-
-def check_paths(cfg: RaceConfig) -> None:
-    """Local files the pilot will read must exist (before anything is launched)."""
-    for key, value in (("task.source", cfg.task.source), ("task.ood_source", cfg.task.ood_source),
-                       ("model.hf_id", cfg.model.hf_id)):
-        if value and is_local(value) and not Path(value).expanduser().exists():
-            raise UsageError(f"{key}={value}: no such file or folder; check the path (a "
-                             f"local {'model folder' if key == 'model.hf_id' else 'data file'}"
-                             f"), or leave {key} empty for the default")
-    folder = cfg.model.hf_id
-    if folder and Path(folder).expanduser().is_dir() and not catalog.has_tokenizer(folder):
-        raise UsageError(f"model={cfg.model.name}: no tokenizer in {folder} (none of "
-                         f"{', '.join(catalog.TOKENIZER_FILES)}); save it beside the weights "
-                         f"with tokenizer.save_pretrained('{folder}')")
-
-
-def check_device(cfg: RaceConfig) -> None:
-    """``pilot.device=cuda`` on a machine where no CUDA device is visible: a UsageError
-    before anything runs (torch is imported only for that value)."""
-    if cfg.pilot.device == "cuda":
-        resolve_device("cuda")
-
-
-def check_gpus(cfg: RaceConfig) -> None:
-    """``launcher.gpus`` under the local launcher names GPUs this machine has: a
-    UsageError otherwise (the pilots would silently run on CPU). Torch is imported only
-    when GPUs are named."""
-    gpus = list(cfg.launcher.gpus)
-    if not gpus or cfg.launcher.name != "local":
-        return
-    count = visible_gpus()
-    missing = [g for g in gpus if g >= count]
-    if missing:
-        have = (f"{count} visible GPU(s), indices 0..{count - 1}" if count
-                else "no visible CUDA GPU")
-        fix = (f"use launcher.gpus=[{','.join(str(g) for g in range(min(count, len(gpus))))}]"
-               if count else "run on a GPU machine, or leave launcher.gpus=[] to run on CPU")
-        raise UsageError(f"launcher.gpus={gpus}: this machine has {have}, so GPU(s) "
-                         f"{missing} do not exist; {fix}")
 
 
 def check_reward_built(cfg: RaceConfig) -> None:

@@ -1,5 +1,12 @@
-"""What every launcher shares: a task (spec and cell folder), the counts a progress line
-shows, a watcher's interface, and the failed summary of a job that died without one.
+"""What every launcher shares: the :class:`Launcher` protocol and its registry
+(:func:`launcher_for`), a task (spec and cell folder), the counts a progress line shows, a
+watcher's interface, and the failed summary of a job that died without one.
+
+The registry is this package's modules: each backend module (``inline``, ``local``,
+``slurm``) sets ``LAUNCHER`` to its :class:`Launcher`, and :func:`launchers` finds them
+with ``pkgutil`` (submitit's ``plugins.get_executors``: one lookup by name, no branch per
+backend in any caller). A new launcher is its module here and its
+``conf/launcher/<name>.yaml``, where config validation finds its name.
 
 The results contract is the cell folder: each job writes its own summary; when a job
 dies before it can, :func:`record_lost` writes a failed one for it.
@@ -9,11 +16,16 @@ submitit is imported inside the functions that need it (heavy: ``race plan`` nev
 
 from __future__ import annotations
 
+import functools
+import importlib
+import pkgutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from race.catalog import closest
 from race.core.specs import RunSpec
-from race.errors import NoSpace
+from race.errors import NoSpace, UnknownName
 from race.pilot.state import unfinished_summary
 from race.store.cell import CellDir
 from race.store.io import write_json
@@ -134,3 +146,68 @@ class Watcher(Protocol):
     def stop(self) -> None:
         """Leave none of the work running; called when the loop is left early (Ctrl-C,
         ``kill``, a crash, the generator closed)."""
+
+
+class Launcher(Protocol):
+    """One backend, registered by setting ``LAUNCHER`` in its module of this package.
+
+    Everything about a backend is here, so no caller branches on its name: its name (that
+    of its ``conf/launcher/<name>.yaml``), the ``launcher.*`` keys it reads, its check of
+    the request, its submitit executor, its watcher, the torch threads and GPUs each pilot
+    gets.
+    """
+
+    # launcher=<name>: its conf/launcher/<name>.yaml
+    name: str
+    # the launcher.* keys it reads beyond the ones every launcher reads (SHARED_KEYS);
+    # a new backend's own knobs are launcher.options.<key>
+    keys: tuple[str, ...]
+    # pilots run in the sweep's own process: no wait between polls, and SIGTERM keeps its
+    # default (the pilot saves on it and the process ends)
+    in_process: bool
+
+    def check(self, cfg) -> None:
+        """Refuse a request (``cfg``: the ``LauncherConfig``) this backend cannot serve,
+        before anything is submitted: a :class:`~race.errors.UsageError` naming the key
+        and the fix."""
+
+    def executor(self, cfg, folder: Path) -> Any:
+        """The submitit executor of ``cfg``, logging under ``folder``."""
+
+    def watcher(self, cfg, executor, job) -> Watcher:
+        """The :class:`Watcher` submitting ``job`` to ``executor`` (:meth:`executor`)."""
+
+    def threads(self, cfg) -> int:
+        """Torch threads per pilot when ``launcher.threads_per_pilot=0``."""
+
+
+
+# the launcher.* keys every launcher reads (race.run.launch.job, race.run.cells, the plan)
+SHARED_KEYS = ("name", "threads_per_pilot", "checkpoint_every", "poll_s", "gpu_mem_gb")
+
+
+@functools.cache
+def launchers() -> dict[str, Launcher]:
+    """Every registered launcher by name: the ``LAUNCHER`` of each module of this package
+    (found with ``pkgutil``; a new backend is a new module, no list to edit)."""
+    found: dict[str, Launcher] = {}
+    for module in pkgutil.iter_modules(importlib.import_module(__package__).__path__):
+        launcher = getattr(importlib.import_module(f"{__package__}.{module.name}"),
+                           "LAUNCHER", None)
+        if launcher is not None:
+            assert launcher.name not in found, f"two launchers named {launcher.name}"
+            found[launcher.name] = launcher
+    return dict(sorted(found.items()))
+
+
+def launcher_for(name: str) -> Launcher:
+    """The launcher registered as ``name``; a miss is an :class:`~race.errors.UnknownName`
+    listing the valid names, with a "did you mean"."""
+    registry = launchers()
+    if name not in registry:
+        match = closest(name, list(registry))
+        hint = f"; did you mean launcher={match}?" if match else ""
+        raise UnknownName(f"launcher={name}: no launcher of this name is registered (a "
+                          f"module of race/run/launch/ setting LAUNCHER); valid names: "
+                          f"{', '.join(registry)}{hint}", group="launcher", name=name)
+    return registry[name]

@@ -18,7 +18,7 @@ import pandas as pd
 from race import catalog
 from race.core.flops import grpo_step_flops
 from race.core.fmt import CHARGED_PHASES
-from race.core.specs import LoraShape, PhaseFlops, RunSpec
+from race.core.specs import LoraShape, PhaseFlops, RunSpec, corrects_sampler
 
 # RunSpec fields that set one step's FLOPs, the policy aside: two cells agreeing on them
 # run the same recipe at their own size
@@ -64,8 +64,7 @@ def step_flops(spec: RunSpec, *, completion_tokens: int | None = None) -> PhaseF
         max_new_tokens=spec.max_new_tokens, update_epochs=spec.update_epochs,
         minibatch_size=spec.minibatch_size or None, kl_coef=spec.kl_coef,
         lora=LoraShape(spec.lora_rank, tuple(spec.lora_targets)) if spec.lora_rank else None,
-        # truncated importance sampling of vLLM rollouts always runs the old-policy pass
-        old_logprobs=(spec.tis_cap > 0 and spec.backend == "vllm") or None,
+        old_logprobs=corrects_sampler(spec.tis_cap, spec.backend) or None,
         convention=spec.convention)
 
 
@@ -125,7 +124,7 @@ def _row(budget_flops: float, spec: RunSpec, same: bool,
     shares = step.shares()
     policy = spec.policy or catalog.load_model_shape(spec.model)
     return {"model": spec.model, "params": policy.total_params,
-            "reward": dict(spec.reward)["name"], "prompts_per_step": spec.prompts_per_step,
+            "reward": spec.reward_name, "prompts_per_step": spec.prompts_per_step,
             "group_size": spec.group_size, "update_epochs": spec.update_epochs,
             "prompt_tokens": int(task["prompt_tokens"]), "completion_tokens": length,
             "same_recipe": same, "step_flops": step.total, "steps": steps,

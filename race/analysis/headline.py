@@ -14,21 +14,17 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from scipy import stats
 
+from race.analysis.aggregate import z_of_level
 from race.analysis.ladder_curves import ladder_points
 from race.analysis.select import gain_text, ladder_selection, warm_starts
 from race.core.fmt import CHARGED_PHASES, fmt_flops
-from race.core.ladder import fmt_fraction
+from race.core.rungs import fmt_fraction
 from race.core.stats import binomial_se
 
 FINDING_COLUMNS = ["by", "value", "config_id", "model", "reward", "group_size",
                    "update_epochs", "target", "score", "se", "lo", "hi", "gain", "gain_se",
                    "read_at"]
-
-
-def _z(level: float) -> float:
-    return float(stats.norm.ppf(0.5 + level / 2))
 
 
 def _knobs(configs: pd.DataFrame, config_id: str) -> dict:
@@ -75,7 +71,7 @@ def pick_profile(pick: dict, cells: pd.DataFrame, configs: pd.DataFrame, *,
         if start is not None:
             gain, gain_se = mean - start["accuracy"], math.hypot(se, start["se"])
             out |= {"start": start["accuracy"], "gain": gain, "gain_se": gain_se,
-                    "gain_text": gain_text(gain, gain_se, _z(level))}
+                    "gain_text": gain_text(gain, gain_se, z_of_level(level))}
     return out
 
 
@@ -94,7 +90,7 @@ def ladder_answer(ladder: dict, configs: pd.DataFrame, cells: pd.DataFrame,
     Returns:
         (runner_up or None, findings: one row per (by, value), :data:`FINDING_COLUMNS`).
     """
-    z = _z(level)
+    z = z_of_level(level)
     ranking = [_knobs(configs, c["config_id"]) | c for c in
                ladder_selection(ladder, configs, k=10 ** 6, level=level, starts=starts)]
     primary, rows = targets[0], []
@@ -182,7 +178,7 @@ def flat_answer(ranked: dict, selected: list[dict], targets: list[str], *, level
                 ) -> tuple[dict | None, pd.DataFrame]:
     """A flat sweep's runner-up and findings, read from each target's ranked configs
     (observed pilot means, bootstrap intervals); one budget, so no budget rows."""
-    z, primary = _z(level), targets[0]
+    z, primary = z_of_level(level), targets[0]
     configs = ranked[primary][0]
     rows = []
     for by, key in (("size", "model"), ("reward", "reward")):
@@ -212,7 +208,7 @@ def flat_answer(ranked: dict, selected: list[dict], targets: list[str], *, level
 
 def full_run(buys: pd.DataFrame, pick: dict, cells: pd.DataFrame) -> dict:
     """What the pick costs at the full budget: its size's row of the budget's table
-    (:func:`race.analysis.buys.budget_buys`: steps, completions, tokens, split), and
+    (:func:`race.analysis.size_buys.budget_buys`: steps, completions, tokens, split), and
     ``flops_per_s``: the charged FLOP/s the size's fresh pilot cells ran at (a continued
     rung's FLOPs accumulate along its lineage; eval and loading left out), on ``device``."""
     row = buys[buys["model"] == pick["model"]]

@@ -1,0 +1,234 @@
+"""The selection policies ``bench/selection_replay.py`` replays, and how a policy is scored
+over the replicates. RACE's ladder is the engine ``race sweep`` climbs
+(:func:`race.core.climb.climb` over a :class:`race.core.bank_source.BankSource`); the peers
+run on the bank's Syne Tune blackbox (``bench/peers.py``)."""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+
+from bench import blackbox, peers
+from bench.replay_bank import FLAT, bank_full, eval_flops_per_problem
+from bench.replay_stats import _within_size, bootstrap_within_size, kendall, spearman
+from race.config import PilotConfig, SelectionConfig
+from race.core import guards
+from race.core.bank_source import BankSource, replayable
+from race.core.bank_source import bank_reads as read_checkpoints
+from race.core.climb import climb, fit_to_eval, ladder_eval_cost, pick_order, rung_eval_costs
+from race.core.rungs import plan_ladder
+
+BOOT_RANKINGS = 16  # replicates' rankings the bootstrap of Kendall/Spearman resamples
+DEFAULTS = SelectionConfig()  # the ladder `race sweep` runs
+# RACE's pilot evaluation plan (race.config's defaults): at each checkpoint, val on
+# pilot.select_examples problems and test, ood on pilot.eval_examples each; a ladder's
+# pilot scores its rung's end (selection.rung_checkpoints), a flat pilot each of
+# pilot.checkpoints; a pilot that starts from the warm start (not a ladder rung
+# continuing one below) scores it the same way first
+SELECT_PROBLEMS = PilotConfig().select_examples
+EVAL_PROBLEMS_PER_CHECKPOINT = SELECT_PROBLEMS + 2 * PilotConfig().eval_examples
+# every policy, RACE's and the peers', reads val on the first SELECT_PROBLEMS problems of
+# the bank's (a pilot's problems are a prefix of one seeded draw) and pays for that many;
+# the truth at F reads them all
+LADDER_EVALS = len(DEFAULTS.rung_checkpoints)
+FLAT_EVALS = len(PilotConfig().checkpoints)
+
+
+
+# ------------------------------------------------------------------ policies
+# Each takes the configs and a replicate (config id -> the seed whose curve it reads),
+# and returns (ranking best first, charged share, pilots run to each budget
+# {fraction: pilots}).
+
+
+def flat(configs, draw, *, sigmoid=False, **_):
+    scores = {cid: config["curves"][draw[cid]].flat_score(sigmoid)
+              for cid, config in configs.items()}
+    ranking = sorted(configs, key=lambda c: (-scores[c], c))
+    return ranking, len(configs) * FLAT, {FLAT: len(configs)}
+
+
+def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFAULTS.z,
+           rungs=tuple(DEFAULTS.rungs), reduction=DEFAULTS.reduction, share=None,
+           fill=False, keep_sizes=DEFAULTS.keep_sizes, promote_by=DEFAULTS.promote_by, **_):
+    share = len(configs) * FLAT if share is None else share
+    plan = ladder_plan(configs, rungs=rungs, reduction=reduction, share=share, fill=fill)
+    # as race plan does: the rungs shrink until charged and eval fit selection.pilot_budget
+    plan = fit_to_eval(plan, pilot_eval_share(configs, draw, dict(zip(plan.rungs, plan.counts))),
+                       DEFAULTS.pilot_budget,
+                       lambda room: ladder_plan(configs, rungs=rungs, reduction=reduction,
+                                                share=room, fill=fill))
+    read = bank_reads(configs, plan.rungs)
+    if not replayable(read):
+        raise ValueError(f"rungs {plan.rungs} read the bank at {read}: a rung below the "
+                         "bank's first checkpoint, or two rungs on one checkpoint")
+    # the engine race sweep climbs (race.core.climb), over the bank's curves
+    source = BankSource({cid: configs[cid]["curves"][draw[cid]] for cid in configs},
+                        {cid: configs[cid]["model"] for cid in configs}, read, z=z,
+                        promote_by=promote_by,
+                        guard=(lambda curve, fraction, reads: curve.guard(fraction, thresholds,
+                                                                          reads))
+                        if use_guards else None)
+    rungs = climb(source, plan, list(configs), keep_sizes=keep_sizes)
+    return pick_order(rungs), source.charged, source.pilots
+
+
+def bank_reads(configs, rungs) -> list[float]:
+    """Where the bank is read for each rung: its last checkpoint at or below the rung
+    (``race.core.bank_source.bank_reads``; ``replayable`` says whether a ladder can be)."""
+    checkpoints = next(iter(next(iter(configs.values()))["curves"].values())).fraction
+    return read_checkpoints(checkpoints, rungs)
+
+
+def ladder_plan(configs, *, rungs, reduction, share, fill):
+    """The ladder ``race.core.rungs.plan_ladder`` plans for ``configs`` (one cell each)."""
+    return plan_ladder(len(configs), n_sizes=len({c["model"] for c in configs.values()}),
+                       rungs=rungs, reduction=reduction, share=share, fill=fill)
+
+
+def replicate_seed(draw: dict) -> int:
+    """A seed of the replicate (CRC32 of its draw), for what a policy draws at random: fed
+    to a generator, since CRC32 keys of similar strings are far from uniform."""
+    return zlib.crc32(",".join(f"{c}:{draw[c]}" for c in sorted(draw)).encode())
+
+
+def random_policy(configs, draw, **_):
+    # one uniformly random order per replicate
+    order = np.random.default_rng(replicate_seed(draw)).permutation(sorted(configs))
+    return [str(c) for c in order], 0.0, {}
+
+
+def oracle(configs, draw, **_):
+    return sorted(configs, key=lambda c: (-configs[c]["truth"], c)), 0.0, {}
+
+
+LADDER_KEYS = ("thresholds", "z", "rungs", "reduction", "share", "fill", "keep_sizes",
+               "promote_by")
+_MATCHED: dict = {}  # (replicate, ladder knobs) -> (budget, first rung)
+
+
+def matched_budget(configs, draw, **kw) -> tuple[float, float]:
+    """What the peers are given on a replicate: ladder+guards' pilot compute there with its
+    eval (share of F, as scored below), and its first rung as read on the bank."""
+    knobs = {k: v for k, v in kw.items() if k in LADDER_KEYS}
+    key = (tuple(sorted(draw.items())),
+           tuple(sorted((k, repr(tuple(v) if isinstance(v, list) else v))
+                        for k, v in knobs.items())))
+    if key not in _MATCHED:
+        _, charged, pilots = ladder(configs, draw, use_guards=True, **knobs)
+        _MATCHED[key] = charged + pilot_eval_share(configs, draw, pilots), min(pilots)
+    return _MATCHED[key]
+
+
+_CURVES: dict = {}  # replicate -> its curves as the peers read them
+
+
+def replicate_curves(exported, configs, draw) -> peers.Curves:
+    """The replicate's curves, cut from the bank's blackbox (``blackbox.one_seed``)."""
+    key = (id(exported), tuple(sorted(draw.items())))
+    if key not in _CURVES:
+        _CURVES[key] = peers.curves(blackbox.one_seed(exported, draw),
+                                    eval_flops_per_problem(configs, draw))
+    return _CURVES[key]
+
+
+def peer_policy(name: str):
+    """Peer ``name`` (``bench/peers.py``) on the replicate's one-seed blackbox, at
+    ``matched_budget``, with ``peer_knobs[name]`` (default: its documented defaults)."""
+    def policy(configs, draw, *, exported=None, peer_knobs=None, **kw):
+        if exported is None:
+            raise ValueError(f"policy {name!r} replays the bank's Syne Tune blackbox: pass "
+                             "exported=blackbox.bank_blackbox(bank) to score_policy")
+        budget, first = matched_budget(configs, draw, **kw)
+        run = peers.replay(name, replicate_curves(exported, configs, draw), budget=budget,
+                           seed=replicate_seed(draw), first_rung=first,
+                           knobs=(peer_knobs or {}).get(name))
+        return run.ranking, run.charged, {}, run.eval
+    return policy
+
+
+PEER_POLICIES = {name: peer_policy(name) for name in peers.PEERS}
+OWN_POLICIES = {
+    "random": random_policy,
+    "oracle": oracle,
+    "flat": flat,
+    "flat+sigmoid": lambda configs, draw, **kw: flat(configs, draw, sigmoid=True, **kw),
+    "ladder": ladder,
+    "ladder+guards": lambda configs, draw, **kw: ladder(configs, draw, use_guards=True, **kw),
+    "ladder+guards@1": lambda configs, draw, **kw: ladder(configs, draw, use_guards=True,
+                                                         share=1.0, **kw),
+}
+POLICIES = PEER_POLICIES | OWN_POLICIES
+
+
+def pilot_eval_share(configs, draw, pilots, evaluations: int = LADDER_EVALS, *,
+                     ladder: bool = True) -> float:
+    """The eval compute (share of F) of RACE's pilot eval plan for ``pilots`` ({budget:
+    pilots run to it}), ``evaluations`` checkpoints per pilot. Flat: every pilot scores
+    its warm start and each checkpoint on ``EVAL_PROBLEMS_PER_CHECKPOINT``. A ladder (as
+    ``race plan`` plans it, ``race.run.grid.ladder_eval_plan``): each (size, reward)
+    group's warm start once on all of them, the rungs below the last on ``val`` alone,
+    the last rung's end on all of them."""
+    if not pilots:
+        return 0.0
+    if ladder:  # in problems: race.core.climb's estimate, as race plan's
+        groups = len({(c["model"], c["reward"]) for c in configs.values()})
+        costs = rung_eval_costs(len(pilots), evaluations, select_cost=SELECT_PROBLEMS,
+                                report_cost=EVAL_PROBLEMS_PER_CHECKPOINT)
+        problems = ladder_eval_cost(list(pilots.values()), costs,
+                                    start_cost=EVAL_PROBLEMS_PER_CHECKPOINT * groups)
+    else:
+        problems = EVAL_PROBLEMS_PER_CHECKPOINT * (
+            sum(pilots.values()) * evaluations + pilots[min(pilots)])
+    return problems * eval_flops_per_problem(configs, draw) / bank_full(configs)
+
+
+def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
+    best = max(configs, key=lambda c: configs[c]["truth"])
+    regrets, ses, kendalls, spearmans, catastrophes = [], [], [], [], []
+    best_test = max(c["truth_test"] for c in configs.values())
+    test_regrets = []
+    charged_shares, eval_shares, rankings = [], [], []
+    # a uniformly random pick, in expectation over the configs
+    anyone = {"regret": configs[best]["truth"] - np.mean([c["truth"] for c in configs.values()]),
+              "catastrophe": np.mean([c["truth"] < c["start"] for c in configs.values()]),
+              "test": best_test - np.mean([c["truth_test"] for c in configs.values()])}
+    for draw in draws:
+        ranking, charged, pilots, *spent = POLICIES[name](configs, draw, **kw)
+        rankings.append(ranking)
+        pick = configs[ranking[0]]
+        if name == "random":
+            regrets.append(anyone["regret"])
+            catastrophes.append(anyone["catastrophe"])
+            test_regrets.append(anyone["test"])
+        else:
+            regrets.append(configs[best]["truth"] - pick["truth"])
+            catastrophes.append(float(pick["truth"] < pick["start"]))
+            test_regrets.append(best_test - pick["truth_test"])
+        ses.append(math.hypot(configs[best]["truth_se"], pick["truth_se"]))
+        kendalls.append(_within_size(configs, ranking, kendall))
+        spearmans.append(_within_size(configs, ranking, spearman))
+        charged_shares.append(charged)
+        # a peer returns the eval it spent; RACE's policies are costed by the pilot plan
+        flat_plan = name.startswith("flat")
+        eval_shares.append(charged + (spent[0] if spent else pilot_eval_share(
+            configs, draw, pilots, FLAT_EVALS if flat_plan else LADDER_EVALS,
+            ladder=not flat_plan)))
+    boots = bootstrap_within_size(configs, rankings[::max(1, len(rankings) // BOOT_RANKINGS)],
+                                  boot)
+    mean = lambda xs: float(np.mean([x for x in xs if x is not None])) if any(  # noqa: E731
+        x is not None for x in xs) else float("nan")
+    interval = {k: (np.percentile(v, [5, 95]) if v else (math.nan, math.nan))
+                for k, v in boots.items()}
+    return {"policy": name, "top1_regret": float(np.mean(regrets)), "regrets": regrets,
+            "test_regret": float(np.mean(test_regrets)),
+            "se": float(np.mean(ses)), "kendall": mean(kendalls),
+            "kendall_ci": tuple(map(float, interval["kendall"])), "spearman": mean(spearmans),
+            "spearman_ci": tuple(map(float, interval["spearman"])),
+            "catastrophes": float(np.mean(catastrophes)),
+            "pilot_cost_share": float(np.mean(charged_shares)),
+            "with_eval": float(np.mean(eval_shares)),
+            "picks": [r[0] for r in rankings], "rankings": rankings}
+

@@ -1,0 +1,117 @@
+"""The tables and summary lines ``bench/selection_replay.py`` prints, and the response
+surface's leave-one-config-out check beside the ladder's pick rate."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+
+from bench import peers
+from bench.replay_bank import FLAT
+from race.analysis.regime_check import regime_check
+from race.analysis.response import planned_update_fraction
+from race.core.rungs import fmt_fraction
+from race.run.grid import plan_grid
+
+
+def fmt_knobs(knobs: dict) -> str:
+    """Peer knobs, shares of F as ``F/48`` (``grace`` None: one resource unit; top-k's
+    ``short`` None: the ladder's first rung)."""
+    def value(k, v):
+        if k == "reduction" or isinstance(v, str):
+            return str(v)
+        if v is None:
+            return "1st rung" if k == "short" else "1 unit"
+        return "F" if v == 1 else fmt_fraction(v).replace(" ", "")
+    return ", ".join(f"{k} {value(k, v)}" for k, v in knobs.items())
+
+
+def table(rows: list[dict], configs: dict) -> str:
+    lines = [f"{'policy':<18}{'regret':>8}{'se':>8}{'test':>8}{'kendall [90% CI]':>24}"
+             f"{'spearman [90% CI]':>24}{'catastr.':>10}{'cost':>7}{'+eval':>7}  picks"]
+    for r in rows:
+        counts = collections.Counter(configs[p]["label"] for p in r["picks"])
+        picks = ", ".join(f"{label} {n / len(r['picks']):.0%}"
+                          for label, n in counts.most_common())
+        lines.append(f"{r['policy']:<18}{r['top1_regret']:>8.4f}{r['se']:>8.4f}"
+                     f"{r['test_regret']:>8.4f}"
+                     f"{r['kendall']:>8.2f} [{r['kendall_ci'][0]:5.2f},{r['kendall_ci'][1]:5.2f}]"
+                     f"{r['spearman']:>8.2f} [{r['spearman_ci'][0]:5.2f},"
+                     f"{r['spearman_ci'][1]:5.2f}]{r['catastrophes']:>10.2f}"
+                     f"{r['pilot_cost_share']:>7.3f}{r['with_eval']:>7.3f}  {picks}")
+    return "\n".join(lines)
+
+
+def best_peer(rows: list[dict], ladder_row: dict) -> dict | None:
+    """The peer row (of ``peers.PEERS``) with the lowest regret among those whose cost with
+    eval is at most ``ladder_row``'s (each is given the ladder's budget, so all are)."""
+    fair = [r for r in rows if r["policy"] in peers.PEERS
+            and r["with_eval"] <= ladder_row["with_eval"] + 1e-9]
+    return min(fair, key=lambda r: (r["top1_regret"], r["policy"])) if fair else None
+
+
+def summary(rows: list[dict], name: str = "ladder+guards") -> str:
+    """The table's line for ``name``, with the best peer at equal or lower cost."""
+    row = next(r for r in rows if r["policy"] == name)
+    peer = best_peer(rows, row)
+    return (f"policy={row['policy']} top1_regret={row['top1_regret']:.4f} se={row['se']:.4f} "
+            f"within_size_kendall={row['kendall']:.3f} catastrophes={row['catastrophes']:.2f} "
+            f"pilot_cost_share={row['pilot_cost_share']:.4f} "
+            f"cost_with_eval={row['with_eval']:.4f} "
+            f"best_peer={peer['policy'] if peer else 'none'} "
+            f"best_peer_regret={peer['top1_regret'] if peer else math.nan:.4f}")
+
+
+def paired_difference(rows: list[dict], name: str = "ladder+guards") -> str:
+    """``name``'s regret minus the best peer's (``best_peer``), paired replicate by
+    replicate, with the Monte Carlo SE of that mean over the replicates."""
+    row = next(r for r in rows if r["policy"] == name)
+    peer = best_peer(rows, row)
+    if peer is None:
+        return f"{name}: no peer at equal or lower cost"
+    diff = np.subtract(row["regrets"], peer["regrets"])
+    mc_se = float(np.std(diff, ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else math.nan
+    return (f"{name} - {peer['policy']} (best peer): regret {np.mean(diff):+.4f}, Monte Carlo "
+            f"SE {mc_se:.4f} over {len(diff)} replicates (paired); the truth's SE "
+            f"{row['se']:.4f}")
+
+
+def planned_rho(config: dict, budget: float) -> float:
+    """A bank config's rho as ``race plan`` solves it at the bank's full budget."""
+    cell, = plan_grid(["selection.policy=flat", f"budget={budget:g}",
+                       f"model={config['model']}", f"reward={config['reward']}",
+                       f"grid.group_size={config['group_size']}",
+                       f"grid.update_epochs={config['update_epochs']}"],
+                      runnable=False).cells
+    return planned_update_fraction(cell)
+
+
+def regime_section(configs: dict, budget: float, ladder_row: dict) -> str:
+    """The response surface's leave-one-config-out check (``race.analysis.regime_check``)
+    per (size, reward) on the bank, the pilot scores being each seed's ``val`` at F/16 (a
+    flat pilot's), beside the ladder's pick rate there: the share of replicates in which
+    the ladder ranks the group's best config at F first among the group's configs."""
+    groups: dict[tuple, list[str]] = {}
+    for cid, config in sorted(configs.items()):
+        groups.setdefault((config["model"], config["reward"]), []).append(cid)
+    lines = [f"response surface in rho, leave one config out (pilot scores: val at F/{1 / FLAT:.0f}"
+             f", every seed; rho as planned), against ladder+guards' pick rate within the "
+             f"group:"]
+    for (model, reward), ids in groups.items():
+        rho = {cid: planned_rho(configs[cid], budget) for cid in ids}
+        pilot = {cid: [curve.at(FLAT) for curve in configs[cid]["curves"].values()]
+                 for cid in ids}
+        n = int(next(iter(configs[ids[0]]["curves"].values())).read_n[0])
+        check = regime_check(rho, pilot, {cid: configs[cid]["truth"] for cid in ids},
+                             n_problems=n)
+        picks = [next(c for c in ranking if c in rho) == check.best
+                 for ranking in ladder_row["rankings"]]
+        lines.append(f"  {model}/{reward} ({len(ids)} configs, rho "
+                     + ", ".join(f"{configs[c]['label'].split(' ', 1)[1]} {rho[c]:.2f}"
+                                 for c in ids)
+                     + f"): {check.line().replace(check.best, configs[check.best]['label'])}; "
+                     f"ladder+guards pick rate {np.mean(picks):.2f}")
+    return "\n".join(lines)
+
