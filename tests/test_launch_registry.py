@@ -93,9 +93,6 @@ class DryRunLauncher:
     def threads(self, cfg):
         return 1
 
-    def gives_gpus(self, cfg):
-        return False
-
 
 LAUNCHER = DryRunLauncher()
 '''
