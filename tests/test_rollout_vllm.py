@@ -293,6 +293,7 @@ def _qwen_plan(backend: str, **kw):
                        **knobs)
 
 
+@pytest.mark.vllm  # pure (no engine): runs everywhere, and with -m vllm
 def test_the_memory_plan_counts_vllms_weights_kv_cache_and_working_set():
     from race.catalog import load_model_shape
     from race.core.memory import GIB, kv_bytes_per_token, lora_params
@@ -318,6 +319,7 @@ def test_the_memory_plan_counts_vllms_weights_kv_cache_and_working_set():
         _qwen_plan("sglang")
 
 
+@pytest.mark.vllm  # pure (no engine): runs everywhere, and with -m vllm
 def test_colocated_settings_are_derived_from_the_memory_plan():
     from race.core.memory import GIB
     from race.errors import UsageError
