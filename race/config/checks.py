@@ -9,6 +9,7 @@ import difflib
 import importlib.util
 import math
 from pathlib import Path, PurePath
+from typing import Any
 
 from race import catalog
 from race.config.schema import (
@@ -32,15 +33,15 @@ from race.tasks.math import eval_entries
 from race.tasks.reasoning_gym import as_text, config_problems
 
 
-def _finite_problems(cfg: RaceConfig) -> list[str]:
+def _finite_problems(cfg: RaceConfig, knob_values: dict[str, Any]) -> list[str]:
     """Every float field that is NaN or infinite (``budget=1e400`` overflows to inf): the
-    float cell knobs (their declarations) and the run's own."""
+    float cell knobs (``knob_values``, config key -> value) and the run's own."""
     fields = {"budget": cfg.budget, "pilot.fraction": cfg.pilot.fraction,
               "report.level": cfg.report.level, "launcher.poll_s": cfg.launcher.poll_s,
               "launcher.lost_after_s": cfg.launcher.lost_after_s,
               "selection.share": cfg.selection.share, "selection.z": cfg.selection.z,
               "selection.pilot_budget": cfg.selection.pilot_budget}
-    fields |= config_values(RunSpec, cfg)
+    fields |= knob_values
     fields |= {f"selection.rungs[{i}]": v for i, v in enumerate(cfg.selection.rungs)}
     fields |= {f"selection.rung_checkpoints[{i}]": v
                for i, v in enumerate(cfg.selection.rung_checkpoints)}
@@ -135,11 +136,12 @@ def testbed_problems(cfg: RaceConfig) -> list[str]:
 
 def validate(cfg: RaceConfig) -> None:
     """Check the whole config and raise one UsageError listing every problem."""
-    problems = _finite_problems(cfg)
+    knob_values = config_values(RunSpec, cfg)
+    problems = _finite_problems(cfg, knob_values)
     broken = {p.split("=", 1)[0] for p in problems}
     grid, task = cfg.grid, cfg.task
     # every cell knob's own rule, as RunSpec declares it (race.core.knobs)
-    problems += knob_problems(RunSpec, config_values(RunSpec, cfg), skip=broken)
+    problems += knob_problems(RunSpec, knob_values, skip=broken)
     for key, value in (("task.prompt_tokens", task.prompt_tokens),
                        ("task.completion_tokens", task.completion_tokens)):
         if value < 1:

@@ -291,8 +291,9 @@ def grpo_step_flops(policy: ModelShape, reward: RewardShape, *, prompts_per_step
                          f"or lower completion_tokens")
     rows = prompts_per_step * group_size
     minibatch = rows if minibatch_size is None else minibatch_size
-    if minibatch_problem(minibatch_size, prompts_per_step, group_size):
-        raise UsageError(minibatch_problem(minibatch_size, prompts_per_step, group_size))
+    problem = minibatch_problem(minibatch_size, prompts_per_step, group_size)
+    if problem:
+        raise UsageError(problem)
     if lora is not None:
         lora.validate(policy)
     check_reward_matches(policy, reward)
