@@ -3,7 +3,7 @@
 import pytest
 
 from race.tasks import build_task
-from race.tasks.arith import ArithTask, final_answer, split_lines, step_labels
+from race.tasks.arith import ArithTask, final_answer, parse_chain, split_lines, step_labels
 
 
 def test_sample_is_deterministic_per_seed():
@@ -34,7 +34,21 @@ def test_splits_are_disjoint_and_ood_is_harder():
     assert not train & test
     ops = lambda ex: len(ex.steps) - 1  # noqa: E731
     assert max(ops(ex) for ex in task.sample("test", 200)) <= task.max_ops
-    assert min(ops(ex) for ex in task.sample("ood", 200)) >= task.ood_min_ops
+    ood = task.sample("ood", 500)
+    assert {ops(ex) for ex in ood} == {task.min_ops, task.max_ops}  # 0: as training
+    minus = lambda xs: sum(ex.prompt.count("-") for ex in xs) / sum(map(ops, xs))  # noqa: E731
+    assert minus(ood) > minus(task.sample("val", 500)) + 0.15  # every subtraction it can
+    longer = ArithTask(ood_min_ops=4, ood_max_ops=4, ood_minus_share=0.5)
+    assert {ops(ex) for ex in longer.sample("ood", 100)} == {4}
+
+
+def test_ood_minus_share_subtracts_wherever_the_total_allows():
+    for ex in ArithTask(ood_minus_share=1.0).sample("ood", 300):
+        numbers, signs = parse_chain(ex.prompt)
+        total = numbers[0]
+        for sign, value in zip(signs, numbers[1:]):
+            assert sign == ("-" if total >= value else "+")
+            total = total - value if sign == "-" else total + value
 
 
 def test_difficulty_knob_changes_operands():
@@ -60,7 +74,10 @@ def test_verify_and_step_labels():
 
 @pytest.mark.parametrize("kwargs, key", [({"digits": 0}, "task.digits"),
                                          ({"min_ops": 3, "max_ops": 2}, "task.min_ops"),
-                                         ({"ood_min_ops": 2}, "task.ood_min_ops")])
+                                         ({"ood_min_ops": 3, "ood_max_ops": 2},
+                                          "task.ood_min_ops"),
+                                         ({"ood_minus_share": 1.5}, "task.ood_minus_share"),
+                                         ({"ood_minus_share": 0.5}, "task.ood_minus_share")])
 def test_bad_knobs(kwargs, key):
     with pytest.raises(ValueError, match=key):
         ArithTask(**kwargs)

@@ -165,13 +165,15 @@ class TaskConfig:
     config: dict[str, Any] = field(default_factory=dict)
     ood_config: dict[str, Any] = field(default_factory=dict)
     # embedded task (arith): digits per operand, digits of the first number (0: digits),
-    # operations per chain in train/val/test, and in ood (longer chains: a real shift)
+    # operations per chain in train/val/test; in ood (0: as training), where every
+    # operation that can subtract does with probability ood_minus_share (training: 0.5)
     digits: int = _ARITH.digits
     first_digits: int = _ARITH.first_digits
     min_ops: int = _ARITH.min_ops
     max_ops: int = _ARITH.max_ops
     ood_min_ops: int = _ARITH.ood_min_ops
     ood_max_ops: int = _ARITH.ood_max_ops
+    ood_minus_share: float = _ARITH.ood_minus_share
 
 
 @dataclass

@@ -13,7 +13,8 @@ from race.tasks.math import MathTask
 from race.tasks.reasoning_gym import as_text
 
 # the embedded task's knobs (the TaskConfig fields that race.tasks.arith.ArithTask reads)
-ARITH_FIELDS = ("digits", "first_digits", "min_ops", "max_ops", "ood_min_ops", "ood_max_ops")
+ARITH_FIELDS = ("digits", "first_digits", "min_ops", "max_ops", "ood_min_ops", "ood_max_ops",
+                "ood_minus_share")
 
 
 # what a math task reads of its TaskConfig: MathTask's own fields

@@ -14,8 +14,9 @@ it and every step before it are correct. That gives a process reward model its l
 
 Difficulty: ``digits`` per operand and the number of operations. Splits: ``train``, ``val``
 (for early stopping) and the in-distribution held-out ``test`` come from the same chains
-and are disjoint (a prompt's hash decides its split); ``ood`` has longer chains than
-training, a harder target.
+and are disjoint (a prompt's hash decides its split); ``ood`` shifts the chains: every
+operation that can subtract does (``ood_minus_share=1``, where training flips a fair coin),
+and optionally longer chains (``ood_min_ops``/``ood_max_ops``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,12 @@ class ArithTask:
             first number with narrow operands gives wide answers (hard to guess) from
             steps that each stay easy.
         min_ops, max_ops: operations per chain in ``train`` and ``test``.
-        ood_min_ops, ood_max_ops: operations per chain in ``ood`` (longer: harder).
+        ood_min_ops, ood_max_ops: operations per chain in ``ood`` (0: as training).
+        ood_minus_share: the probability that an ``ood`` operation subtracts where the
+            running total allows it (training draws a fair coin: 0.5 draws as training).
+            At 1, the shift lands on the step the flawed warm start gets wrong, so the
+            target moves with what post-training fixes. Chains longer than training do not:
+            trained policies stay at the warm start's 0.06 on 4-operation chains.
         test_buckets: one prompt in ``test_buckets`` (by hash) is held out as ``test``,
             another as ``val``.
     """
@@ -54,8 +60,9 @@ class ArithTask:
     first_digits: int = 0
     min_ops: int = 2
     max_ops: int = 3
-    ood_min_ops: int = 4
-    ood_max_ops: int = 4
+    ood_min_ops: int = 0
+    ood_max_ops: int = 0
+    ood_minus_share: float = 1.0
     test_buckets: int = 8
     name: str = "arith"
 
@@ -68,18 +75,39 @@ class ArithTask:
         if not 1 <= self.min_ops <= self.max_ops:
             raise UsageError(f"task.min_ops={self.min_ops}, task.max_ops={self.max_ops}: "
                              f"need 1 <= min_ops <= max_ops")
-        if not self.max_ops < self.ood_min_ops <= self.ood_max_ops:
-            raise UsageError(f"task.ood_min_ops={self.ood_min_ops}: the ood split needs "
-                             f"longer chains than training (> max_ops={self.max_ops})")
+        low, high = self.ood_ops
+        if not 1 <= low <= high:
+            raise UsageError(f"task.ood_min_ops={self.ood_min_ops}, task.ood_max_ops="
+                             f"{self.ood_max_ops}: need 1 <= ood_min_ops <= ood_max_ops "
+                             f"(0 for both: as training)")
+        if not 0 <= self.ood_minus_share <= 1:
+            raise UsageError(f"task.ood_minus_share={self.ood_minus_share}: a probability, "
+                             f"use a value in [0, 1], e.g. 1")
+        if (low, high) == (self.min_ops, self.max_ops) and self.ood_minus_share == 0.5:
+            raise UsageError("task.ood_minus_share=0.5 with ood chains as long as "
+                             "training's: the ood split would draw the training chains; "
+                             "set task.ood_minus_share=1 or longer ood chains, e.g. "
+                             f"task.ood_min_ops={self.max_ops + 1}")
 
-    def _chain(self, rng: random.Random, ops: int) -> tuple[list[int], list[str]]:
+    @property
+    def ood_ops(self) -> tuple[int, int]:
+        """Operations per ``ood`` chain, low and high (0: as training)."""
+        return self.ood_min_ops or self.min_ops, self.ood_max_ops or self.max_ops
+
+    def _chain(self, rng: random.Random, ops: int, minus_share: float = 0.5
+               ) -> tuple[list[int], list[str]]:
         top = 10 ** self.digits - 1
         first = 10 ** (self.first_digits or self.digits) - 1
         numbers, signs, total = [rng.randint(0, first)], [], 0
         total = numbers[0]
         for _ in range(ops):
             value = rng.randint(0, top)
-            sign = rng.choice("+-") if total >= value else "+"
+            if total < value:
+                sign = "+"
+            elif minus_share == 0.5:  # training's fair coin (its draws, kept as they were)
+                sign = rng.choice("+-")
+            else:
+                sign = "-" if rng.random() < minus_share else "+"
             total = total + value if sign == "+" else total - value
             numbers.append(value)
             signs.append(sign)
@@ -125,11 +153,12 @@ class ArithTask:
         if split not in SPLITS:
             raise ValueError(f"split={split!r}: use one of {list(SPLITS)}")
         rng = random.Random(f"{self.name}/{split}/{seed}")
-        low, high = ((self.ood_min_ops, self.ood_max_ops) if split == "ood"
-                     else (self.min_ops, self.max_ops))
+        ood = split == "ood"
+        low, high = self.ood_ops if ood else (self.min_ops, self.max_ops)
+        share = self.ood_minus_share if ood else 0.5
         out: list[Example] = []
         while len(out) < n:
-            numbers, signs = self._chain(rng, rng.randint(low, high))
+            numbers, signs = self._chain(rng, rng.randint(low, high), share)
             example = self.example(numbers, signs, split)
             if split == "ood" or self._split_of(example.prompt) == split:
                 out.append(example)
