@@ -25,7 +25,7 @@ draws one seed per trial or uses one for all, never one per config). ``save``/``
 write and read it with Syne Tune's own ``serialize``/``deserialize`` (a local folder:
 nothing is fetched from a hub).
 
-Needs the ``bench`` extra (``pip install 'race[bench]'``): syne-tune (imported lazily).
+Needs the ``bench`` extra (``pip install 'race-rl[bench]'``): syne-tune (imported lazily).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ pruners must decide. A peer's ranking: configs by the largest resource read, the
 value read there (Optuna's ``best_trial`` is the best completed trial, the same pick when
 one completed); configs never started come last.
 
-Needs the ``bench`` extra (``pip install 'race[bench]'``): syne-tune and optuna (imported
+Needs the ``bench`` extra (``pip install 'race-rl[bench]'``): syne-tune and optuna (imported
 lazily).
 """
 

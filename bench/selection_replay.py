@@ -1,6 +1,7 @@
 """Replay pilot selection policies on the curve bank and score their picks.
 
-The bank (the testbed's, ``bench/data/curve_bank_v3.json.gz``, by default; see
+The bank (the testbed's complete v3 bank, ``bench/data/curve_bank_v3.json.gz``, by
+default, until the wider v4 bank of ``bench/testbed_bank.py`` is complete; see
 ``bench/curve_bank.py``) holds every
 config of the embedded default grid run at the full budget F with dense checkpoints,
 several seeds each. A policy sees only what its pilots would have seen (the curves
@@ -118,7 +119,7 @@ how far the sampled replicates alone could move the comparison; the truth's SE, 
 both, is the table's ``se``).
 
 Usage: ``python bench/selection_replay.py [--bank PATH] [--boot 2000] [--replicates
-4096]`` (needs the ``bench`` extra, ``pip install 'race[bench]'``; ``--replicates 32``
+4096]`` (needs the ``bench`` extra, ``pip install 'race-rl[bench]'``; ``--replicates 32``
 for a quick look). Last lines: the held-out half's ``held-out: policy=ladder+guards
 ...``, then all configs at the defaults, ``policy=ladder+guards top1_regret=R se=S
 within_size_kendall=K catastrophes=C pilot_cost_share=P cost_with_eval=E best_peer=NAME
@@ -178,13 +179,15 @@ from bench.replay_tables import (
     summary,
     table,
 )
-from bench.testbed import DEFAULT_BANK
 from race.core import guards
 from race.core.rungs import geometric_rungs
 
 # ladder geometries tuned on the tuning half: (rungs, reduction), each rung `reduction`
 # times the one before, the first as late as the flat grid's compute allows; each with
 # both promotion scores, the earlier rule (trend) first
+# the complete v3 bank: the v4 bank (bench/testbed_bank.py) replaces it here once its F
+# grid has all 3 seeds; a replay of a partial bank would judge rules on one seed
+REPLAY_BANK = Path(__file__).parent / "data" / "curve_bank_v3.json.gz"
 GEOMETRIES = [(n, r) for r in (4, 3, 2) for n in (3, 2, 4)]
 PROMOTE_BY = ("trend", "last")
 
@@ -336,7 +339,7 @@ def tuned_and_held_out(configs: dict, exported, *, most: int, boot: int) -> list
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bank", type=Path, default=DEFAULT_BANK)
+    parser.add_argument("--bank", type=Path, default=REPLAY_BANK)
     parser.add_argument("--boot", type=int, default=2000)
     parser.add_argument("--replicates", type=int, default=REPLICATES,
                         help="most replicates per table (fewer: a quick look)")
@@ -346,7 +349,7 @@ def main() -> None:
         args.replicates, args.boot = 8, 50
     missing = [m for m in ("syne_tune", "optuna") if importlib.util.find_spec(m) is None]
     if missing:
-        parser.exit(2, f"the peers need {', '.join(missing)}: pip install 'race[bench]'\n")
+        parser.exit(2, f"the peers need {', '.join(missing)}: pip install 'race-rl[bench]'\n")
     bank, configs = load_bank(args.bank, SELECT_PROBLEMS)
     exported = blackbox.bank_blackbox(bank, val_problems=SELECT_PROBLEMS)
     print_bank(bank, configs)

@@ -3,7 +3,7 @@
     python examples/trl_grpo_with_race.py                 # a few steps on this CPU
     race report results/trl-example                       # compute_card.md with the split
 
-Needs ``pip install 'race[trl]'``. Without ``--model`` it trains a randomly initialised tiny
+Needs ``pip install 'race-rl[trl]'``. Without ``--model`` it trains a randomly initialised tiny
 Qwen2 (RACE's character tokenizer) saved under the output folder, so it needs no model hub;
 pass ``--model <a local Hugging Face folder>`` for a real one. The reward is the embedded
 task's verifier, a Python function (0 FLOPs). ``race.integrations.trl.track`` is the only

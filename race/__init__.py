@@ -10,7 +10,18 @@ rooms import each other. Each room's docstring ends with the same list
 table).
 """
 
-__version__ = "0.1.0"
+# the distribution's name on the package index (`pip install race-rl`; the name `race` there
+# is another project's); the import package and the command stay `race`
+DISTRIBUTION = "race-rl"
+
+
+def __getattr__(name: str) -> str:
+    """``race.__version__``: the installed distribution's version (pyproject.toml holds it)."""
+    if name == "__version__":
+        from importlib import metadata
+
+        return metadata.version(DISTRIBUTION)
+    raise AttributeError(f"module 'race' has no attribute {name!r}")
 
 # room -> the rooms it may import (the whole table; nothing else is allowed)
 LAYERS: dict[str, tuple[str, ...]] = {

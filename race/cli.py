@@ -18,12 +18,15 @@ import errno
 import json
 import sys
 import traceback
+from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
+import race
+from race import DISTRIBUTION
 from race.config import Overrides, compose_config, to_specs, validate
 from race.core.fmt import fmt_flops
 from race.core.run_flops import cell_cards
@@ -31,6 +34,7 @@ from race.errors import UsageError
 from race.integrations.trackers import log_sweep
 from race.pilot.budget import check_budget
 from race.pilot.loop import run_pilot
+from race.pilot.problems import plan_counts
 from race.report.budgets import write_budget_report
 from race.report.buys import budget_buys_text
 from race.report.card import cell_card_json, cell_card_text
@@ -41,6 +45,7 @@ from race.report.plan import (
     eval_budget_warning,
     plan_summary,
     plan_table,
+    problems_text,
 )
 from race.report.validation import validation_section
 from race.report.write import write_failures, write_report
@@ -89,6 +94,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="race", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description="RACE: where should RL post-training compute go? FLOP accounting "
                     "and allocation pilots for GRPO post-training.")
+    parser.add_argument("--version", action="store_true",
+                        help=f"print the installed {DISTRIBUTION} version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in SUBCOMMANDS.items():
         cmd = sub.add_parser(name, help=help_text, description=help_text, epilog=EPILOG,
@@ -133,6 +140,8 @@ def cmd_plan(overrides: Overrides) -> int:
         print(plan_table(plan))
         print()
         print(plan_summary(plan))
+        for counts in plan_counts(c.spec for c in plan.runnable):
+            print(problems_text(counts))
         buys = budget_buys_text(plan.budget_flops, [c.spec for c in plan.runnable],
                                 completion_tokens=plan.base.grid.completion_tokens)
         if buys.strip():  # one line per policy size: what the same budget buys each
@@ -323,8 +332,19 @@ def _one_line(error: BaseException) -> str:
     return f"{line}; {hint}" if hint else line
 
 
+def version_line() -> str:
+    """``race --version``: the distribution's name and its installed version."""
+    try:
+        return f"{DISTRIBUTION} {race.__version__}"
+    except metadata.PackageNotFoundError:  # a source tree pip has not installed
+        return f"{DISTRIBUTION} (not installed; pip install -e . in the source tree)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.version:
+        print(version_line())
+        return 0
     if args.command is None:
         _parser().print_help()
         return USAGE_ERROR

@@ -41,7 +41,7 @@ class MissingExtra(UsageError):
     Attributes:
         key: what needs it, as the user typed it (``task=reasoning-gym``).
         package: the missing package.
-        extra: what to install (``race[tasks]``).
+        extra: what to install (``race-rl[tasks]``).
     """
 
     def __init__(self, key: str, package: str, extra: str):
@@ -144,8 +144,10 @@ class PromptTooLong(UsageError):
                   else f"a prompt of {prompt_tokens} tokens")
         super().__init__(
             f"model={model}: {prompt} plus grid.max_new_tokens="
-            f"{max_new_tokens} exceeds its context of {context} tokens; lower "
-            f"grid.max_new_tokens to {max(0, context - prompt_tokens)} or less"
+            f"{max_new_tokens} exceeds its context of {context} tokens; "
+            + (f"lower grid.max_new_tokens to {context - prompt_tokens} or less"
+               if prompt_tokens < context else "the prompt alone fills it: use a policy "
+               "with a longer context")
             + ("" if nominal else ", or drop the longer problems from task.source"))
 
 

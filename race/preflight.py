@@ -6,18 +6,21 @@ data file and model folder the pilots will open is opened here first, so bad inp
 :func:`open_task` and checks its policy folder with :func:`check_policy_folder`, the same
 functions, so the plan and the pilot can never disagree about what is valid.
 
-- data (``task.source``, ``task.ood_source``): every split the pilot reads (train and each
-  evaluation target) parses and is non-empty; a binary file is named.
+- data (``task.source``, ``task.ood_source``, ``task.eval``): every split the pilot reads
+  (train and each evaluation target) parses and is non-empty; a binary file is named; a
+  dataset named by hub id is read from its cached snapshot's files, as the pilot reads it.
 - a policy folder: ``config.json`` is a JSON object naming a causal-LM architecture,
   weights are present and whole (every shard an index names; each safetensors file as
   long as its header says), the embedding's rows equal ``vocab_size``, and the
   tokenizer's ids fit it.
-- the generation cap: a prompt plus ``grid.max_new_tokens`` fits the policy's context.
+- the generation cap: every problem's prompt plus ``grid.max_new_tokens`` fits the
+  policy's context (a byte count first; the problems near the limit are tokenized).
 - a reward-model folder: ``config.json`` is a JSON object and weights are present; a
   folder that ships its own modelling code (``auto_map``) is refused unless
   ``reward.trust_remote_code=true`` (no folder code ever runs without it).
 
-Reads JSON, data files and safetensors headers only: no torch, no weights loaded.
+Reads JSON, data files and safetensors headers (and a tokenizer, only for problems near
+the context's end): no weights loaded.
 
 May import: catalog, errors, tasks.
 """
@@ -31,7 +34,9 @@ from typing import Any
 
 from race.catalog import read_config_json
 from race.errors import PromptTooLong, UsageError, WeightsMissing
-from race.tasks import build_task
+from race.tasks import build_task, data_sources, with_chat_template
+from race.tasks.hub_data import hub_cache_dir, snapshot_folder
+from race.tasks.math import eval_entries
 from race.tasks.task_base import is_local
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -166,7 +171,8 @@ def hub_snapshot(repo_id: str, revision: str = "", *, repo_type: str = "model"
 
     try:
         return Path(snapshot_download(repo_id, repo_type=repo_type, revision=revision or None,
-                                      local_files_only=True, allow_patterns=WEIGHT_PATTERNS))
+                                      cache_dir=hub_cache_dir(), local_files_only=True,
+                                      allow_patterns=WEIGHT_PATTERNS))
     except (LocalEntryNotFoundError, FileNotFoundError, ValueError, OSError):
         return None
 
@@ -223,12 +229,13 @@ def open_task(entry: Mapping[str, Any], targets: Iterable[str], *, local_only: b
     """The task of ``entry`` (a spec's task fields), with every split the pilot reads
     (``train`` and each of ``targets``) loaded and non-empty.
 
-    ``local_only``: check only data in local files and return None when there are none
-    (``race plan`` does not fetch a dataset by name; the pilot does). Raises UsageError
-    naming the file or key and the fix.
+    ``local_only``: check only data on this machine (local files, and datasets named by
+    hub id whose snapshot is in the Hugging Face cache: the files the pilot will read) and
+    return None when the task reads other data (``race plan`` fetches no dataset by name:
+    ``race prefetch`` does). Raises UsageError naming the file or key and the fix.
     """
-    if local_only and not is_local(str(entry.get("source", ""))):
-        return None  # no local data: a generated task, or a dataset the pilot fetches
+    if local_only and not _data_here(entry):
+        return None  # a generated task, or a dataset that is not cached yet
     task = build_task(dict(entry))
     if not hasattr(task, "rows"):  # generated tasks (the embedded arithmetic) have no files
         return task
@@ -245,26 +252,114 @@ def open_task(entry: Mapping[str, Any], targets: Iterable[str], *, local_only: b
     return task
 
 
+def _data_here(entry: Mapping[str, Any]) -> bool:
+    """Whether a task with a ``source`` reads only data on this machine: local paths and
+    cached hub snapshots (every target counts: training drops the targets' problems)."""
+    return bool(entry.get("source")) and all(
+        is_local(source) or snapshot_folder(source) is not None
+        for _, source, _ in data_sources(entry))
+
+
 def check_plan(specs: Iterable[Any], *, trust_remote_code: bool = False) -> None:
-    """Open every distinct data file and model folder ``specs`` (RunSpecs) will read.
+    """Open every distinct data file and model folder ``specs`` (RunSpecs) will read, and
+    check that every problem fits the policy's context with the cell's generation cap.
 
     Raises the first UsageError found (a folder or file shared by many cells is checked
     once).
     """
     seen: set = set()
+    tasks: dict = {}
     for spec in specs:
         task_key = (spec.task, tuple(spec.eval_targets))
-        if task_key not in seen:
-            seen.add(task_key)
-            open_task(dict(spec.task), spec.eval_targets, local_only=True)
+        if task_key not in tasks:
+            tasks[task_key] = open_task(dict(spec.task), spec.eval_targets, local_only=True)
         if spec.policy_path and spec.policy_path not in seen and is_local(spec.policy_path):
             seen.add(spec.policy_path)
             check_policy_folder(spec.policy_path, key=policy_key(spec))
+        fit_key = (task_key, spec.policy_path, spec.max_new_tokens)
+        if tasks[task_key] is not None and fit_key not in seen:
+            seen.add(fit_key)
+            check_prompt_lengths(tasks[task_key], spec)
         folder = getattr(spec.reward_model, "hf_id", "") if spec.reward_model else ""
         if folder and folder not in seen and is_local(folder):
             seen.add(folder)
             check_reward_folder(folder, trust_remote_code=bool(
                 dict(spec.reward).get("trust_remote_code", trust_remote_code)))
+
+
+# bytes a chat template may add around a problem (its markup, a default system message):
+# with the system prompt's and the instruction's own, a bound on a prompt's tokens (no
+# tokenizer makes more tokens than the text has bytes)
+TEMPLATE_BYTES = 256
+
+
+def check_prompt_lengths(task: Any, spec: Any) -> None:
+    """Every problem a pilot of ``spec`` may send (``train`` and each evaluation target of
+    ``task``, its rows loaded), in the policy's chat template, fits the policy's context
+    with the generation cap (``spec.max_new_tokens``), as the pilot checks each batch.
+
+    A byte count bounds each prompt's tokens, so only the problems near the limit are
+    tokenized, with the policy's own tokenizer: a plan of short problems loads none. A
+    policy that is not on this machine (or gives no context) is not checked here.
+
+    Raises:
+        UsageError: naming the source, the longest problem, its tokens and the fix.
+    """
+    folder = (Path(spec.policy_path).expanduser() if is_local(spec.policy_path)
+              else hub_snapshot(spec.policy_path, spec.policy_revision))
+    if not spec.policy_path or folder is None or not (folder / "config.json").is_file():
+        return
+    context = read_config_json(folder, key=policy_key(spec)).get("max_position_embeddings")
+    if not isinstance(context, int) or context < 1:
+        return
+    room = context - spec.max_new_tokens
+    frame = TEMPLATE_BYTES + sum(len(str(getattr(task, k, "")).encode())
+                                 for k in ("system_prompt", "answer_format"))
+    near = [(split, ex) for split in ("train", *spec.eval_targets)
+            for ex in task.rows(split) if len(ex.prompt.encode()) + frame > room]
+    if not near:
+        return
+    from transformers import AutoTokenizer  # heavy: only for problems near the limit
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError):  # no tokenizer here: the pilot says so when it loads
+        return
+    chat = with_chat_template(task, tokenizer)
+    over = sorted(((len(tokenizer(chat.format(ex.problem) if chat is not task else ex.prompt,
+                                  add_special_tokens=False)["input_ids"]), split, ex)
+                   for split, ex in near), key=lambda t: t[0])
+    over = [t for t in over if t[0] > room]
+    if over:
+        raise UsageError(_too_long(task, over[-1], len(over), spec, context))
+
+
+def _too_long(task: Any, longest: tuple, count: int, spec: Any, context: int) -> str:
+    """The message for ``count`` problems whose prompts and the cap do not fit the
+    context, naming the ``longest`` (its tokens, split and example)."""
+    n, split, ex = longest
+    key, source = source_key(task, split)
+    start = " ".join(ex.problem.split())[:48]
+    fix = (f"drop or shorten the problems over {context - spec.max_new_tokens} tokens in "
+           f"it, or use a policy with a longer context")
+    if n < context:
+        fix += f", or lower grid.max_new_tokens to {context - n} or less"
+    alone = " (the problem alone fills it)" if n >= context else ""
+    return (f"{key}={source}: {count} problem(s) too long for model={spec.model}; the "
+            f"longest, a {split} problem (\"{start}...\"), is {n} tokens as the pilot "
+            f"sends it, which with grid.max_new_tokens={spec.max_new_tokens} exceeds its "
+            f"context of {context} tokens{alone}; {fix}")
+
+
+def source_key(task: Any, split: str) -> tuple[str, str]:
+    """The config key of the source ``split`` of ``task`` is read from, and its value."""
+    named = eval_entries(getattr(task, "eval", "") or "", has_source=bool(task.source))
+    if split in named:
+        return f"task.eval.{split}", named[split]["source"]
+    key = {"ood": "ood_source", "val": "val_source", "test": "test_source"}.get(split, "")
+    if key and getattr(task, key, ""):
+        return f"task.{key}", getattr(task, key)
+    return "task.source", task.source
 
 
 def policy_key(spec) -> str:

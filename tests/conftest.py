@@ -155,3 +155,13 @@ def standin(tmp_path_factory):
     prm = build_prm_standin(root / "prm", prm_shape, texts)
     return {"root": root, "data": data, "policy": policy, "rows": rows, "shape": shape,
             "prm": prm, "prm_shape": prm_shape}
+
+
+@pytest.fixture
+def uncached(tmp_path, monkeypatch):
+    """An empty Hugging Face cache (``tmp_path/hub``) with the hub on: a dataset name is
+    not in the cache, so a task hands it to `datasets` (where installed)."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    for flag in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(flag, raising=False)
+    return tmp_path / "hub"

@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 
 from race.analysis.aggregate import (
-    best_by_target,
     check_consistent,
     compare_predictions,
     frontier,
@@ -17,7 +16,14 @@ from race.analysis.aggregate import (
     same_flop_sizes,
     split_status,
 )
-from race.analysis.curves import fit_cells, fit_curve, sigmoid
+from race.analysis.curves import (
+    EXTRAPOLATION_ERROR,
+    config_predictions,
+    fit_cells,
+    fit_curve,
+    full_budget_interval,
+    sigmoid,
+)
 from race.analysis.select import select_for_validation
 
 PILOT = 1e12  # pilot budget, FLOPs
@@ -259,6 +265,46 @@ def test_fit_falls_back_without_r0():
     assert fit.method == "last" and "R0" in fit.reason
 
 
+def test_the_interval_at_the_full_budget_grows_with_the_decades_extrapolated():
+    truth = {"R0": 0.1, "A": 0.6, "C_mid": 3e11, "B": 1.2}
+    flops = np.array(CHECKPOINTS) * PILOT
+    fit = fit_curve(flops, sigmoid(flops, **truth), predict_at=FULL)
+    assert fit.last_flops == flops[-1]
+    low, high = EXTRAPOLATION_ERROR  # accuracy per decade of FLOPs past the last point
+    decades = math.log10(FULL / flops[-1])
+    lo, hi = full_budget_interval(fit, FULL)
+    assert (lo, hi) == pytest.approx((fit.prediction + low * decades,
+                                      fit.prediction + high * decades))
+    assert lo <= fit.prediction <= hi
+    far = fit_curve(flops, sigmoid(flops, **truth), predict_at=10 * FULL)
+    lo, hi = full_budget_interval(far, 10 * FULL)  # a decade further: a decade wider
+    assert (lo, hi) == pytest.approx((far.prediction + low * (decades + 1),
+                                      min(1.0, far.prediction + high * (decades + 1))))
+    near = fit_curve(flops, sigmoid(flops, **truth), predict_at=flops[-1])
+    assert full_budget_interval(near, flops[-1]) == pytest.approx((near.prediction,) * 2)
+
+
+def test_a_fallback_keeps_its_own_interval_and_makes_no_config_prediction():
+    fit = fit_curve([0, 0.5 * PILOT, PILOT], [0.1, 0.3, 0.4], predict_at=FULL)
+    assert fit.last_flops == PILOT
+    assert full_budget_interval(fit, FULL) == (fit.lo, fit.hi)
+    fits = pd.DataFrame([
+        {"config_id": "A", "method": "sigmoid", "prediction": 0.5, "full_lo": 0.4,
+         "full_hi": 0.8},
+        {"config_id": "A", "method": "sigmoid", "prediction": 0.7, "full_lo": 0.6,
+         "full_hi": 1.0},
+        {"config_id": "A", "method": "last", "prediction": 0.1, "full_lo": 0.0,
+         "full_hi": 0.2},
+        {"config_id": "B", "method": "last", "prediction": 0.3, "full_lo": 0.2,
+         "full_hi": 0.4}])
+    # the mean of the sigmoid seeds; a config whose every fit fell back predicts nothing
+    assert config_predictions(fits) == {"A": {"prediction": pytest.approx(0.6),
+                                              "lo": pytest.approx(0.5),
+                                              "hi": pytest.approx(0.9), "fits": 2,
+                                              "seeds": 3}}
+    assert config_predictions(None) == {} == config_predictions(fits.iloc[:0])
+
+
 def test_fit_cells_one_row_per_ok_cell():
     cells = make_cells(cell("a0", "A", 0.5), cell("b0", "B", 0.3),
                        cell("x0", "X", math.nan, status="failed"))
@@ -383,18 +429,6 @@ def test_compare_predictions_needs_three_for_correlations():
     assert ">= 3" in result["note"]
     assert result["top1_regret"] == pytest.approx(0.15)
     assert result["n"] == 2
-
-
-def test_best_by_target_reports_disagreement():
-    test = pd.DataFrame({"config_id": ["A", "B"], "mean": [0.6, 0.5], "rank": [1, 2]})
-    ood = pd.DataFrame({"config_id": ["B", "A"], "mean": [0.4, 0.3], "rank": [1, 2]})
-    result = best_by_target({"test": test, "ood": ood})
-    assert result["test"] == "A" and result["ood"] == "B"
-    assert result["agree"] is False
-    assert result["message"].startswith("the best allocation differs between targets")
-    assert "test -> A" in result["message"] and "ood -> B" in result["message"]
-    same = best_by_target({"test": test, "ood": test})
-    assert same["agree"] is True and "agrees" in same["message"]
 
 
 def test_check_consistent_rejects_mixed_tasks_and_budgets():

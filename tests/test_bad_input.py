@@ -319,16 +319,21 @@ def test_bad_files_exit_2_one_line_before_any_cell_folder(command, build, needle
     assert not (tmp_path / "MARKER").exists()  # no folder code ran
 
 
+def _tiny_sweep(policy: Path, out_dir: Path, *more: str) -> list[str]:
+    """The command of ``finished_sweep`` (``more``: extra overrides, or budget=...)."""
+    budget = [] if any(m.startswith("budget=") for m in more) else ["budget=2e10"]
+    return ["sweep", "model=tiny-s", f"model.hf_id={policy}", "reward=rule", "grid.axes={}",
+            "grid.prompts_per_step=2", "grid.group_size=2", "grid.max_new_tokens=12",
+            "grid.lora_rank=4", "pilot.eval_examples=4", "pilot.select_examples=4",
+            "pilot.eval_targets=[val]", *budget, "selection.policy=flat", "launcher=inline",
+            f"sweep.out_dir={out_dir}", "sweep.name=s", *more]
+
+
 @pytest.fixture(scope="module")
 def finished_sweep(tmp_path_factory, policy):
     """A real one-cell sweep folder with its report (selection.json included)."""
     root = tmp_path_factory.mktemp("finished")
-    out = _run(["sweep", "model=tiny-s", f"model.hf_id={policy}", "reward=rule",
-                "grid.axes={}", "grid.prompts_per_step=2", "grid.group_size=2",
-                "grid.max_new_tokens=12", "grid.lora_rank=4", "pilot.eval_examples=4",
-                "pilot.select_examples=4", "pilot.eval_targets=[val]", "budget=2e10",
-                "selection.policy=flat", "launcher=inline", f"sweep.out_dir={root}",
-                "sweep.name=s"], root)
+    out = _run(_tiny_sweep(policy, root), root)
     assert out.returncode == 0, out.stderr[-2000:]
     return root / "s"
 
@@ -395,3 +400,166 @@ def test_damaged_results_exit_2_naming_the_file_and_the_fix(command, damage, nam
     line = _one_line(_run([command, str(sweep)], tmp_path), command, named)
     assert fix in line
     assert not (sweep / "validate").exists()  # race validate ran nothing
+
+
+def _stderr_line(capsys, command: str) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in lines[0], lines
+    assert lines[0].startswith(f"race {command}: ")
+    return lines[0]
+
+
+def test_a_hub_name_as_an_eval_target_without_datasets(tmp_path, monkeypatch, capsys,
+                                                       uncached):
+    """`task.eval.m500=<hub name>` with `datasets` not installed: `race sweep` and `race
+    prefetch` refuse it in one line naming the fix, `race plan` plans it and says what to
+    fetch; once its snapshot is in the cache all three read it."""
+    from race import cli
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` fails
+    rows = [{"problem": f"Let $f(x) = {i}x + 1$. Compute $f(2)$.", "answer": str(2 * i + 1)}
+            for i in range(60)]
+    args = ["task=math", f"task.source={_data(tmp_path, rows)}", "grid.max_new_tokens=64",
+            "task.eval.m500=HuggingFaceH4/MATH-500"]
+    out_dir = tmp_path / "results"
+    fix = "run `race prefetch` with the same overrides as this command, then rerun it"
+    assert cli.main(["sweep", *args, f"sweep.out_dir={out_dir}"]) == 2
+    assert _stderr_line(capsys, "sweep") == (
+        "race sweep: task.eval.m500=HuggingFaceH4/MATH-500: not in the Hugging Face cache "
+        "(the `datasets` library that would download it is not installed); on a machine "
+        f"that reaches the hub (the node that submits), {fix}")
+    assert not out_dir.exists()
+    assert cli.main(["plan", *args]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "HuggingFaceH4/MATH-500 (dataset, task.eval.m500); run `race prefetch`" in err
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # prefetch: no download attempted here
+    assert cli.main(["prefetch", *args]) == 2
+    assert "task.eval.m500=HuggingFaceH4/MATH-500: not in the Hugging Face cache, and " \
+        "HF_HUB_OFFLINE=1 stops race prefetch" in _stderr_line(capsys, "prefetch")
+    # cached as the hub caches it (refs/main -> snapshots/<commit>/test.jsonl): all read it
+    repo = uncached / "datasets--HuggingFaceH4--MATH-500"
+    (repo / "snapshots" / "c0ffee").mkdir(parents=True)
+    _data(repo / "snapshots" / "c0ffee", [{"problem": "What is 2 + 2?", "answer": "4"}],
+          "test.jsonl")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("c0ffee")
+    assert cli.main(["plan", *args]) == 0
+    assert "note:" not in capsys.readouterr().err
+    assert cli.main(["prefetch", *args]) == 0
+    assert "1 repo(s) in the Hugging Face cache" in capsys.readouterr().out
+
+
+# issue 44's bad input that crashed or went silent: each exits 2 with one line whose fix,
+# followed, works, and leaves nothing written (or, for a damaged sweep.json, rewrites it)
+MATH_ROWS = [{"problem": f"Let $f(x) = {i}x + 1$. Compute $f(2)$.", "answer": str(2 * i + 1)}
+             for i in range(60)]
+EVAL_ROWS = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(20)]
+
+
+def test_plan_of_task_math_without_a_source_refuses_as_the_sweep_does(tmp_path):
+    for command in ("plan", "sweep"):
+        _one_line(_run([command, "task=math", "grid.max_new_tokens=64",
+                        f"sweep.out_dir={tmp_path / 'results'}"], tmp_path), command,
+                  "task.source=: task=math pilots train on problem/answer rows; give "
+                  "task.source=<a .jsonl/.json/.parquet file")
+    assert not (tmp_path / "results").exists()
+    source = _data(tmp_path, MATH_ROWS)
+    assert _run(["plan", "task=math", f"task.source={source}", "grid.max_new_tokens=64"],
+                tmp_path).returncode == 0  # the fix
+
+
+def test_a_problem_longer_than_the_context_is_refused_before_any_cell_folder(tmp_path,
+                                                                             standin):
+    """One ~4.3k-token problem (the stand-in's context: 4096): `race sweep` names the
+    source, the problem and a fix that works (dropping it), before any folder is written;
+    the pilot's own check no longer offers "lower grid.max_new_tokens to 0"."""
+    rows = [{"problem": r["question"], "answer": r["answer"].rsplit("#### ", 1)[1]}
+            for r in standin["rows"]]
+    long = {"problem": "Tom has 3 apples. " * 700 + rows[5]["problem"], "answer": "7"}
+    source = _data(tmp_path, [*rows[:5], long, *rows[5:]])
+    args = ["task=math", f"model={standin['policy']}", "grid.max_new_tokens=16", "budget=1e12"]
+    out_dir = tmp_path / "results"
+    line = _one_line(_run(["sweep", *args, f"task.source={source}",
+                           f"sweep.out_dir={out_dir}"], tmp_path), "sweep",
+                     f"task.source={source}: 1 problem(s) too long for model=")
+    assert "(\"Tom has 3 apples. Tom has 3 apples." in line
+    assert "exceeds its context of 4096 tokens (the problem alone fills it); drop or " \
+        "shorten the problems over 4080 tokens in it, or use a policy with a longer " \
+        "context" in line and "or less" not in line
+    assert not out_dir.exists()
+    fixed = _data(tmp_path, rows, "fixed.jsonl")  # the fix: that problem dropped
+    out = _run(["plan", *args, f"task.source={fixed}"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    from race.errors import PromptTooLong
+
+    assert "or less" not in str(PromptTooLong("m", 5000, 16, 4096))
+    assert "lower grid.max_new_tokens to 96 or less" in str(PromptTooLong("m", 4000, 200, 4096))
+
+
+@pytest.mark.parametrize("task", [["task=arith"], ["task=gsm8k", "task.source={data}"]],
+                         ids=["arith", "gsm8k"])
+def test_task_eval_on_a_task_without_named_targets_is_refused(task, tmp_path, standin):
+    target = _data(tmp_path, EVAL_ROWS, "eval.jsonl")
+    args = [a.format(data=standin["data"]) for a in task] + [
+        "grid.max_new_tokens=40", f"task.eval.m20={target}"]
+    name = task[0].split("=")[1]
+    line = _one_line(_run(["sweep", *args, f"sweep.out_dir={tmp_path / 'results'}"],
+                          tmp_path), "sweep", f"task.eval.m20={target}: named evaluation "
+                     f"targets are read by task=math only; task={name} evaluates on its own "
+                     f"targets")
+    assert "drop task.eval.m20, or use task=math" in line
+    assert not (tmp_path / "results").exists()
+    fix = ["task=math", f"task.source={_data(tmp_path, MATH_ROWS)}", "grid.max_new_tokens=40",
+           f"task.eval.m20={target}"]
+    assert _run(["plan", *fix], tmp_path).returncode == 0
+
+
+def test_extend_at_another_budget_is_refused(finished_sweep, policy, tmp_path):
+    """sweep.extend=true adds cells at the folder's budget only; another budget goes in
+    another folder (a budget axis), so one report never mixes two budgets' pilots."""
+    sweep = tmp_path / "s"
+    shutil.copytree(finished_sweep, sweep)
+    record, cells = (sweep / "sweep.json").read_bytes(), sorted((sweep / "cells").iterdir())
+    line = _one_line(_run(_tiny_sweep(policy, tmp_path, "budget=4e10", "sweep.extend=true"),
+                          tmp_path), "sweep", "budget=4e10: sweep.extend=true adds cells to")
+    assert "a sweep at budget=2e10 (its sweep.json)" in line
+    assert "give budget=2e10 to extend it, or another sweep.name for this budget (or for " \
+        "both listed as an axis, budget=2e10,4e10" in line
+    assert (sweep / "sweep.json").read_bytes() == record
+    assert sorted((sweep / "cells").iterdir()) == cells
+    assert not list(sweep.glob("budget-*"))
+
+
+def test_a_damaged_sweep_json_is_set_aside_and_rewritten_by_the_rerun(finished_sweep,
+                                                                      policy, tmp_path):
+    sweep = tmp_path / "s"
+    shutil.copytree(finished_sweep, sweep)
+    _torn(sweep / "sweep.json")
+    _one_line(_run(["report", str(sweep)], tmp_path), "report",
+              "rerun the same race sweep command to rewrite it")
+    # another plan's command into that folder: refused, nothing moved
+    other = _run(_tiny_sweep(policy, tmp_path, "budget=4e10"), tmp_path)
+    held = len(list((sweep / "cells").iterdir()))
+    assert f"none of the {held} cell folder(s) there is planned by this command" in \
+        _one_line(other, "sweep", "sweep.name=s: its sweep.json is damaged")
+    assert not list(sweep.glob("sweep.json.damaged-*"))
+    out = _run(_tiny_sweep(policy, tmp_path), tmp_path)  # the fix the report gives
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    moved = [line for line in out.stderr.splitlines() if "was damaged" in line]
+    assert len(moved) == 1 and "moved it aside to sweep.json.damaged-" in moved[0], out.stderr
+    assert f"{held} already done before this run" in out.stdout  # nothing ran again
+    assert len(list(sweep.glob("sweep.json.damaged-*"))) == 1
+    assert json.loads((sweep / "sweep.json").read_text())["budget_flops"] == 2e10
+    assert _run(["report", str(sweep)], tmp_path).returncode == 0
+
+
+def test_a_non_ascii_eval_name_gets_a_fix_that_works(tmp_path):
+    source, target = _data(tmp_path, MATH_ROWS), _data(tmp_path, EVAL_ROWS, "eval.jsonl")
+    args = ["plan", "task=math", f"task.source={source}", "grid.max_new_tokens=64"]
+    for given in (f"task.eval.mäth={target}", f"'task.eval.mäth'={target}"):
+        line = _one_line(_run([*args, given], tmp_path), "plan",
+                         f"task.eval.mäth={target}: the key holds 'ä', not ASCII")
+        assert line.endswith(f"name it in ASCII, e.g. task.eval.math={target}")
+    assert _run([*args, f"task.eval.math={target}"], tmp_path).returncode == 0  # the fix

@@ -31,6 +31,7 @@ LAST_LINE = {
     "learning_signal": ["best_gain_se=", "seeds=1", "setting=", "model=tiny-s"],
     "pilot_profile": ["overhead_fraction="],
     "plan_scale": ["cells_per_s="],
+    "prediction_coverage": ["coverage_90=", "before=", "width=", "cells="],
     "prm_quality": ["min_auc="],
     "race_fidelity": ["spearman=", "kendall=", "top1_regret=", "pilot_cost_share="],
     "rollout_throughput": ["vllm_over_hf="],
@@ -46,7 +47,7 @@ SLOW = {"curve_bank", "flops_accuracy", "generation_paths", "learner_memory",
         "learning_gain", "learning_signal", "pilot_profile", "prm_quality", "race_fidelity",
         "rollout_throughput", "selection_replay", "sweep_overhead", "validate_default",
         "warmstart"}
-NEEDS = {"selection_replay": ("syne_tune", "optuna")}  # the bench extra (CI installs it)
+NEEDS = {"selection_replay": ("syne_tune", "optuna")}  # the bench extra (make test installs it)
 
 
 def test_every_bench_script_has_a_quick_run_here():
@@ -71,7 +72,7 @@ def shared_cache(tmp_path_factory) -> Path:
                                   for n in sorted(LAST_LINE)])
 def test_quick_mode_runs_and_prints_its_result_line(name, tmp_path, shared_cache):
     for module in NEEDS.get(name, ()):
-        pytest.importorskip(module, reason="needs the bench extra: pip install 'race[bench]'")
+        pytest.importorskip(module, reason="needs the bench extra: pip install 'race-rl[bench]'")
     data = committed_outputs()
     out = subprocess.run([sys.executable, "-m", f"bench.{name}", "--quick"], cwd=ROOT,
                          capture_output=True, text=True, timeout=600,

@@ -21,6 +21,21 @@ def test_help_lists_subcommands():
         assert name in out.stdout
 
 
+def test_version_names_the_distribution_pip_installs():
+    """`race --version` prints the package index's name (not `race`, another project's)
+    and the version pyproject.toml declares."""
+    import re
+    from pathlib import Path
+
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    name, version = (re.search(rf'^{key} = "([^"]+)"', pyproject, re.M).group(1)
+                     for key in ("name", "version"))
+    out = run("--version")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"{name} {version}\n"
+    assert name != "race"
+
+
 def test_flops_card_7b(capsys):
     assert cli.main(["flops", "model=qwen2.5-7b"]) == 0
     out = capsys.readouterr().out

@@ -26,7 +26,7 @@ def _reward_tokenizer(reward: str) -> str | None:
 def test_every_combination_composes(model, reward, task):
     if task == "reasoning-gym":
         pytest.importorskip("reasoning_gym", reason="task=reasoning-gym needs reasoning-gym: "
-                                                    "pip install 'race[tasks]'")
+                                                    "pip install 'race-rl[tasks]'")
     cfg = compose_config([f"model={model}", f"reward={reward}", f"task={task}"])
     policy = catalog.load_model_shape(model)
     check = catalog.load_entry("reward", reward).get("check", "answer")
@@ -159,7 +159,64 @@ def test_the_defaults_check_catches_a_drift():
 
 @pytest.mark.parametrize("task, cap", [("arith", 40), ("gsm8k", 512), ("math", 1024)])
 def test_the_generation_cap_is_the_tasks_unless_the_grid_sets_one(task, cap):
-    assert compose_config([f"task={task}"]).grid.max_new_tokens == cap
-    assert compose_config([f"task={task}", "grid.max_new_tokens=64"]).grid.max_new_tokens == 64
-    many = compose_many([], [[f"task={task}"], ["task=arith"]])
+    qwen = "model=qwen2.5-0.5b"  # a context of 32768 tokens holds every task's cap
+    assert compose_config([qwen, f"task={task}"]).grid.max_new_tokens == cap
+    assert compose_config([qwen, f"task={task}", "grid.max_new_tokens=64"]
+                          ).grid.max_new_tokens == 64
+    many = compose_many([qwen], [[f"task={task}"], ["task=arith"]])
     assert [c.grid.max_new_tokens for c in many] == [cap, 40]
+
+
+@pytest.mark.parametrize("task, prompt", [("gsm8k", 128), ("math", 160)])
+def test_an_unset_cap_is_fitted_to_the_policys_context(task, prompt):
+    # tiny-m's context is 512 tokens: the task's cap (512, 1024) after its prompt is not
+    fitted = 512 - prompt
+    assert compose_config([f"task={task}"]).grid.max_new_tokens == fitted
+    assert [c.grid.max_new_tokens for c in compose_many([f"task={task}"], [[], ["model=tiny-s"]])
+            ] == [fitted, fitted]
+    assert compose_config([f"task={task}", "grid.max_new_tokens=null"]
+                          ).grid.max_new_tokens == fitted
+    # a cap the user sets is kept, even past the context (race plan refuses it)
+    assert compose_config([f"task={task}", "grid.max_new_tokens=600"]
+                          ).grid.max_new_tokens == 600
+    # a context the prompt alone fills keeps the task's cap, for race plan to refuse
+    full = compose_config([f"task={task}", f"model.context_tokens={prompt}"])
+    assert full.grid.max_new_tokens == catalog.load_entry("task", task)["max_new_tokens"]
+
+
+def test_the_embedded_default_budget_scales_with_the_tasks_sequences():
+    from race.config import EMBEDDED_BUDGET, full_budget
+
+    assert full_budget(compose_config([])) == EMBEDDED_BUDGET  # arith: 16 + 40 tokens
+    # gsm8k on tiny-m: a prompt of 128 plus the cap fitted to 384 is 512 tokens, 512 / 56 x
+    assert full_budget(compose_config(["task=gsm8k"])) == pytest.approx(
+        EMBEDDED_BUDGET * 512 / 56)
+    assert full_budget(compose_config(["task=gsm8k", "budget=1e12"])) == 1e12
+
+
+def test_a_plan_with_a_fitted_cap_says_so_in_one_warning(capsys):
+    from race import cli
+
+    assert cli.main(["plan", "task=gsm8k"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "max_new_tokens" in line]
+    assert lines == [
+        "warning: grid.max_new_tokens unset and task=gsm8k's cap of 512 tokens after a prompt "
+        "of about 128 does not fit the policy's context, so grid.max_new_tokens is fitted to "
+        "384 for model=tiny-l,tiny-m: completions longer than 384 tokens are cut (a cut "
+        "completion earns 0); set grid.max_new_tokens to choose the cap, or pick a model with "
+        "a longer context"]
+    # a cap the user sets is no fit: no warning (it is above the typical completion)
+    assert cli.main(["plan", "task=gsm8k", "grid.max_new_tokens=384"]) == 0
+    assert "max_new_tokens" not in capsys.readouterr().err
+    # one past the context is refused, as before
+    assert cli.main(["plan", "task=gsm8k", "grid.max_new_tokens=512"]) == 2
+    assert "lower grid.max_new_tokens to 384 or less" in capsys.readouterr().err
+
+
+def test_the_documented_reasoning_gym_axis_plans_on_the_default_model(capsys):
+    pytest.importorskip("reasoning_gym", reason="task=reasoning-gym needs reasoning-gym: "
+                                                "pip install 'race-rl[tasks]'")
+    from race import cli
+
+    assert cli.main(["plan", "task=reasoning-gym", "task.dataset=chain_sum,basic_arithmetic"]) == 0
+    assert "grid.max_new_tokens is fitted to 416" in capsys.readouterr().err

@@ -35,7 +35,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the learner trains with torch")
 trl = pytest.importorskip("trl", reason="the reference is TRL's GRPOTrainer: pip install "
-                                        "'race[trl]' (CI installs it)")
+                                        "'race-rl[trl]' (make test installs it)")
 
 pytestmark = pytest.mark.trl
 

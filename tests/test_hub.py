@@ -1,9 +1,11 @@
 """Hub weights before launch: an offline sweep of a hub model that is not in the Hugging
 Face cache is refused before any cell folder exists (naming `race prefetch`), `race plan`
 plans it and says what a sweep would need, and a cache laid out as the hub lays it out
-(built here from a stand-in) lets the pilot run offline and record the snapshot's hash."""
+(built here from a stand-in) lets the pilot run offline and record the snapshot's hash;
+a dataset cached the same way passes the sweep's checks and loads, with no `datasets`."""
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -16,7 +18,9 @@ import yaml
 
 from race.catalog import conf_dir
 from race.core.specs import RunSpec
-from race.run.prefetch import HubNeed, hub_needs
+from race.errors import WeightsMissing
+from race.preflight import check_plan, open_task
+from race.run.prefetch import HubNeed, check_needs, hub_needs
 
 pytest.importorskip("torch", reason="the offline pilot trains with torch")
 
@@ -86,9 +90,13 @@ def hub_cache(standin, tmp_path):
 
 def test_a_cache_laid_out_like_the_hub_runs_offline_and_records_the_snapshot(
         hub_cache, standin, tmp_path):
+    rows = standin["rows"]  # the data by hub name too, as GSM8K's snapshot lays it out
+    _hub_dataset(hub_cache["cache"], "race-test/gsm8k", {
+        "main/train-00000-of-00001.jsonl": _jsonl(rows[:200]),
+        "main/test-00000-of-00001.jsonl": _jsonl(rows[200:])})
     env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub_cache["cache"]),
            "RACE_CONF_DIR": str(hub_cache["conf"])}
-    out = _race(["sweep", "model=standin-hub", "task=gsm8k", f"task.source={standin['data']}",
+    out = _race(["sweep", "model=standin-hub", "task=gsm8k", "task.source=race-test/gsm8k",
                  "reward=rule", "grid.axes={}", "grid.group_size=2", "grid.update_epochs=1",
                  "grid.prompts_per_step=2", "grid.max_new_tokens=12", "budget=2e10",
                  "pilot.fraction=0.25", "selection.policy=flat", "pilot.eval_examples=4",
@@ -98,3 +106,78 @@ def test_a_cache_laid_out_like_the_hub_runs_offline_and_records_the_snapshot(
     summary = json.loads(next((tmp_path / "hub" / "cells").glob("*/summary.json")).read_text())
     assert summary["status"] == "ok", summary["error"]
     assert summary["weights"]["policy"] == {"source": REPO, "revision": SNAPSHOT}
+
+
+def _hub_dataset(cache: Path, repo: str, files: dict) -> None:
+    """``repo`` laid out as huggingface_hub caches a dataset: each file a blob under
+    ``blobs/`` named by its hash, linked from ``snapshots/<commit>/<path>``, and
+    ``refs/main`` naming the commit. ``files`` maps a path to a writer of its bytes."""
+    root = cache / f"datasets--{repo.replace('/', '--')}"
+    (root / "blobs").mkdir(parents=True)
+    for name, write in files.items():
+        written = root / "blobs" / "incomplete"
+        write(written)
+        blob = written.rename(root / "blobs" / hashlib.sha256(written.read_bytes()).hexdigest())
+        link = root / "snapshots" / SNAPSHOT / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(SNAPSHOT)
+
+
+def _jsonl(rows: list[dict]):
+    return lambda path: path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _word_problems(n: int, offset: int, style: str = "") -> list[dict]:
+    return [{"question": f"{style}Tom has {i} bags of 2 apples each. How many apples?",
+             "answer": f"He has {i} * 2 = <<{i}*2={2 * i}>>{2 * i} apples.\n#### {2 * i}"}
+            for i in range(offset, offset + n)]
+
+
+def test_a_dataset_cached_as_the_hub_lays_it_out_passes_the_checks_and_loads(
+        tmp_path, monkeypatch):
+    """GSM8K's layout (main/ and socratic/ parquet files) as the training source and
+    MATH-500's (test.jsonl) as a target, offline and without `datasets`: what the sweep's
+    checks accept is what the pilot's task reads."""
+    pd = pytest.importorskip("pandas")
+
+    def parquet(rows):
+        return lambda path: pd.DataFrame(rows).to_parquet(path)
+
+    train, test = _word_problems(60, 0), _word_problems(6, 600)
+    math500 = [{"problem": f"Compute ${i} \\cdot 3$.", "solution": f"$\\boxed{{{3 * i}}}$",
+                "answer": str(3 * i), "unique_id": f"test/algebra/{i}.json"} for i in range(7)]
+    card = lambda path: path.write_text("---\nlicense: mit\n---\n")  # noqa: E731
+    cache = tmp_path / "hub"
+    _hub_dataset(cache, "race-test/gsm8k", {
+        "README.md": card, "main/train-00000-of-00001.parquet": parquet(train),
+        "main/test-00000-of-00001.parquet": parquet(test),
+        "socratic/train-00000-of-00001.parquet": parquet(_word_problems(60, 0, "Q: ")),
+        "socratic/test-00000-of-00001.parquet": parquet(_word_problems(6, 600, "Q: "))})
+    _hub_dataset(cache, "race-test/MATH-500", {"README.md": card, "test.jsonl": _jsonl(math500)})
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` fails
+    rule = (("kind", "rule"), ("name", "rule"))
+    math = (("eval", json.dumps({"m500": "race-test/MATH-500"})), ("name", "math"),
+            ("source", "race-test/gsm8k"))
+    spec = RunSpec("tiny-s", rule, math, 1.0, eval_targets=("test", "m500"))
+    check_needs(hub_needs([spec]))  # race sweep's hub check: both snapshots are cached
+    check_plan([spec])  # the plan's check reads the snapshots' files
+    assert open_task(dict(spec.task), spec.eval_targets, local_only=True) is not None
+    task = open_task(dict(spec.task), spec.eval_targets)  # as the pilot opens it
+    assert [(ex.problem, ex.answer) for ex in task.rows("m500")] == \
+        [(r["problem"], r["answer"]) for r in math500]
+    assert [ex.problem for ex in task.rows("test")] == [r["question"] for r in test]
+    assert sorted(ex.problem for ex in [*task.rows("train"), *task.rows("val")]) == \
+        sorted(r["question"] for r in train)  # main/, not socratic/
+    gsm8k = open_task({"name": "gsm8k", "source": "race-test/gsm8k"}, ("val", "test"))
+    assert [ex.answer for ex in gsm8k.rows("test")] == [str(2 * i) for i in range(600, 606)]
+    # a target whose snapshot is not cached: the plan skips reading, the sweep refuses
+    missing = (("eval", json.dumps({"m500": "race-test/absent"})), *math[1:])
+    absent = dataclasses.replace(spec, task=missing)
+    assert open_task(dict(absent.task), absent.eval_targets, local_only=True) is None
+    with pytest.raises(WeightsMissing, match=r"^task.eval.m500=race-test/absent: not in the "
+                                             r"Hugging Face cache \(HF_HUB_OFFLINE=1\)"):
+        check_needs(hub_needs([absent]))

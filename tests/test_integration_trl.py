@@ -15,7 +15,7 @@ import json
 import pytest
 
 torch = pytest.importorskip("torch", reason="TRL trains with torch")
-pytest.importorskip("trl", reason="needs TRL: pip install 'race[trl]' (CI installs it)")
+pytest.importorskip("trl", reason="needs TRL: pip install 'race-rl[trl]' (make test installs it)")
 
 from race.core.fmt import fmt_flops  # noqa: E402
 from race.errors import UsageError  # noqa: E402

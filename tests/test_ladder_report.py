@@ -7,6 +7,7 @@ import math
 import pandas as pd
 import pytest
 
+from race.analysis.curves import fit_curve, full_budget_interval
 from race.analysis.headline import difference
 from race.analysis.ladder_curves import ladder_points, lineage_fits, lineages
 from race.analysis.load import load_results
@@ -195,6 +196,13 @@ def test_ladder_points_lay_every_rung_end_to_end_from_the_warm_start():
     fits = lineage_fits(points, predict_at=1000.0).set_index("lineage")
     assert fits.loc["q0", "method"] == "last" and fits.loc["q0", "n_points"] == 1
     assert fits.loc["p0", "n_points"] == 4
+    # its prediction at F carries the calibrated interval, extrapolated from its last point
+    p0 = fits.loc["p0"]
+    assert p0["method"] == "sigmoid" and p0["last_flops"] == 190
+    assert (p0["full_lo"], p0["full_hi"]) == full_budget_interval(
+        fit_curve(by_lineage["p0"]["flops"], by_lineage["p0"]["accuracy"], predict_at=1000.0),
+        1000.0)
+    assert p0["full_lo"] <= p0["prediction"] <= p0["full_hi"]
 
 
 def test_the_sweeps_figure_data_covers_every_rungs_checkpoints(sweep):
@@ -275,3 +283,42 @@ def test_summary_opens_with_the_pick_and_the_figures_are_written(report):
     for key in ("curves_png", "frontier_png", "sizes_png"):
         image = mpimg.imread(report["paths"][key])
         assert image.shape[0] > 300 and image.shape[1] > 300, key
+
+
+def test_a_pick_whose_rungs_cannot_fit_a_sigmoid_gets_no_prediction_at_f(sweep, report):
+    """The pick's warm start and 3 rung ends are 3 points past 0 for 3 parameters: the fit
+    falls back, and no prediction at F is printed or handed to race validate."""
+    result = analyse_sweep(sweep, n_boot=50)
+    fits = result.lineage_fits.set_index("config_id")
+    assert fits.loc["A", "method"] == "last" and "3 points" in fits.loc["A", "reason"]
+    assert fits.loc["A", "last_flops"] == spent(3)
+    assert result.predictions == {}
+    assert "sigmoid through its rungs" not in (sweep / "leaderboard.md").read_text()
+    assert results.read_json(sweep / "selection.json")["predicted_at_full"] == {}
+
+
+# ---------------------------------------------------------------- no ranking of warm starts
+
+
+def test_best_by_target_reads_the_by_condition_table_and_never_a_warm_start(sweep, report):
+    result = analyse_sweep(sweep, n_boot=50)
+    text = (sweep / "leaderboard.md").read_text()
+    best = text[text.index("## Best allocation by target"):].splitlines()[2]
+    rows = result.findings[result.findings["by"] == "target"]
+    assert list(rows["value"]) == ["val", "ood", "test"]
+    for row in rows.itertuples():  # the line says what the table's target rows say
+        assert f"{row.value} -> {row.config_id} ({row.score:.3f} at {row.read_at}, n={N})" \
+            in best, best
+        assert f"| target | {row.value} | `{row.config_id}` |" in text
+    # the reported targets are scored at the last rung only: read there, not at rung 1,
+    # where every config of a size holds the same warm start (A and B: tiny-m's 0.450 on test)
+    for target in ("test", "ood"):
+        assert f"{target} -> A ({accuracy('A', 3, target):.3f} at rung 3 (F/12)" in best
+        assert f"({accuracy('A', 0, target):.3f} at" not in best
+        assert target in result.unranked and target not in result.ranked
+        section = text[text.index(f"### Target: {target}, n={N} problems per read"):]
+        assert section.split("\n\n")[1].startswith(f"Not ranked: no config was scored on "
+                                                   f"`{target}` past its warm start")
+    board = pd.read_csv(sweep / "leaderboard.csv")
+    assert set(board["target"]) == {"val"}  # only rung 1's trained reads are ranked
+    assert result.by_target["test"] == result.by_target["ood"] == "A"

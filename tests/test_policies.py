@@ -34,9 +34,10 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _mean_steps(model, tokenizer, task, examples, **kwargs):
-    """A stand-in for greedy_accuracy whose value tells the splits apart (ood: longer)."""
-    return sum(len(ex.steps) for ex in examples) / len(examples) / 10
+def _mean_minus(model, tokenizer, task, examples, **kwargs):
+    """A stand-in for greedy_accuracy whose value tells the splits apart (ood: more
+    subtractions)."""
+    return sum(ex.prompt.count("-") for ex in examples) / len(examples) / 10
 
 
 def test_build_is_cached_loadable_and_accounted(cache, monkeypatch):
@@ -44,7 +45,7 @@ def test_build_is_cached_loadable_and_accounted(cache, monkeypatch):
 
     import race.warmstart.policies
 
-    monkeypatch.setattr(race.warmstart.policies, "greedy_accuracy", _mean_steps)
+    monkeypatch.setattr(race.warmstart.policies, "greedy_accuracy", _mean_minus)
     recipe = WarmStartRecipe(model="tiny-s", **SHORT)
     folder = build_tiny_policy("tiny-s", recipe=recipe)
     assert folder.parent == cache / "policies"
@@ -53,7 +54,7 @@ def test_build_is_cached_loadable_and_accounted(cache, monkeypatch):
     assert (folder / "build_info.json").stat().st_mtime == mtime
     info = build_info(folder)
     # each split's accuracy is measured on its own fixed held-out sample (seed 10_000)
-    expected = {split: _mean_steps(None, None, None,
+    expected = {split: _mean_minus(None, None, None,
                                    ArithTask(**recipe.task).sample(split, 8, seed=10_000))
                 for split in ("val", "test", "ood")}
     assert expected["test"] < expected["ood"]  # the stand-in can tell a swap
@@ -95,7 +96,7 @@ def test_every_size_is_warm_started_by_one_recipe(cache, monkeypatch):
 
     import race.warmstart.policies
 
-    monkeypatch.setattr(race.warmstart.policies, "greedy_accuracy", _mean_steps)
+    monkeypatch.setattr(race.warmstart.policies, "greedy_accuracy", _mean_minus)
     # the default recipe of each size differs only in the model's name: no per-size target
     small, medium = (WarmStartRecipe(model=name) for name in ("tiny-s", "tiny-m"))
     assert dataclasses.replace(small, model="tiny-m") == medium

@@ -8,11 +8,12 @@ import pytest
 from race.analysis.aggregate import compare_predictions
 from race.analysis.curves import sigmoid
 from race.analysis.select import ladder_guards
-from race.core.fmt import fmt_flops
+from race.core.fmt import fmt_flops, interval
 from race.core.fmt import params as fmt_params
 from race.report.leaderboard import _guards_markdown
 from race.report.validation import VALIDATION_HEADING, validation_section
 from race.report.write import write_report
+from race.run.full_runs import at_full_budget
 from race.store import io as results
 
 PILOT = 1e12  # pilot budget per cell, FLOPs
@@ -522,6 +523,52 @@ def test_a_rerun_report_keeps_the_stored_validation_section(tmp_path):
     text = (sweep / "leaderboard.md").read_text()
     assert text.count(VALIDATION_HEADING) == 1
     assert text.index(VALIDATION_HEADING) > text.index("## Best allocation by target")
+
+
+def test_validation_shows_the_pilot_read_and_the_prediction_at_f_apart(tmp_path):
+    """The pilots' own reads and their curves' predictions at F are two columns; inside?
+    and coverage check the realized score against the prediction's interval."""
+    sweep = make_sweep(tmp_path, CONFIGS[:3], failed=False, missing=False)
+    write_report(sweep, n_boot=50)
+    selection = results.read_json(sweep / "selection.json")
+    chosen, predicted = selection["selected"], selection["predicted_at_full"]
+    assert [c["config_id"] for c in chosen] == list(predicted)  # every pilot's sigmoid fits
+    first, second = (predicted[c["config_id"]] for c in chosen[:2])
+    pick = interval(first["prediction"], first["lo"], first["hi"])  # the leaderboard's too
+    assert f"Its pilot curve's sigmoid predicts {pick} there (90% interval" in \
+        (sweep / "leaderboard.md").read_text()
+    realized = {chosen[0]["config_id"]: first["hi"] + 0.01,  # above its interval
+                chosen[1]["config_id"]: second["prediction"]}
+    comparison = at_full_budget(compare_predictions(chosen, realized), predicted)
+    section = validation_section(sweep, comparison | {"target": "test", "failed": []})
+    assert ("| config | allocation | pilot read [lo, hi] | predicted at F [90%] | realized | "
+            "inside? |") in section
+    for choice, mine, inside in zip(chosen, (first, second), ("no", "yes")):
+        pilot = interval(choice["score"], choice["lo"], choice["hi"])
+        at_f = interval(mine["prediction"], mine["lo"], mine["hi"])
+        row = next(line for line in section.splitlines() if choice["config_id"] in line)
+        assert pilot in row and at_f in row and row.endswith(f"| {inside} |"), row
+    assert "- Coverage: 1/2 (50%) of realized values inside the 90% interval predicted at F" \
+        in section
+    # a config with no prediction at F (its fit fell back): the pilot read only
+    bare = at_full_budget(compare_predictions(chosen[:1], realized), {})
+    assert bare["rows"][0]["predicted"] is None and bare["coverage"] is None
+    section = validation_section(sweep, bare)
+    row = next(line for line in section.splitlines() if chosen[0]["config_id"] in line)
+    assert "| - |" in row and "Coverage: n/a (no prediction at F)" in section
+
+
+def test_an_earlier_comparison_renders_its_reads_as_pilot_reads(tmp_path):
+    """A comparison.json written before the prediction at F was kept: its ``predicted``
+    was the pilot's read, and it has no prediction at F."""
+    sweep = make_sweep(tmp_path, CONFIGS[:3], failed=False, missing=False)
+    write_report(sweep, n_boot=50)
+    old = _comparison(sweep)
+    section = validation_section(sweep, old)
+    for row in old["rows"]:
+        line = next(x for x in section.splitlines() if row["config_id"] in x)
+        assert interval(row["predicted"], row["lo"], row["hi"]) in line
+        assert line.endswith("| - | " + f"{row['realized']:.3f} | - |"), line
 
 
 def test_validation_section_needs_a_leaderboard(tmp_path):

@@ -1,9 +1,10 @@
 """Final-answer extraction and equivalence (race.tasks.verify), in and out of threads.
 
-The verdict table (issue 36, item 3) holds hand-made cases in four classes: wrong answers
+The verdict table (issue 36, item 3) holds hand-made cases in five classes: wrong answers
 that share a leading number with the gold, right answers in other forms, several answers
-in one text, and no answer at all. A case whose expected value changed from the old
-verifier says why in a comment: the old expectation was the bug.
+in one text, no answer at all, and answers that hold a relation (issue 44, item 8). A case
+whose expected value changed from the old verifier says why in a comment: the old
+expectation was the bug.
 """
 
 import threading
@@ -185,6 +186,45 @@ NO_ANSWER = [
     ("\\boxed{7} but then \\boxed{", "7"),  # was paid: the last marker is unclosed
 ]
 
+# 5. Answers that hold a relation: paid only when every relation is "=", each side is a
+#    label (x, f(2)) or equals the gold, and one does; "\approx" and inequalities only
+#    against a gold that states the same relation. The old verifier handed them to
+#    math-verify, which compares the last side of an equation and drops "\approx".
+RELATIONS = [
+    ("\\boxed{999 = 3}", "3", False),  # was paid
+    ("\\boxed{x = 4 = 3}", "3", False),  # was paid
+    ("\\boxed{3 \\approx 100}", "3", False),  # was paid
+    ("#### 4 = 3", "3", False),  # was paid
+    ("\\boxed{\\frac12 = \\frac13}", "1/3", False),
+    ("\\boxed{\\frac{1}{2} = \\frac{1}{3}}", "1/3", False),  # was paid
+    ("\\boxed{3 = 999}", "3", False),
+    ("\\boxed{x \\approx 3}", "3", False),  # was paid
+    ("\\boxed{3 < 4}", "3", False),
+    ("#### 3 = 4", "3", False),
+    ("\\boxed{x \\le 3}", "3", False),
+    ("\\boxed{x \\neq 3}", "3", False),
+    ("\\boxed{x != 3}", "3", False),
+    ("\\boxed{2x = 6}", "3", False),
+    ("\\boxed{x = 4 = 3}", "x = 3", False),  # was paid
+    ("\\boxed{3 \\approx 100}", "x \\approx 3", False),  # was paid
+    ("\\boxed{2x + 3 = 2x + 1}", "2x + 1", False),  # was paid
+    ("\\boxed{999 = 3, 4}", "3, 4", False),
+    ("\\boxed{x = 3}", "3", True),
+    ("\\boxed{3}", "3", True),
+    ("#### 3", "3", True),
+    ("\\boxed{\\frac{1}{3}}", "1/3", True),
+    ("\\boxed{3 = 3}", "3", True),  # every stated side agrees
+    ("\\boxed{x = 2 + 1 = 3}", "3", True),
+    ("#### 48 + 24 = 72", "72", True),
+    ("\\boxed{f(2) = 3}", "3", True),
+    ("\\boxed{x = 1,000}", "1000", True),  # was refused: read as the set {1, 0}
+    ("\\boxed{y = 2x + 1}", "2x + 1", True),
+    ("\\boxed{x \\le 3}", "x \\le 3", True),
+    ("\\boxed{x \\approx 3}", "x \\approx 3", True),
+    ("\\boxed{x = 3 \\text{ or } x = 4}", "3, 4", True),
+    ("\\boxed{(x, y) = (1, 2)}", "(1, 2)", True),
+]
+
 TABLE = (
     [pytest.param(c, g, False, id=f"wrong-{i}")
      for i, (c, g) in enumerate(WRONG_SHARING_LEADING_NUMBER)]
@@ -192,6 +232,8 @@ TABLE = (
     + [pytest.param(c, g, paid, id=f"several-{i}")
        for i, (c, g, paid) in enumerate(SEVERAL_ANSWERS)]
     + [pytest.param(c, g, False, id=f"none-{i}") for i, (c, g) in enumerate(NO_ANSWER)]
+    + [pytest.param(c, g, paid, id=f"relation-{i}")
+       for i, (c, g, paid) in enumerate(RELATIONS)]
 )
 
 
@@ -202,7 +244,8 @@ def test_verdict_table(completion, gold, paid):
 
 def test_table_has_at_least_eight_cases_per_class():
     sizes = [len(WRONG_SHARING_LEADING_NUMBER), len(RIGHT_IN_OTHER_FORMS),
-             len(SEVERAL_ANSWERS), len(NO_ANSWER)]
+             len(SEVERAL_ANSWERS), len(NO_ANSWER),
+             sum(not paid for _, _, paid in RELATIONS), sum(paid for _, _, paid in RELATIONS)]
     assert min(sizes) >= 8, sizes
 
 
@@ -217,10 +260,20 @@ _TRL_PAYS = {
     ("\\boxed{2 \\text{ or } \\boxed{3}}", "3"),
     # TRL reads every box in a completion as one set answer
     ("\\boxed{4} and \\boxed{5}", "4, 5"),
+    # math-verify compares an equation's last side and drops "\approx"
+    ("\\boxed{999 = 3}", "3"),
+    ("\\boxed{x = 4 = 3}", "3"),
+    ("\\boxed{3 \\approx 100}", "3"),
+    ("\\boxed{\\frac{1}{2} = \\frac{1}{3}}", "1/3"),
+    ("\\boxed{x \\approx 3}", "3"),
+    ("\\boxed{x = 4 = 3}", "x = 3"),
+    ("\\boxed{3 \\approx 100}", "x \\approx 3"),
+    ("\\boxed{2x + 3 = 2x + 1}", "2x + 1"),
 }
 
 _REFUSED = ([(c, g) for c, g in WRONG_SHARING_LEADING_NUMBER]
-            + [(c, g) for c, g, paid in SEVERAL_ANSWERS if not paid])
+            + [(c, g) for c, g, paid in SEVERAL_ANSWERS if not paid]
+            + [(c, g) for c, g, paid in RELATIONS if not paid])
 
 
 def _trl_accuracy(completion: str, gold: str) -> bool:

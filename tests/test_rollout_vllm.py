@@ -274,7 +274,7 @@ def test_cpu_refuses_head_sizes_its_attention_lacks(vllm_module):
     from race.pilot.rollout.vllm import _check_cpu_head_dim
 
     if torch.cuda.is_available():
-        pytest.skip("CPU attention limits only")
+        pytest.skip("vLLM's CPU attention limits only; this machine has CUDA")
     _check_cpu_head_dim(load_model_shape("tiny-l"))  # head_dim 32
     with pytest.raises(ValueError, match="head_dim=20 .*pilot.backend=hf"):
         _check_cpu_head_dim(load_model_shape("tiny-s"))

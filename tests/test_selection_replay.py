@@ -206,7 +206,7 @@ def test_policies_read_the_first_problems_a_pilot_scores_and_the_truth_reads_all
 def bench_extra():
     for module in ("syne_tune", "optuna"):
         pytest.importorskip(module, reason="the peers need the bench extra: "
-                                           "pip install 'race[bench]' (CI installs it)")
+                                           "pip install 'race-rl[bench]' (make test installs it)")
 
 
 def read_bank(path):

@@ -111,8 +111,15 @@ def test_sweep_reports_then_validate_compares_predicted_with_realized(tmp_path, 
         [sys.executable, "-m", "race.cli", "validate", str(folder), "validate.top_k=1",
          "launcher=inline"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
+    # its cost first, at the rate the sweep's own pilots ran at; its lines its own name
+    cost = next(line for line in out.stderr.splitlines() if "full-budget run" in line)
+    assert cost.startswith("race validate: 1 full-budget run(s) of 2.50e+9 FLOPs each")
+    assert " one after another at the FLOP/s this sweep's pilots ran at (tiny-s " in cost
+    assert "race sweep:" not in out.stderr and "[sweep]" not in out.stderr
     comparison = json.loads((folder / "validate" / "comparison.json").read_text())
     assert comparison["n"] == 1 and comparison["rows"][0]["config_id"] == first["config_id"]
+    row = comparison["rows"][0]  # the pilot's own read, and its curve's prediction at F
+    assert row["pilot_read"] == first["score"] and "predicted" in row
     assert comparison["top1_regret"] == 0.0  # one validated config is its own best
     assert "rank correlations need >= 3" in comparison["note"]
     full = [json.loads(p.read_text())
@@ -229,7 +236,7 @@ def test_a_budget_list_runs_one_ladder_per_budget_and_reports_where_the_pick_cha
     assert out.returncode == 0, out.stderr
     comparison = json.loads((folder / "validate" / "comparison.json").read_text())
     assert [r["config_id"] for r in comparison["rows"]] == [pick["config_id"]]
-    assert comparison["rows"][0]["predicted"] == pytest.approx(pick["score"])
+    assert comparison["rows"][0]["pilot_read"] == pytest.approx(pick["score"])
     [validated] = (folder / "validate" / "cells").iterdir()
     spec = json.loads((validated / "spec.json").read_text())
     assert spec["budget_flops"] == 3e10 and spec["continues"] == ""  # from the warm start

@@ -8,6 +8,7 @@ import types
 
 import pytest
 
+from race.errors import UsageError
 from race.tasks.gsm8k import PROMPT_TEMPLATE, load_gsm8k, parse_solution, read_gsm8k
 from race.tasks.task_base import Example
 
@@ -205,7 +206,7 @@ def test_bad_parquet_row_named(tmp_path):
 # --------------------------------------------------------------------------- datasets
 
 
-def test_dataset_name_goes_to_load_dataset(monkeypatch):
+def test_dataset_name_goes_to_load_dataset(monkeypatch, uncached):
     calls = []
 
     def load_dataset(name, config, split):
@@ -220,7 +221,7 @@ def test_dataset_name_goes_to_load_dataset(monkeypatch):
     assert {e.split for e in examples} == {"train"}
 
 
-def test_dataset_bad_row_named(monkeypatch):
+def test_dataset_bad_row_named(monkeypatch, uncached):
     fake = types.SimpleNamespace(load_dataset=lambda name, config, split: [
         PROBLEMS[0], {"question": "q", "answer": "none"}])
     monkeypatch.setitem(sys.modules, "datasets", fake)
@@ -228,7 +229,8 @@ def test_dataset_bad_row_named(monkeypatch):
         load_gsm8k("openai/gsm8k")
 
 
-def test_dataset_name_without_datasets_installed(monkeypatch):
+def test_dataset_name_without_datasets_installed(monkeypatch, uncached):
     monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
-    with pytest.raises(ImportError, match="pip install datasets.*local"):
+    with pytest.raises(UsageError, match="source=openai/gsm8k: not in the Hugging Face cache "
+                       r"\(the `datasets` library .* not installed\).*race prefetch"):
         load_gsm8k("openai/gsm8k")

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from race.errors import UsageError
+from race.errors import UsageError, WeightsMissing
 from race.tasks.math import MATH_SYSTEM_PROMPT, MathTask, eval_entries, read_math
 
 # MATH-500's fields (HuggingFaceH4/MATH-500, split test): realistic LaTeX answers.
@@ -217,7 +217,7 @@ def test_problem_and_answer_keys(tmp_path):
         read_math(path)
 
 
-def test_dataset_name_goes_to_load_dataset(monkeypatch):
+def test_dataset_name_goes_to_load_dataset(monkeypatch, uncached):
     calls = []
 
     def load_dataset(name, config, split):
@@ -229,9 +229,16 @@ def test_dataset_name_goes_to_load_dataset(monkeypatch):
     assert len(read_math("HuggingFaceH4/MATH-500", "test")) == 2
     read_math("openai/gsm8k", "test", subset="main")
     assert calls == [("HuggingFaceH4/MATH-500", None, "test"), ("openai/gsm8k", "main", "test")]
-    monkeypatch.setitem(sys.modules, "datasets", None)
-    with pytest.raises(ImportError, match="pip install datasets"):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
+    with pytest.raises(WeightsMissing, match=r"source=HuggingFaceH4/MATH-500: not in the "
+                       r"Hugging Face cache \(the `datasets` library that would download it "
+                       r"is not installed\).*run `race prefetch`"):
         read_math("HuggingFaceH4/MATH-500", "test")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    task = MathTask(source="HuggingFaceH4/MATH-500")
+    with pytest.raises(WeightsMissing, match=r"^task.source=HuggingFaceH4/MATH-500: not in "
+                                             r"the Hugging Face cache \(HF_HUB_OFFLINE=1\)"):
+        task.rows("test")
 
 
 # ------------------------------------------------------------------ sampling, overlap
@@ -267,3 +274,26 @@ def test_training_problems_in_an_eval_target_are_dropped(tmp_path):
     assert len(task.rows("train")) == len(plain.rows("train")) - in_train
     assert not {ex.problem for ex in task.rows("train")} & {shared[i]["problem"]
                                                            for i in (2, 5, 11)}
+
+
+def test_a_source_wholly_inside_a_target_names_the_overlap_and_the_target(tmp_path):
+    rows = polaris_rows(40)
+    source = write_jsonl(tmp_path / "polaris.jsonl", rows)
+    target = write_jsonl(tmp_path / "aime.jsonl", rows)  # the same problems
+    n_train = len(MathTask(source=str(source)).rows("train"))
+    task = MathTask(source=str(source), eval=json.dumps({"aime": str(target)}))
+    with pytest.raises(UsageError) as raised:
+        task.rows("train")
+    assert str(raised.value) == (
+        f"task.source={source}: all {n_train} training problems also appear in evaluation "
+        f"target aime (task.eval.aime={target}) and were dropped (a model is not scored on "
+        f"problems it trained on); give a training source that differs from the targets")
+    assert "hash cut" not in str(raised.value)
+    # the source's own test split, named as such, when it is what overlaps
+    folder = tmp_path / "folder"
+    write_jsonl(folder / "train.jsonl", rows[:30])
+    write_jsonl(folder / "test.jsonl", rows[:30])
+    with pytest.raises(UsageError, match=rf"all \d+ training problems also appear in "
+                                         rf"evaluation target test \(task.source={folder}, "
+                                         rf"split test\) and were dropped"):
+        MathTask(source=str(folder)).rows("train")

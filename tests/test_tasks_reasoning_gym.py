@@ -9,7 +9,7 @@ import sys
 import pytest
 
 pytest.importorskip("reasoning_gym", reason="task=reasoning-gym needs reasoning-gym: "
-                                            "pip install 'race[tasks]' (CI installs it)")
+                                            "pip install 'race-rl[tasks]' (make test installs it)")
 
 from race import cli  # noqa: E402
 from race.config import compose_config, task_entry, to_run_spec  # noqa: E402
@@ -110,7 +110,7 @@ def test_unknown_generator_and_bad_knobs_exit_2_with_one_line(capsys):
 
 def test_without_the_package_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # an import that fails
-    with pytest.raises(MissingExtra, match=r"pip install 'race\[tasks\]'"):
+    with pytest.raises(MissingExtra, match=r"pip install 'race-rl\[tasks\]'"):
         config_problems("chain_sum", {}, {})
 
 

@@ -93,7 +93,7 @@ def _wandb_records(path: Path):
 
 
 def test_wandb_offline(tmp_path, policy):
-    pytest.importorskip("wandb", reason="report.tracker=wandb needs pip install 'race[wandb]'")
+    pytest.importorskip("wandb", reason="report.tracker=wandb needs pip install 'race-rl[wandb]'")
     store = tmp_path / "wandb-store"
     store.mkdir()
     sweep = _sweep(tmp_path, policy, "wandb", {"WANDB_MODE": "offline", "WANDB_DIR": str(store),
@@ -124,7 +124,7 @@ def test_wandb_offline(tmp_path, policy):
 
 def test_trackio_local_store(tmp_path, policy):
     pytest.importorskip("trackio", reason="report.tracker=trackio needs pip install "
-                                          "'race[trackio]'")
+                                          "'race-rl[trackio]'")
     store = tmp_path / "trackio-store"
     sweep = _sweep(tmp_path, policy, "trackio", {"TRACKIO_DIR": str(store)})
     # trackio reads TRACKIO_DIR once, on import: read its store in a fresh process
@@ -150,7 +150,7 @@ def test_trackio_local_store(tmp_path, policy):
 
 def test_mlflow_file_store(tmp_path, policy, monkeypatch):
     pytest.importorskip("mlflow", reason="report.tracker=mlflow needs pip install "
-                                         "'race[mlflow]'")
+                                         "'race-rl[mlflow]'")
     from mlflow.tracking import MlflowClient
 
     uri = f"file:{tmp_path / 'mlruns'}"
@@ -174,7 +174,7 @@ def test_mlflow_file_store(tmp_path, policy, monkeypatch):
 
 def test_tensorboard_event_files(tmp_path, policy):
     pytest.importorskip("tensorboard", reason="report.tracker=tensorboard needs pip install "
-                                              "'race[tensorboard]'")
+                                              "'race-rl[tensorboard]'")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     sweep = _sweep(tmp_path, policy, "tensorboard", {})
@@ -201,7 +201,7 @@ def test_a_tracker_whose_package_is_missing_is_refused_at_plan_in_one_line(
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
     assert "report.tracker=wandb: the wandb package is not installed; pip install " \
-           "'race[wandb]'" in err
+           "'race-rl[wandb]'" in err
 
 
 def test_an_unknown_tracker_is_refused_with_the_valid_names(capsys):

@@ -349,25 +349,3 @@ def compare_predictions(selection_or_df: list[dict] | pd.DataFrame,
         out["kendall_tau"] = float(stats.kendalltau(pred, real).statistic)
         out["spearman"] = float(stats.spearmanr(pred, real).statistic)
     return out
-
-
-def best_by_target(configs_by_target: dict[str, pd.DataFrame]) -> dict:
-    """Say whether the top-ranked config differs between evaluation targets.
-
-    Args:
-        configs_by_target: target -> configs frame from ``rank_regimes`` (sorted by rank).
-
-    Returns:
-        {<target>: best config_id or None, ..., "best": that mapping, "agree", "message"}.
-    """
-    top = {t: df.iloc[0] for t, df in configs_by_target.items() if not df.empty}
-    best = {t: (str(top[t]["config_id"]) if t in top else None) for t in configs_by_target}
-    agree = len({str(row["config_id"]) for row in top.values()}) <= 1
-    parts = ", ".join(f"{t} -> {row['config_id']} ({row['mean']:.3f})" for t, row in top.items())
-    if not top:
-        message = "no target has a ranked config"
-    elif agree:
-        message = f"the best allocation agrees across targets: {parts}"
-    else:
-        message = f"the best allocation differs between targets: {parts}"
-    return {**best, "best": best, "agree": agree, "message": message}

@@ -25,6 +25,15 @@ _FLAT = 1e-6  # accuracy span below which a curve has no trend to extrapolate
 _FALLBACK_HALF_WIDTH = 0.05  # binomial-ish floor on a fallback interval's half-width
 
 
+# The 90% interval of a sigmoid's prediction at the full budget F: the 5th and 95th
+# percentiles of its error (the score a run reaches at F minus the prediction) per decade of
+# extrapolation (log10 of F over the FLOPs of the last point fitted). The sigmoid's own
+# interval (its parameters' uncertainty) held the score at F for 47% of the curve banks'
+# one-seed ladders; this one, calibrated on half of the banks' configs, holds it for 84%
+# of the other half (bench/prediction_coverage.py, docs/reports.md).
+EXTRAPOLATION_ERROR = (-0.071, 0.296)  # accuracy per decade of FLOPs: 5th, 95th percentile
+
+
 def _logistic(lc, r0, A, m, B):
     # The sigmoid in log10 space (m = log10 C_mid): 1 / (1 + (C_mid/C)**B) = expit(...).
     return r0 + (A - r0) * expit(B * _LN10 * (lc - m))
@@ -54,6 +63,7 @@ class FitResult:
     hi: float
     n_points: int  # observed points with FLOPs > 0
     reason: str = ""  # why the fallback was used ("" for a sigmoid)
+    last_flops: float = math.nan  # FLOPs of the last observed point: where it extrapolates from
 
 
 def _fallback(x: np.ndarray, y: np.ndarray, n_points: int, reason: str) -> FitResult:
@@ -65,7 +75,7 @@ def _fallback(x: np.ndarray, y: np.ndarray, n_points: int, reason: str) -> FitRe
     spread = float(np.sqrt(np.mean((ref - last) ** 2)))
     half = max(spread, _FALLBACK_HALF_WIDTH)
     return FitResult("last", None, math.nan, spread, last, max(0.0, last - half),
-                     min(1.0, last + half), n_points, reason)
+                     min(1.0, last + half), n_points, reason, float(x[-1]))
 
 
 def fit_curve(flops, accuracy, *, predict_at: float, r0: float | None = None,
@@ -76,9 +86,10 @@ def fit_curve(flops, accuracy, *, predict_at: float, r0: float | None = None,
     and B are fitted by ``scipy.optimize.curve_fit`` on the points with flops > 0: A in
     [0, 1] (A < R0 allowed), B in (0, 10], C_mid in [min_flops / 100, predict_at * 100].
     Interval: 5-95 % of predictions under 500 seeded multivariate-normal parameter draws,
-    widened by the rmse, clipped to [0, 1]. Falls back to "last" (last accuracy +-
-    max(spread, 0.05)) with < 3 points, unknown R0, a flat curve, a failed fit, a
-    non-finite covariance, or R^2 < 0.
+    widened by the rmse, clipped to [0, 1]: the parameters' uncertainty only, far too
+    narrow for a score at F (:func:`full_budget_interval` gives that one). Falls back to
+    "last" (last accuracy +- max(spread, 0.05)) with < 3 points, unknown R0, a flat
+    curve, a failed fit, a non-finite covariance, or R^2 < 0.
 
     Args:
         flops, accuracy: observed points (FLOPs; accuracy in [0, 1]).
@@ -135,7 +146,41 @@ def fit_curve(flops, accuracy, *, predict_at: float, r0: float | None = None,
     hi = min(1.0, max(float(hi), prediction) + rmse)
     params = {"R0": float(r0), "A": float(popt[0]), "C_mid": float(10 ** popt[1]),
               "B": float(popt[2])}
-    return FitResult("sigmoid", params, r2, rmse, prediction, lo, hi, n)
+    return FitResult("sigmoid", params, r2, rmse, prediction, lo, hi, n, "", float(xp[-1]))
+
+
+def full_budget_interval(fit: FitResult, predict_at: float) -> tuple[float, float]:
+    """The 90% interval of ``fit``'s prediction at ``predict_at`` FLOPs (the full budget
+    it was fitted to predict at):
+    for a sigmoid, ``prediction + EXTRAPOLATION_ERROR x decades`` where ``decades =
+    log10(predict_at / fit.last_flops)`` (0 at or below the last point), clipped to
+    [0, 1]; a fallback's own interval (it predicts no change, and its method says so)."""
+    if fit.method != "sigmoid":
+        return fit.lo, fit.hi
+    decades = max(0.0, math.log10(predict_at / fit.last_flops))
+    low, high = EXTRAPOLATION_ERROR
+    return (max(0.0, fit.prediction + low * decades),
+            min(1.0, fit.prediction + high * decades))
+
+
+def config_predictions(fits: pd.DataFrame | None) -> dict[str, dict]:
+    """Each config's prediction at the full budget from its sigmoid fits (a flat sweep's
+    :func:`fit_cells`, a ladder's :func:`race.analysis.ladder_curves.lineage_fits`): the
+    seeds' mean ``prediction``, ``lo`` and ``hi`` (:func:`full_budget_interval`) over the
+    fits that are sigmoids, ``fits`` (how many) of ``seeds``. A config whose every fit fell
+    back has none: no prediction is made for it."""
+    if fits is None or fits.empty:
+        return {}
+    out = {}
+    for config, group in fits.groupby("config_id", sort=True):
+        sigmoids = group[group["method"] == "sigmoid"]
+        if sigmoids.empty:
+            continue
+        out[str(config)] = {"prediction": float(sigmoids["prediction"].mean()),
+                            "lo": float(sigmoids["full_lo"].mean()),
+                            "hi": float(sigmoids["full_hi"].mean()),
+                            "fits": len(sigmoids), "seeds": len(group)}
+    return out
 
 
 def _best_fit(model, lx: np.ndarray, yp: np.ndarray, r0: float, lower: np.ndarray,
@@ -173,8 +218,9 @@ def fit_cells(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str) -> pd.Da
 
     Returns:
         One row per ok cell, by cell_id: cell_id, config_id, the ``FitResult`` fields
-        (params flattened to R0, A, C_mid, B; nan for a fallback), observed (final
-        accuracy), predict_at (the cell's full_budget_flops, FLOPs).
+        (params flattened to R0, A, C_mid, B; nan for a fallback), full_lo and full_hi
+        (:func:`full_budget_interval`), observed (final accuracy), predict_at (the
+        cell's full_budget_flops, FLOPs).
     """
     ev = target_evals(evals, cells, target)
     ok, _ = split_status(cells)
@@ -187,7 +233,9 @@ def fit_cells(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str) -> pd.Da
         observed = getattr(cell, final) if final in ok else \
             (curve["accuracy"].iloc[-1] if len(curve) else math.nan)
         row = {k: v for k, v in asdict(fit).items() if k != "params"}
+        full_lo, full_hi = full_budget_interval(fit, float(cell.full_budget_flops))
         rows.append({"cell_id": cell.cell_id, "config_id": cell.config_id, **row,
+                     "full_lo": full_lo, "full_hi": full_hi,
                      "observed": float(observed), "predict_at": float(cell.full_budget_flops),
                      **{k: (fit.params or {}).get(k, math.nan) for k in ("R0", "A", "C_mid", "B")}})
     return pd.DataFrame(rows)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from race.analysis.aggregate import z_of_level
 from race.analysis.ladder_curves import ladder_points
-from race.analysis.select import gain_text, ladder_selection, warm_starts
+from race.analysis.select import gain_text, ladder_selection, ranked_reads, warm_starts
 from race.core.fmt import CHARGED_PHASES, fmt_flops
 from race.core.rungs import fmt_fraction
 from race.core.stats import binomial_se
@@ -177,7 +177,8 @@ def flat_answer(ranked: dict, selected: list[dict], targets: list[str], *, level
                 starts: dict[str, dict], evals: pd.DataFrame, cells: pd.DataFrame
                 ) -> tuple[dict | None, pd.DataFrame]:
     """A flat sweep's runner-up and findings, read from each target's ranked configs
-    (observed pilot means, bootstrap intervals); one budget, so no budget rows."""
+    (observed pilot means, bootstrap intervals; a target not in ``ranked``, never scored
+    past the warm start, has no row); one budget, so no budget rows."""
     z, primary = z_of_level(level), targets[0]
     configs = ranked[primary][0]
     rows = []
@@ -187,7 +188,7 @@ def flat_answer(ranked: dict, selected: list[dict], targets: list[str], *, level
             rows.append(_finding(by, value, best["config_id"], best, primary, best["mean"],
                                  best["se"], "pilot end", z, starts.get(best["model"]),
                                  best["lo"], best["hi"]))
-    for target in targets:
+    for target in (t for t in targets if t in ranked):  # a target read past warm starts
         best = ranked[target][0].iloc[0]
         start = (starts if target == primary else
                  warm_starts(evals, cells, target=target)).get(best["model"])
@@ -231,3 +232,53 @@ def verdict(runner: dict, level: float) -> str:
     return (f"{runner['diff']:+.3f} [{runner['diff_lo']:+.2f}, {runner['diff_hi']:+.2f}] at "
             f"{runner['compared_at']}: {word} at {level:.0%}")
 
+
+
+def scored_problems(evals: pd.DataFrame) -> dict[str, tuple[int, int]]:
+    """The problems each target was scored on past the warm start: target -> (fewest,
+    most) over every checkpoint > 0 of every ok cell (``n``: the problems an eval row
+    scored). A target scored only at warm starts, or by rows that kept no per-problem
+    scores, is left out."""
+    if not len(evals) or "n" not in evals:
+        return {}
+    past = ranked_reads(evals)
+    past = past[past["n"] > 0]
+    return {str(t): (int(g["n"].min()), int(g["n"].max()))
+            for t, g in past.groupby("target", sort=False)}
+
+
+def problems_text(fewest: int, most: int | None = None) -> str:
+    """``20``, or ``18-20`` where reads scored different numbers of problems."""
+    fewest, most = int(fewest), int(fewest if most is None else most)
+    return str(fewest) if most == fewest else f"{fewest}-{most}"
+
+
+def best_by_target(findings: pd.DataFrame | None, targets: list[str],
+                   problems: dict[str, tuple[int, int]]) -> dict:
+    """The findings' target rows (the by-condition table's) in one line: the best config
+    on each target, read where the table reads it, and whether the targets agree.
+
+    Returns:
+        {<target>: best config_id or None (not ranked: never scored past a warm start),
+        ..., "best": that mapping, "agree", "message"}.
+    """
+    rows = (findings[findings["by"] == "target"] if findings is not None and len(findings)
+            else pd.DataFrame(columns=FINDING_COLUMNS))
+    best = {t: None for t in targets} | {str(r["value"]): str(r["config_id"])
+                                         for _, r in rows.iterrows()}
+    agree = len(set(rows["config_id"])) <= 1
+    parts = ", ".join(
+        f"{r['value']} -> {r['config_id']} ({r['score']:.3f} at {r['read_at']}"
+        + (f", n={problems_text(*problems[r['value']])}" if r["value"] in problems else "")
+        + ")" for _, r in rows.iterrows())
+    if not len(rows):
+        message = "no target has a ranked config"
+    elif agree:
+        message = f"the best allocation agrees across targets: {parts}"
+    else:
+        message = f"the best allocation differs between targets: {parts}"
+    unread = [t for t in targets if best[t] is None]
+    if unread and len(rows):
+        message += (f"; not ranked: {', '.join(unread)} (no config was scored on it past "
+                    f"its warm start)")
+    return {**best, "best": best, "agree": agree, "message": message}

@@ -15,7 +15,7 @@ import math
 import pandas as pd
 
 from race.analysis.aggregate import target_evals
-from race.analysis.curves import fit_curve
+from race.analysis.curves import fit_curve, full_budget_interval
 
 POINT_COLUMNS = ["config_id", "lineage", "cell_id", "rung", "fraction", "target", "flops",
                  "accuracy", "n", "model", "reward", "group_size", "update_epochs", "seed",
@@ -106,14 +106,22 @@ def lineage_fits(points: pd.DataFrame, *, predict_at: float) -> pd.DataFrame:
     """The ScaleRL sigmoid of each lineage's curve (:func:`race.analysis.curves.fit_curve`:
     it needs its warm start and 3 checkpoints past it), extrapolated to ``predict_at``
     FLOPs. One row per lineage: config_id, lineage, method ("sigmoid" or "last"), the
-    fit's R0, A, C_mid, B (nan for "last"), prediction, lo, hi, n_points, reason."""
+    fit's R0, A, C_mid, B (nan for "last"), prediction, lo and hi (the fit's own interval),
+    full_lo and full_hi (the prediction's calibrated 90% interval,
+    :func:`race.analysis.curves.full_budget_interval`), last_flops (the last point's
+    FLOPs), n_points, reason."""
     rows = []
     for (config, lineage), curve in points.groupby(["config_id", "lineage"], sort=True):
         fit = fit_curve(curve["flops"], curve["accuracy"], predict_at=predict_at)
         params = fit.params or {}
+        full_lo, full_hi = full_budget_interval(fit, predict_at)
         rows.append({"config_id": config, "lineage": lineage, "method": fit.method,
                      **{k: params.get(k, math.nan) for k in ("R0", "A", "C_mid", "B")},
                      "prediction": fit.prediction, "lo": fit.lo, "hi": fit.hi,
+                     "full_lo": full_lo, "full_hi": full_hi, "last_flops": fit.last_flops,
                      "n_points": fit.n_points, "reason": fit.reason})
-    return pd.DataFrame(rows, columns=["config_id", "lineage", "method", "R0", "A", "C_mid",
-                                       "B", "prediction", "lo", "hi", "n_points", "reason"])
+    return pd.DataFrame(rows, columns=FIT_COLUMNS)
+
+
+FIT_COLUMNS = ["config_id", "lineage", "method", "R0", "A", "C_mid", "B", "prediction", "lo",
+               "hi", "full_lo", "full_hi", "last_flops", "n_points", "reason"]

@@ -21,7 +21,6 @@ from race.analysis.aggregate import (
 )
 from race.analysis.load import load_results
 from race.core.rungs import final_ranking, fmt_fraction, next_rung_bound
-from race.core.specs import target_problems
 from race.core.stats import BASES, REPORT, binomial_se
 from race.store.cell import CellDir
 from race.store.io import read_json
@@ -239,16 +238,47 @@ def ladder_guards(ladder: dict) -> list[dict]:
             for rung in ladder["rungs"] for c in rung["candidates"] if c.get("guard")]
 
 
+def ranked_reads(evals: pd.DataFrame) -> pd.DataFrame:
+    """The checkpoint evals a ranking may read: those past the warm start (checkpoint >
+    0). A warm start scores the same model for every config of its size, so ranking it
+    ranks nothing any allocation did (a ladder scores its reported targets at its last
+    rung only: below it they hold warm starts alone)."""
+    return evals[evals["checkpoint"] > 0] if len(evals) else evals
+
+
+def final_reads(evals: pd.DataFrame, target: str) -> pd.DataFrame:
+    """Each cell's last read of ``target`` past its warm start (:func:`ranked_reads`):
+    one row per cell with its ``accuracy`` and ``n``, the problems it scored."""
+    reads = ranked_reads(evals)
+    if not len(reads):
+        return reads
+    reads = reads[reads["target"] == target].sort_values(["cell_id", "flops", "checkpoint"])
+    return reads.groupby("cell_id", sort=True).tail(1)
+
+
+def pooled(reads: pd.DataFrame) -> tuple[float, float]:
+    """The seeds' mean score and its standard error: each seed's binomial SE over the
+    problems it scored (its ``n``), pooled, ``sqrt(sum se_i^2) / k``."""
+    k = len(reads)
+    score = float(reads["accuracy"].mean())
+    se = math.sqrt(sum(binomial_se(a, int(n)) ** 2
+                       for a, n in zip(reads["accuracy"], reads["n"]))) / k
+    return score, se
+
+
 def budget_rows(budget: float, folder: Path, *, level: float = LEVEL) -> list[dict]:
     """One budget's selected allocation on every target (the selection target: its pick
     from ``selection.json``; the others: the best config of the last rung on them), with
-    a normal interval at ``level`` from its standard error (binomial over the problems,
-    pooled over seeds)."""
+    a normal interval at ``level`` from its standard error (:func:`pooled`: binomial over
+    the problems each seed scored, read from its eval rows, pooled over seeds). A config
+    is read on a target only where it was scored past its warm start
+    (:func:`final_reads`); ``n`` is the fewest problems a seed of the chosen config
+    scored, ``n_max`` the most."""
     z = z_of_level(level)
     sweep = SweepDir(folder)
     selection = read_json(sweep.selection)
-    frame = pd.read_csv(sweep.pilots)
-    frame = frame[frame["status"] == "ok"]
+    cells, evals, _ = load_results(folder)
+    frame = cells[cells["status"] == "ok"]
     if sweep.ladder.is_file():
         last = read_json(sweep.ladder)["rungs"][-1]
         options = {c["config"]: (c["cell_ids"], c.get("guard"), last["fraction"])
@@ -261,34 +291,32 @@ def budget_rows(budget: float, folder: Path, *, level: float = LEVEL) -> list[di
     primary = selection["target"]
     rows = []
     for target in targets(frame):
+        reads = final_reads(evals, target)
         scored = []
         for config, (ids, guard, fraction) in options.items():
-            values = frame[frame["cell_id"].isin(ids)][f"final_{target}"].dropna()
-            if values.empty:
+            mine = reads[reads["cell_id"].isin(ids) & reads["cell_id"].isin(frame["cell_id"])]
+            if mine.empty:
                 continue
-            spec = specs[ids[0]]
-            n = target_problems(target, select_target=spec["select_target"],
-                                select_examples=spec["select_examples"],
-                                eval_examples=spec["eval_examples"])
-            p = float(values.mean())
-            se = binomial_se(p, n) / math.sqrt(len(values))
-            scored.append({"config": config, "score": p, "se": se, "guard": guard,
-                           "fraction": fraction, "spec": spec})
+            score, se = pooled(mine)
+            scored.append({"config": config, "score": score, "se": se, "guard": guard,
+                           "fraction": fraction, "spec": specs[ids[0]],
+                           "n": int(mine["n"].min()), "n_max": int(mine["n"].max()),
+                           "seeds": len(mine)})
         if not scored:
             continue
+        best = None
         if target == primary and selection["selected"]:
-            chosen = selection["selected"][0]
-            best = next((s for s in scored if s["config"] == chosen["config_id"]), None)
-        else:
-            best = None
+            chosen = selection["selected"][0]["config_id"]
+            best = next((s for s in scored if s["config"] == chosen), None)
         best = best or min(scored, key=lambda s: (bool(s["guard"]), -s["score"], s["config"]))
         spec = best["spec"]
         rows.append({"budget_flops": budget, "target": target, "selection": target == primary,
                      "config": best["config"], "model": spec["model"],
                      "reward": spec["reward"]["name"], "group_size": spec["group_size"],
                      "update_epochs": spec["update_epochs"], "score": best["score"],
-                     "lo": max(0.0, best["score"] - z * best["se"]),
-                     "hi": min(1.0, best["score"] + z * best["se"]),
+                     "se": best["se"], "lo": max(0.0, best["score"] - z * best["se"]),
+                     "hi": min(1.0, best["score"] + z * best["se"]), "n": best["n"],
+                     "n_max": best["n_max"], "seeds": best["seeds"],
                      "read_at": fmt_fraction(best["fraction"]),
                      "guard": best["guard"] or ""})
     return rows

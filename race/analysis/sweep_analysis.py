@@ -14,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 
 from race.analysis.aggregate import (
-    best_by_target,
     check_consistent,
     frontier,
     guard_cells,
@@ -22,14 +21,22 @@ from race.analysis.aggregate import (
     split_status,
     targets,
 )
-from race.analysis.curves import fit_cells
-from race.analysis.headline import flat_answer, full_run, ladder_answer, pick_profile
+from race.analysis.curves import config_predictions, fit_cells
+from race.analysis.headline import (
+    best_by_target,
+    flat_answer,
+    full_run,
+    ladder_answer,
+    pick_profile,
+    scored_problems,
+)
 from race.analysis.ladder_curves import ladder_points, lineage_fits
 from race.analysis.load import load_results, run_specs
 from race.analysis.response import ResponseSurface
 from race.analysis.select import (
     ladder_guards,
     ladder_selection,
+    ranked_reads,
     select_for_validation,
     warm_starts,
 )
@@ -59,13 +66,18 @@ class SweepAnalysis:
     primary target), fitted to the ranked ok cells (:mod:`race.analysis.surfaces`).
     ``card_only``: runs of another trainer, with RACE's ledger but none of its evals
     (nothing to rank: the compute card only).
+    ``unranked``: target -> why it has no ranking here: no ranked cell was scored on it
+    past its warm start (a ladder's reported targets at its first rung), and a warm start
+    ranks nothing trained. ``problems``: target -> (fewest, most) problems a read past
+    the warm start scored (:func:`race.analysis.headline.scored_problems`, every rung).
 
     The answer a report opens with (:mod:`race.analysis.headline`): ``pick`` (the first
     selected config with its regime, rho and FLOP split), ``runner_up`` (with the
     pick's lead over it), ``findings`` (the best allocation by size, reward, target and,
-    on a ladder, rung budget), ``buys`` (what the full budget buys at each size with the
-    pick's recipe, :func:`race.analysis.size_buys.budget_buys`; ``buys_note``: why it is
-    empty) and ``full`` (the pick's size's row of it, with its measured FLOP/s).
+    on a ladder, rung budget; ``by_target``: its target rows in one line), ``buys``
+    (what the full budget buys at each size with the pick's recipe,
+    :func:`race.analysis.size_buys.budget_buys`; ``buys_note``: why it is empty) and
+    ``full`` (the pick's size's row of it, with its measured FLOP/s).
     ``every_eval``: every rung's checkpoint evals; a ladder's ``points`` (target ->
     :func:`race.analysis.ladder_curves.ladder_points`) and ``lineage_fits`` (its
     lineages' curve fits on the primary target) are what its figures draw, and its
@@ -87,6 +99,8 @@ class SweepAnalysis:
     fits: dict = field(default_factory=dict)
     fronts: dict = field(default_factory=dict)
     by_target: dict = field(default_factory=dict)
+    unranked: dict[str, str] = field(default_factory=dict)
+    problems: dict[str, tuple[int, int]] = field(default_factory=dict)
     starts: dict = field(default_factory=dict)
     ladder: dict | None = None
     basis: str = ""
@@ -113,6 +127,15 @@ class SweepAnalysis:
     def primary_configs(self) -> pd.DataFrame:
         """The configs ranked on the primary target, with their fits."""
         return self.ranked[self.primary][0]
+
+    @property
+    def predictions(self) -> dict[str, dict]:
+        """config_id -> its prediction at the full budget on the primary target, with
+        the calibrated 90% interval (:func:`race.analysis.curves.config_predictions`): a
+        ladder's sigmoid through its lineages' rungs, a flat sweep's through its pilots'
+        checkpoints; a config without a sigmoid fit has none."""
+        fits = self.lineage_fits if self.ladder is not None else self.fits.get(self.primary)
+        return config_predictions(fits)
 
 
 def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
@@ -166,22 +189,31 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
     primary = next((t for t in (*chosen[:1], "val", "test") if t in names), names[0])
     result.primary = primary
     result.targets = [primary, *(t for t in names if t != primary)]  # the primary first
-    raw = {}
+    raw, trained = {}, ranked_reads(evals)
     for target in result.targets:
-        configs, regimes = rank_regimes(cells, examples, target=target, n_boot=n_boot,
-                                        level=level)
+        # a ladder's frontier spans every rung's checkpoints
+        result.fronts[target] = (frontier(evals, cells, target=target) if ladder is None
+                                 else frontier(every_eval, every_cell, target=target))
+        scored = set(trained.loc[trained["target"] == target, "cell_id"])
+        if not ok["cell_id"].isin(scored).any():
+            result.unranked[target] = _unranked(target, ladder is not None)
+            continue
+        configs, regimes = rank_regimes(ok[ok["cell_id"].isin(scored)], examples,
+                                        target=target, n_boot=n_boot, level=level)
         fits = fit_cells(evals, cells, target=target)
         raw[target], result.fits[target] = configs, fits
         result.ranked[target] = (configs.merge(_fit_columns(fits), on="config_id",
                                                how="left"), regimes)
-        # a ladder's frontier spans every rung's checkpoints
-        result.fronts[target] = (frontier(evals, cells, target=target) if ladder is None
-                                 else frontier(every_eval, every_cell, target=target))
-    result.by_target = best_by_target(raw)
+    if primary in result.unranked:
+        raise UsageError(f"{sweep_dir}: no ok cell was scored on {primary} past its warm "
+                         f"start, so nothing trained can be ranked; check the cells' "
+                         f"metrics.jsonl (eval rows at checkpoint > 0)")
+    result.problems = scored_problems(every_eval)
     result.starts = warm_starts(evals, cells, target=primary)
     result.surfaces = response_surfaces(ok, evals, target=primary, level=level, boot=n_boot)
     _select(result, raw[primary], evals, examples, steps, basis)
     _answer(result)
+    result.by_target = best_by_target(result.findings, result.targets, result.problems)
     config_order = {cid: i for i, cid in enumerate(result.primary_configs["config_id"])}
     result.order = ok.assign(_o=ok["config_id"].map(config_order)).sort_values(
         ["_o", "seed", "cell_id"], kind="stable")["cell_id"].tolist()
@@ -250,8 +282,17 @@ def _answer(result: SweepAnalysis) -> None:
         result.full = full_run(result.buys, result.pick, every_cell)
 
 
+def _unranked(target: str, ladder: bool) -> str:
+    """Why ``target`` has no ranking among the ranked cells."""
+    return (f"no config was scored on `{target}` past its warm start "
+            + ("at the first rung (a ladder scores its reported targets at its last rung "
+               "only); the best allocation by condition reads it where it was scored"
+               if ladder else "(each read of it is a warm start, before any update)"))
+
+
 def _fit_columns(fits: pd.DataFrame) -> pd.DataFrame:
-    """Per config: the seeds' mean prediction/lo/hi/R^2 and their fit methods."""
+    """Per config: the seeds' mean prediction, its calibrated interval at the full budget
+    (:func:`race.analysis.curves.full_budget_interval`), R^2 and their fit methods."""
     columns = ["config_id", "prediction", "prediction_lo", "prediction_hi", "fit_method",
                "fit_r2", "predict_at", "fit_reason"]
     if fits.empty:
@@ -267,8 +308,8 @@ def _fit_columns(fits: pd.DataFrame) -> pd.DataFrame:
         return "; ".join(sorted({str(r) for r in series if isinstance(r, str) and r}))
 
     return fits.groupby("config_id", as_index=False).agg(
-        prediction=("prediction", "mean"), prediction_lo=("lo", "mean"),
-        prediction_hi=("hi", "mean"), fit_method=("method", methods), fit_r2=("r2", "mean"),
+        prediction=("prediction", "mean"), prediction_lo=("full_lo", "mean"),
+        prediction_hi=("full_hi", "mean"), fit_method=("method", methods), fit_r2=("r2", "mean"),
         predict_at=("predict_at", "mean"), fit_reason=("reason", reasons))[columns]
 
 

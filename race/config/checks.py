@@ -11,7 +11,7 @@ import math
 from pathlib import Path, PurePath
 from typing import Any
 
-from race import catalog
+from race import DISTRIBUTION, catalog
 from race.config.schema import (
     ACCOUNTED_REWARD_KINDS,
     RaceConfig,
@@ -207,7 +207,7 @@ def tracker_problems(tracker: str) -> list[str]:
     package = TRACKERS[tracker]
     if package and importlib.util.find_spec(package) is None:
         return [f"report.tracker={tracker}: the {package} package is not installed; "
-                f"pip install 'race[{tracker}]', or use report.tracker=none"]
+                f"pip install '{DISTRIBUTION}[{tracker}]', or use report.tracker=none"]
     return []
 
 
@@ -241,6 +241,8 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
     pilot = cfg.pilot
     need(pilot.max_steps >= 1, "pilot.max_steps", pilot.max_steps, "must be >= 1")
     need(pilot.max_hours > 0, "pilot.max_hours", pilot.max_hours, "must be > 0 hours")
+    if cfg.task.eval and cfg.task.name != "math":
+        problems.append(eval_elsewhere_problem(cfg))
     if cfg.task.name == "math":
         try:  # task.eval.<name>: names and entries (every problem at once, as below)
             eval_entries(as_text(cfg.task.eval) if cfg.task.eval else "",
@@ -284,6 +286,20 @@ def schema_problems(cfg: RaceConfig) -> list[str]:
          cfg.validate.select_examples, "must be >= 1, e.g. validate.select_examples=1000")
     problems += sweep_name_problems(cfg.sweep)
     return problems
+
+
+def eval_elsewhere_problem(cfg: RaceConfig) -> str:
+    """``task.eval`` given to a task that reads no named targets (only task=math does):
+    refused, rather than planned and run without them."""
+    name, value = next(iter(cfg.task.eval.items()))
+    if isinstance(value, dict):  # as Hydra's override grammar writes it
+        value = "{" + ",".join(f"{k}:{v}" for k, v in value.items()) + "}"
+    given = f"task.eval.{name}={value}"
+    has = ",".join(task_targets(task_entry(cfg.task)))
+    return (f"{given}: named evaluation targets are read by task=math only; "
+            f"task={cfg.task.name} evaluates on its own targets [{has}] and would ignore "
+            f"it; drop task.eval.{name}, or use task=math with your training rows "
+            f"(task.source=<file>; GSM8K's layout reads too) and {given}")
 
 
 def eval_target_problems(cfg: RaceConfig, has: tuple[str, ...]) -> list[str]:

@@ -9,6 +9,8 @@ them from the single values.
 from __future__ import annotations
 
 import functools
+import re
+import unicodedata
 from dataclasses import replace
 from typing import Any
 
@@ -32,6 +34,8 @@ def _check_words(texts: list[str]) -> None:
     almost always the rest of an unquoted value with spaces: say so, with the quoting."""
     for index, text in enumerate(texts):
         if "=" in text or text.startswith("~"):
+            if not _key_of(text).isascii():
+                raise UsageError(_non_ascii_key(text))
             continue
         start = index
         while start > 0 and "=" not in texts[start - 1]:
@@ -45,6 +49,23 @@ def _check_words(texts: list[str]) -> None:
                              f"spaces)")
         raise UsageError(f"{text}: not a key=value override; write overrides as key=value, "
                          f"e.g. budget=1e15 (race <command> --help)")
+
+
+def _non_ascii_key(text: str) -> str:
+    """The message for a key with a non-ASCII letter (``task.eval.mäth=...``): Hydra's
+    grammar takes none in a key, quoted or not, so the fix is an ASCII name."""
+    key = _key_of(text).strip("'\"")
+    plain = unicodedata.normalize("NFKD", key).encode("ascii", "ignore").decode()
+    plain = re.sub(r"\.(?=\.|$)", ".target", re.sub(r"[^A-Za-z0-9_.\-]", "", plain))
+    value = text.split("=", 1)[1].strip("'\"") if "=" in text else ""
+    shown = f"{key}={value}" if "=" in text else text
+    if "=" in text:  # a value outside Hydra's unquoted grammar is quoted, key and all
+        plain = (f"{plain}={value}" if value.isascii()
+                 else f"\"{plain}='{value}'\" in the shell")
+    bad = next(c for c in key if not c.isascii())
+    return (f"{shown}: the key holds {bad!r}, not ASCII; Hydra's override keys take ASCII "
+            f"letters, digits, '_' and '-' only (quoting the key does not change that): "
+            f"name it in ASCII, e.g. {plain}")
 
 
 class Overrides(list):
@@ -213,12 +234,26 @@ def compose_config(overrides: Overrides | list[str]) -> RaceConfig:
 
 
 def with_task_lengths(cfg: RaceConfig) -> RaceConfig:
-    """``grid.max_new_tokens=null`` resolved to the task's own cap (``task.max_new_tokens``),
-    so that everything downstream reads one integer. Returns a new config (composed
-    sections are shared between a grid's cells: never changed in place)."""
+    """``grid.max_new_tokens=null`` resolved to the task's own cap fitted to the policy's
+    context (:func:`fitted_cap`), so that everything downstream reads one integer. A cap
+    the user sets is kept as set (``race plan`` refuses one past the context). Returns a
+    new config (composed sections are shared between a grid's cells: never changed in
+    place)."""
     if cfg.grid.max_new_tokens is not None:
         return cfg
-    return replace(cfg, grid=replace(cfg.grid, max_new_tokens=cfg.task.max_new_tokens))
+    return replace(cfg, grid=replace(cfg.grid, max_new_tokens=fitted_cap(cfg.task, cfg.model)))
+
+
+def fitted_cap(task, model) -> int:
+    """The generation cap ``grid.max_new_tokens=null`` means, tokens: the task's own
+    (``task.max_new_tokens``) where the task's nominal prompt (``task.prompt_tokens``) and
+    it fit the policy's context (``model.context_tokens``; 0: unknown), else what fits,
+    ``context - prompt`` (``race plan`` warns that completions are then cut). A context
+    the prompt alone fills keeps the task's cap, which ``race plan`` refuses."""
+    room = model.context_tokens - task.prompt_tokens
+    if not model.context_tokens or room < 1:
+        return task.max_new_tokens
+    return min(task.max_new_tokens, room)
 
 
 def compose_many(fixed: Overrides | list[str], variants: list[list[str]]) -> list[RaceConfig]:

@@ -131,7 +131,8 @@ class TaskConfig:
     prompt_tokens: int = MISSING
     # nominal mean completion length, tokens
     completion_tokens: int = MISSING
-    # the task's generation cap, tokens: what grid.max_new_tokens=null (the default) means
+    # the task's generation cap, tokens: what grid.max_new_tokens=null (the default) means,
+    # fitted to the policy's context (compose.fitted_cap)
     max_new_tokens: int = MISSING
     # reasoning steps per completion (PRM step tags)
     steps_per_trace: int = 0
@@ -158,7 +159,7 @@ class TaskConfig:
     # message ("": none) and the instruction after each question ("": the task's own)
     system_prompt: str = ""
     answer_format: str = ""
-    # reasoning-gym (pip install 'race[tasks]'): the generator's name, its config fields
+    # reasoning-gym (pip install 'race-rl[tasks]'): the generator's name, its config fields
     # (size, seed, difficulty knobs: task.config.max_terms=4) for train/val/test, and
     # those the ood split changes ({}: the generator's curriculum one level above training)
     dataset: str = ""

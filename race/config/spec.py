@@ -15,6 +15,7 @@ from race.config.checks import (
     check_reward_built,
     validate,
 )
+from race.config.compose import fitted_cap
 from race.config.machine import check_device, check_gpus, check_paths
 from race.config.schema import EMBEDDED_BUDGET, RaceConfig
 from race.config.task_fields import task_entry
@@ -103,7 +104,7 @@ def to_run_spec(cfg: RaceConfig, budget_flops: float, *, runnable: bool = True,
     if runnable and cfg.task.name == "gsm8k" and not cfg.task.source:
         raise UsageError("task.source=: GSM8K-format pilots read a local data file; give "
                          "task.source=<file.jsonl|.json|.parquet> (question, answer '#### N')")
-    if runnable and cfg.task.name == "math" and not cfg.task.source:
+    if cfg.task.name == "math" and not cfg.task.source:  # race plan too: no targets else
         raise UsageError("task.source=: task=math pilots train on problem/answer rows; give "
                          "task.source=<a .jsonl/.json/.parquet file, a folder or a dataset "
                          "name> (MATH-500, Polaris or GSM8K layouts)")
@@ -148,7 +149,12 @@ def cell_knobs(cfg: RaceConfig) -> dict[str, Any]:
 def full_budget(cfg: RaceConfig, models: Iterable[str] | None = None) -> float:
     """The full-run budget in FLOPs: ``budget``, or (null) the embedded default, which fits
     the tiny family only: each of ``models`` (default: the config's policy) must be one
-    RACE builds, else a UsageError asks for the budget."""
+    RACE builds, else a UsageError asks for the budget.
+
+    The default is sized for the embedded task's sequences (``EMBEDDED_BUDGET``); a task
+    with longer ones (its nominal prompt plus its cap, fitted to the policy's context)
+    gets it scaled by how much longer, so the default grid's pilots still buy GRPO steps.
+    """
     if cfg.budget is not None:
         return cfg.budget
     real = [m for m in (models or [cfg.model.name])
@@ -157,4 +163,7 @@ def full_budget(cfg: RaceConfig, models: Iterable[str] | None = None) -> float:
         raise UsageError(f"budget=null: the embedded default budget fits the tiny family "
                          f"only; give the full-run budget for model={real[0]} in FLOPs, "
                          f"e.g. budget=1e18")
-    return EMBEDDED_BUDGET
+    embedded = catalog.load_entry("task", "arith")
+    tokens = cfg.task.prompt_tokens + fitted_cap(cfg.task, cfg.model)
+    return EMBEDDED_BUDGET * max(
+        1.0, tokens / (embedded["prompt_tokens"] + embedded["max_new_tokens"]))

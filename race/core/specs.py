@@ -102,7 +102,8 @@ class RunSpec:
     max_new_tokens: int = knob(
         40, key="grid.max_new_tokens", group="search", unit="tokens",
         doc="generation cap of rollouts and eval", null="the task's own, "
-        "task.max_new_tokens", check=_at_least(1), rule="must be >= 1")
+        "task.max_new_tokens, fitted to the policy's context", check=_at_least(1),
+        rule="must be >= 1")
     temperature: float = knob(
         1.0, key="pilot.temperature", group="search", learner=True,
         doc="sampling temperature of rollouts (evaluation is greedy)",
@@ -236,7 +237,7 @@ class RunSpec:
     tracker: str = knob(
         "none", key="report.tracker", group="run", in_id=False,
         doc="the experiment tracker every pilot (and the sweep's pick) logs to: none | "
-        "wandb | trackio | mlflow | tensorboard (each an extra: pip install 'race[wandb]')")
+        "wandb | trackio | mlflow | tensorboard (each an extra: pip install 'race-rl[wandb]')")
     tracker_project: str = knob(
         "race", key="report.tracker_project", group="run", in_id=False,
         doc="the tracker's project (W&B, trackio) or experiment (MLflow)")

@@ -9,7 +9,7 @@ import math
 
 import pandas as pd
 
-from race.analysis.headline import verdict
+from race.analysis.headline import problems_text, verdict
 from race.analysis.sweep_analysis import SweepAnalysis
 from race.core.fmt import CHARGED_PHASES, fmt_flops
 from race.core.fmt import acc as _acc
@@ -88,39 +88,32 @@ def _shares(row: dict) -> dict:
 
 
 def _pick_prediction(result: SweepAnalysis) -> str:
-    """The pick's sigmoid extrapolated to F, where one fits: a ladder's through its
-    rungs, a flat sweep's through its pilot's checkpoints."""
-    if result.ladder is None:  # a flat pick: its own pilot curve's fit
-        row = result.primary_configs
-        row = row[row["config_id"] == result.pick["config_id"]]
-        if row.empty or row["fit_method"].iloc[0] != "sigmoid":
-            return ""
-        row = row.iloc[0]
-        return (f"Its pilot curve's sigmoid predicts "
-                f"{_interval(row['prediction'], row['prediction_lo'], row['prediction_hi'])} "
-                f"there")
-    fits = result.lineage_fits
-    if fits is None or fits.empty:
+    """The pick's sigmoid extrapolated to F with its calibrated 90% interval, where one
+    fits: a ladder's through its rungs, a flat sweep's through its pilot's checkpoints."""
+    mine = result.predictions.get(result.pick["config_id"])
+    if mine is None:
         return ""
-    mine = fits[(fits["config_id"] == result.pick["config_id"]) & (fits["method"] == "sigmoid")]
-    if mine.empty:
-        return ""
-    return (f"A sigmoid through its rungs predicts "
-            f"{_interval(mine['prediction'].mean(), mine['lo'].mean(), mine['hi'].mean())} "
-            f"there")
+    through = "A sigmoid through its rungs" if result.ladder is not None else \
+        "Its pilot curve's sigmoid"
+    return (f"{through} predicts {_interval(mine['prediction'], mine['lo'], mine['hi'])} "
+            f"there (90% interval from the sigmoid's error at F on the curve banks; "
+            f"docs/reports.md)")
 
 
-def findings_markdown(findings: pd.DataFrame, level: float) -> str:
-    """The conditional findings: one row per (by, condition)."""
+def findings_markdown(findings: pd.DataFrame, level: float,
+                      problems: dict[str, tuple[int, int]] | None = None) -> str:
+    """The conditional findings: one row per (by, condition), with ``n``: the problems
+    a read of its target scored (``problems``: target -> (fewest, most))."""
     rows = []
     for _, f in findings.iterrows():
         gain = ("-" if f["gain"] is None or math.isnan(f["gain"]) else
                 f"{f['gain']:+.3f} (SE {f['gain_se']:.3f})")
+        span = (problems or {}).get(f["target"])
         rows.append([f["by"], f["value"], f"`{f['config_id']}`", _label(f),
                      f"{_interval(f['score'], f['lo'], f['hi'])}", gain, f["target"],
-                     f["read_at"]])
+                     problems_text(*span) if span else "-", f["read_at"]])
     return _md_table(["by", "condition", "config", "allocation", f"score [{level:.0%}]",
-                      "vs warm start", "on", "read at"], rows, "lllllrll")
+                      "vs warm start", "on", "n", "read at"], rows, "lllllrlrl")
 
 
 def answer_markdown(result: SweepAnalysis) -> str:
@@ -134,8 +127,10 @@ def answer_markdown(result: SweepAnalysis) -> str:
         scope = ("; a flat sweep has one budget: `race sweep budget=a,b` compares budgets"
                  if result.ladder is None else "; budget: the leader at each rung")
         parts += [f"Best allocation by condition ({result.level:.0%} intervals; gain over "
-                  f"the size's warm start on the same target, with SE{scope}):",
-                  findings_markdown(result.findings, result.level)]
+                  f"the size's warm start on the same target, with SE; n: the problems a "
+                  f"read of that target scored{scope}; a target is read only past the "
+                  f"warm start):",
+                  findings_markdown(result.findings, result.level, result.problems)]
     return "\n\n".join(parts)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from race.analysis.headline import problems_text
 from race.analysis.select import budget_rows
 from race.core.fmt import fmt_flops
 from race.core.fmt import interval as _interval
@@ -38,9 +39,11 @@ def write_budget_report(parent: Path | str, folders: dict[float, Path], *,
             f"One ladder per budget (its own sweep folder, report and selection); the warm "
             f"start is shared. Per target, the allocation selected at each budget, with a "
             f"{level:.0%} normal interval from its standard error (binomial over the "
-            f"problems, pooled over seeds) where it was read (the ladder's last rung). "
-            f"Selection reads the first target; the others are reported, each with the "
-            f"last rung's best config on it."]
+            f"problems each seed scored, pooled over seeds) where it was read (the "
+            f"ladder's last rung); n: the problems each seed scored on the target (fewer "
+            f"than asked where the target holds fewer). Selection reads the first target; "
+            f"the others are reported, each with the last rung's best config on it, read "
+            f"only where it was scored past its warm start."]
     if missing:
         text.append(f"No selection (no ok cell) at budget {', '.join(missing)}.")
     lines = []
@@ -51,14 +54,18 @@ def write_budget_report(parent: Path | str, folders: dict[float, Path], *,
             changed = "-" if previous is None else ("**changes**" if r.config != previous
                                                     else "same")
             previous = r.config
+            n = problems_text(r.n, r.n_max)
             table.append([fmt_flops(r.budget_flops), f"`{r.config}`", knobs,
-                          _interval(r.score, r.lo, r.hi), r.read_at, changed, r.guard])
+                          _interval(r.score, r.lo, r.hi), n, r.seeds, r.read_at, changed,
+                          r.guard])
             lines.append(f"  {target} @ {fmt_flops(r.budget_flops)}: {knobs} "
-                         f"{_interval(r.score, r.lo, r.hi)} ({changed})")
+                         f"{_interval(r.score, r.lo, r.hi)}, n={n} ({changed})")
         tag = " (selection)" if group["selection"].iloc[0] else " (reported)"
-        text += [f"## Target: {target}{tag}",
-                 _md_table(["budget", "config", "allocation", f"{target} [{level:.0%}]",
-                            "read at", "vs the budget below", "guard"], table, "rllrlll")]
+        n = problems_text(group["n"].min(), group["n_max"].max())
+        text += [f"## Target: {target}{tag}, n={n} problems per seed",
+                 _md_table(["budget", "config", "allocation", f"{target} [{level:.0%}]", "n",
+                            "seeds", "read at", "vs the budget below", "guard"], table,
+                           "rllrrrlll")]
     write_text(parent / "budgets.md", "\n\n".join(text) + "\n")
     write_csv(parent / "budgets.csv", frame)
     return "\n".join([f"RACE budgets: {parent}", *lines,

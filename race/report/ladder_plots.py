@@ -90,8 +90,8 @@ def curves(path: Path, points: pd.DataFrame, fits: pd.DataFrame, configs: pd.Dat
             color = styles.get(fit.config_id, {}).get("color", "0.4")
             ax.plot(x, sigmoid(x, fit.R0, fit.A, fit.C_mid, fit.B), ls=(0, (4, 2)), lw=1.2,
                     color=color, alpha=0.9)
-            ax.errorbar([full_flops], [fit.prediction], yerr=[[fit.prediction - fit.lo],
-                                                                [fit.hi - fit.prediction]],
+            ax.errorbar([full_flops], [fit.prediction],  # the calibrated 90% interval
+                        yerr=[[fit.prediction - fit.full_lo], [fit.full_hi - fit.prediction]],
                         color=color, marker="D", ms=5, capsize=3, mec="black", mew=0.5)
         _mark_pick(ax, points, x0)
         _mark_rungs(ax, ladder)

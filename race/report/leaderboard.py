@@ -8,6 +8,7 @@ import re
 
 import pandas as pd
 
+from race.analysis.headline import problems_text
 from race.analysis.select import ladder_guards
 from race.analysis.sweep_analysis import SweepAnalysis
 from race.core.fmt import CHARGED_PHASES, fmt_flops
@@ -33,8 +34,7 @@ def leaderboard_markdown(result: SweepAnalysis) -> str:
     if ladder is not None:
         parts.append(_ladder_markdown(ladder, primary, result.selected, result.starts))
     parts += [_buys_section(result),
-              _leaderboard_markdown(result.ranked, primary, result.ok, result.excluded,
-                                    result.by_target, result.level, ladder is not None),
+              _leaderboard_markdown(result),
               _surfaces_markdown(result.surfaces, primary, result.level),
               _guards_markdown(result.checks, primary, len(result.ok), ladder)]
     return "\n\n".join(part.strip("\n") for part in parts) + "\n"
@@ -162,9 +162,11 @@ def _excluded_markdown(excluded: pd.DataFrame) -> str:
             "overrides reruns them (ok cells are skipped).")
 
 
-def _leaderboard_markdown(ranked: dict, primary: str, ok: pd.DataFrame,
-                          excluded: pd.DataFrame, by_target: dict, level: float,
-                          ladder: bool = False) -> str:
+def _leaderboard_markdown(result: SweepAnalysis) -> str:
+    """The rankings per target (a target no ranked cell was scored on past its warm start
+    gets why instead of a table), the failed cells and the best allocation by target."""
+    ranked, primary, ok, excluded = result.ranked, result.primary, result.ok, result.excluded
+    level, ladder = result.level, result.ladder is not None
     full = float(ok["full_budget_flops"].iloc[0])
     pilot = float(ok["budget_flops"].max())
     where = ("The tables below rank the ladder's first rung, where every config ran. "
@@ -179,18 +181,29 @@ def _leaderboard_markdown(ranked: dict, primary: str, ok: pd.DataFrame,
         f"{fmt_flops(full)} FLOPs. Cells: "
         f"{counts_text([*ok['status'], *(excluded['status'] if len(excluded) else [])])}. "
         f"Intervals: {level:.0%} percentile bootstrap of the final accuracy over "
-        f"seeds (over prompts when a config has one seed). {predicted}A pilot ranking is "
-        "evidence, not a guarantee: `race validate` checks it.",
+        f"seeds (over prompts when a config has one seed). {predicted}n: the problems "
+        "each read of a target scored, past the warm start (fewer than asked where the "
+        "target holds fewer). A pilot ranking is evidence, not a guarantee: "
+        "`race validate` checks it.",
     ]
-    for target, (configs, regimes) in ranked.items():
+    for target in result.targets:
         tag = " (primary)" if target == primary else ""
-        parts += [f"### Target: {target}{tag}", "#### Allocation configs (seeds pooled)",
+        span = result.problems.get(target)
+        parts.append(f"### Target: {target}{tag}, n="
+                     f"{problems_text(*span) if span else 'unknown'} problems per read")
+        if target in result.unranked:
+            parts.append(f"Not ranked: {result.unranked[target]}.")
+            continue
+        configs, regimes = ranked[target]
+        parts += ["#### Allocation configs (seeds pooled)",
                   _configs_markdown(configs, full, level),
                   "#### Regimes (best config of each model / reward / regime)",
                   _regimes_markdown(regimes)]
+    message = result.by_target["message"]
     parts += ["## Failed and missing cells", _excluded_markdown(excluded),
-              "## Best allocation by target", f"**{by_target['message'][0].upper()}"
-              f"{by_target['message'][1:]}.**"]
+              "## Best allocation by target",
+              f"**{message[0].upper()}{message[1:]}.** (The by-condition table's target "
+              f"rows, read where they were scored past the warm start.)"]
     return "\n\n".join(parts) + "\n"
 
 

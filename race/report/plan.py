@@ -107,3 +107,25 @@ def plan_summary(plan) -> str:
     each = fmt_flops(plan.budget_flops * plan.pilot_fraction)
     return (f"{head}, pilots {plan.pilot_fraction:g} x budget = {each} each; all pilots "
             f"{charged}")
+
+
+def problems_text(counts) -> str:
+    """One line: the problems each split of a task setting holds (the training split after
+    dropping those that appear in a target) and what each target scores at a checkpoint
+    (``counts``: a :class:`race.pilot.problems.SplitCounts`, read by attribute)."""
+    scored = []
+    for target, n in counts.scored.items():
+        notes = ["selection"] if target == counts.selection else []
+        if n < counts.asked[target]:
+            notes.append(f"all it holds; {counts.asked[target]:,} asked")
+        scored.append(f"{target} {n:,}" + (f" ({'; '.join(notes)})" if notes else ""))
+    head, listing = f"problems (task={counts.task}): ", ", ".join(scored)
+    if counts.drawn:
+        return f"{head}{counts.unknown}; scored per checkpoint: {listing}"
+    if counts.unknown:
+        return f"{head}split sizes {counts.unknown}; scored per checkpoint: at most {listing}"
+    train = counts.held["train"]
+    dropped = (f" (after dropping {counts.dropped:,} also in an evaluation target)"
+               if counts.dropped else "")
+    held = ", ".join(f"{t} {counts.held[t]:,}" for t in counts.asked)
+    return f"{head}train {train:,}{dropped}; held out: {held}; scored per checkpoint: {listing}"

@@ -1,5 +1,6 @@
-"""The leaderboard's last section: pilot predictions against the full-budget runs of
-``race validate``, replacing any earlier one."""
+"""The leaderboard's last section: what the pilots read and what their curves predicted
+at the full budget, against the full-budget runs of ``race validate``, replacing any
+earlier one."""
 
 from __future__ import annotations
 
@@ -44,20 +45,23 @@ def validation_section(sweep_dir: Path | str, comparison: dict) -> str:
 
     target = comparison.get("target")
     budget = comparison.get("budget_flops")
-    head = "Pilot predictions checked against full-budget runs"
+    head = "Pilot reads and predictions at F checked against full-budget runs"
     if target:
         head += f" on {target}"
     if budget:
         head += f" at {fmt_flops(float(budget))} FLOPs"
+    readings = [_readings(r) for r in comparison.get("rows", [])]
     rows = []
-    for r in comparison.get("rows", []):
-        inside = {True: "yes", False: "no", None: "-"}[r.get("inside")]
+    for r in readings:
         rows.append([f"`{r['config_id']}`", labels.get(r["config_id"], ""),
-                     _interval(r["predicted"], r.get("lo"), r.get("hi")),
-                     _acc(r["realized"]), inside])
+                     _interval(r["pilot_read"], r["pilot_lo"], r["pilot_hi"]),
+                     "-" if r["predicted"] is None else
+                     _interval(r["predicted"], r["lo"], r["hi"]),
+                     _acc(r["realized"]), {True: "yes", False: "no", None: "-"}[r["inside"]]])
     parts = [VALIDATION_HEADING, head + ".",
-             _md_table(["config", "allocation", "predicted [lo, hi]", "realized", "inside?"],
-                       rows, "llrrl") if rows else "No selected config has a realized value."]
+             _md_table(["config", "allocation", "pilot read [lo, hi]",
+                        "predicted at F [90%]", "realized", "inside?"], rows, "llrrrl")
+             if rows else "No selected config has a realized value."]
 
     def stat(value, digits=3):
         return "n/a" if value is None else f"{value:.{digits}f}"
@@ -67,16 +71,16 @@ def validation_section(sweep_dir: Path | str, comparison: dict) -> str:
         ranks = f"- Kendall tau / Spearman: n/a ({note or 'not computed'})"
     else:
         ranks = (f"- Kendall tau {stat(comparison['kendall_tau'], 2)}, Spearman "
-                 f"{stat(comparison['spearman'], 2)} (rank agreement, 1 = same order)")
-    coverage = comparison.get("coverage")
-    flags = [r.get("inside") for r in comparison.get("rows", []) if r.get("inside") is not None]
+                 f"{stat(comparison['spearman'], 2)} (rank agreement of the pilot reads with "
+                 "the realized scores, 1 = same order)")
+    flags = [r["inside"] for r in readings if r["inside"] is not None]
     bullets = [
         f"- Configs validated: {comparison.get('n', len(rows))}", ranks,
         f"- Top-1 regret: {stat(comparison.get('top1_regret'))} (accuracy lost by trusting "
         "the pilot's best pick instead of the realized best)",
-        "- Coverage: n/a" if coverage is None else
-        f"- Coverage: {sum(flags)}/{len(flags)} ({coverage:.0%}) of realized values inside "
-        "the predicted interval"]
+        "- Coverage: n/a (no prediction at F)" if not flags else
+        f"- Coverage: {sum(flags)}/{len(flags)} ({sum(flags) / len(flags):.0%}) of realized "
+        "values inside the 90% interval predicted at F"]
     if comparison.get("unmatched"):
         bullets.append("- Realized but never predicted: "
                        + ", ".join(f"`{c}`" for c in comparison["unmatched"]))
@@ -92,3 +96,15 @@ def validation_section(sweep_dir: Path | str, comparison: dict) -> str:
         text = text[:at + 1]
     write_text(board, text.rstrip("\n") + "\n\n" + section)
     return section
+
+
+def _readings(row: dict) -> dict:
+    """A comparison row with both readings: the pilot's own score (``pilot_read``,
+    ``pilot_lo``, ``pilot_hi``) and the prediction at F (``predicted``, ``lo``, ``hi``;
+    None where none was made). A row of an earlier ``comparison.json`` holds the pilot's
+    read under ``predicted`` and no prediction at F."""
+    if "pilot_read" in row:
+        return row
+    return {"config_id": row["config_id"], "pilot_read": row["predicted"],
+            "pilot_lo": row.get("lo"), "pilot_hi": row.get("hi"), "predicted": None,
+            "lo": None, "hi": None, "realized": row["realized"], "inside": None}

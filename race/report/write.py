@@ -118,13 +118,17 @@ RHO_KEYS = ("cell_id", "config_id", "model", "reward", "status", "rho_planned",
 
 
 def _selection_record(result: SweepAnalysis) -> dict:
-    """What selection.json holds: the choices, why, and what was left out; every cell's
-    rho and the response surface's recommendation per (model, reward)."""
+    """What selection.json holds: the choices, why, and what was left out; each chosen
+    config's prediction at the full budget; every cell's rho and the response surface's
+    recommendation per (model, reward)."""
     excluded = [{"cell_id": str(r["cell_id"]), "status": str(r["status"]),
                  "error": None if pd.isna(r.get("error")) else str(r.get("error"))}
                 for _, r in result.excluded.iterrows()]
+    predicted, chosen = result.predictions, [c["config_id"] for c in result.selected]
     return {"target": result.primary, "basis": result.basis, "k": result.top_k,
             "selected": result.selected, "by_target": result.by_target,
+            # what race validate checks the full-budget runs against
+            "predicted_at_full": {c: predicted[c] for c in chosen if c in predicted},
             "excluded": excluded, "warm_starts": result.starts,
             "guards_fired": result.guards_fired,
             "rho": [{key: plain(r.get(key)) for key in RHO_KEYS}

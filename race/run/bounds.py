@@ -1,8 +1,8 @@
 """What a plan must not do, checked before anything runs, and the one-line warnings it
 prints: where its pilots will run (:func:`pilot_device`), the bounds on one pilot's steps
-and hours (:func:`check_bounds`), and a generation cap below the task's typical
-completion (:func:`length_warning`). Pure but for asking torch how many GPUs this machine
-has (a sweep only).
+and hours (:func:`check_bounds`), and a generation cap fitted to a policy's context or
+below the task's typical completion (:func:`length_warning`). Pure but for asking torch
+how many GPUs this machine has (a sweep only).
 """
 
 from __future__ import annotations
@@ -56,16 +56,47 @@ def check_bounds(cells: list, base, budget: float, longest_flops: float, *,
                          f"pilot.fraction, selection.rungs), or raise that bound on purpose")
 
 
+CAP_KEY = "grid.max_new_tokens"
+
+
+def cap_given(cell) -> bool:
+    """Whether the user set ``grid.max_new_tokens`` for ``cell`` (one value or an axis's);
+    ``null`` is the task's cap, fitted as if unset."""
+    values = [text.split("=", 1)[1] for text in cell.overrides
+              if text.split("=", 1)[0].lstrip("+~") == CAP_KEY]
+    return bool(values) and values[-1].strip() != "null"
+
+
 def length_warning(plan) -> str:
-    """One line when a cell's generation cap is below the task's typical completion
+    """One line about the cells' generation cap, "" when none needs one.
+
+    A cap no override names that is below the task's own (``task.max_new_tokens``) was
+    fitted to a policy's context (:func:`race.config.fitted_cap`): completions longer than
+    it are cut. Otherwise, a cap below the task's typical completion
     (``task.completion_tokens``): most completions would be cut before their answer, and
-    a cut completion states none (it earns 0). "" otherwise."""
+    a cut completion states none (it earns 0).
+    """
     task = plan.base.task
+    fitted: dict[int, set[str]] = {}
+    for c in plan.runnable:
+        if c.spec.max_new_tokens < task.max_new_tokens and not cap_given(c):
+            fitted.setdefault(c.spec.max_new_tokens, set()).add(c.spec.model)
+    if fitted:
+        caps = ", ".join(f"{cap} for model={','.join(sorted(models))}"
+                         for cap, models in sorted(fitted.items()))
+        cut = ("most completions would be cut before their answer"
+               if min(fitted) < task.completion_tokens else
+               f"completions longer than {min(fitted)} tokens are cut")
+        return (f"warning: {CAP_KEY} unset and task={task.name}'s cap of "
+                f"{task.max_new_tokens} tokens after a prompt of about {task.prompt_tokens} "
+                f"does not fit the policy's context, so {CAP_KEY} is fitted to {caps}: "
+                f"{cut} (a cut completion earns 0); set {CAP_KEY} to choose the cap, or "
+                f"pick a model with a longer context")
     short = sorted({c.spec.max_new_tokens for c in plan.runnable
                     if c.spec.max_new_tokens < task.completion_tokens})
     if not short:
         return ""
-    return (f"warning: grid.max_new_tokens={short[0]} is below task={task.name}'s typical "
+    return (f"warning: {CAP_KEY}={short[0]} is below task={task.name}'s typical "
             f"completion of {task.completion_tokens} tokens: most completions would be cut "
-            f"before their answer (a cut completion earns 0); raise grid.max_new_tokens, or "
+            f"before their answer (a cut completion earns 0); raise {CAP_KEY}, or "
             f"leave it unset for the task's own cap ({task.max_new_tokens})")

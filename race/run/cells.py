@@ -22,7 +22,8 @@ from race.warmstart.tokenizer import in_family
 
 
 def launch_cells(folder: Path, specs: list, launcher, me: dict, *, label: str = "",
-                 keep_final_state: bool = False, log: str = "sweep.log") -> dict:
+                 keep_final_state: bool = False, log: str = "sweep.log",
+                 command: str = "race sweep") -> dict:
     """Claim, warm-start and launch the cells of ``specs`` (under ``folder/cells/``)
     without an ok summary; wait for the ones another process holds.
 
@@ -33,6 +34,7 @@ def launch_cells(folder: Path, specs: list, launcher, me: dict, *, label: str = 
         label: what the progress line and messages call this batch (a ladder rung).
         keep_final_state: the pilots keep their final state (a later rung continues it).
         log: the file under ``folder`` that library output goes to.
+        command: the command its messages name (``race sweep``, ``race validate``).
 
     Returns the counts: ``skipped`` (already ok), ``ran``, ``wall_s`` (of the launch),
     ``by_other`` (cell -> the process that ran it) and ``launched`` (cell ids).
@@ -43,18 +45,19 @@ def launch_cells(folder: Path, specs: list, launcher, me: dict, *, label: str = 
     where = f" of {label}" if label else ""
     try:
         if skipped:
-            print(f"race sweep: {skipped} cell(s){where} already ok in {folder}; running "
+            print(f"{command}: {skipped} cell(s){where} already ok in {folder}; running "
                   f"the other {len(todo)}", file=sys.stderr)
         if held:
-            print(f"race sweep: {len(held)} cell(s){where} are being run by "
+            print(f"{command}: {len(held)} cell(s){where} are being run by "
                   f"{held_text(held)}; waiting for them instead of running them twice",
                   file=sys.stderr)
         ours = [s for s in todo if s.cell_id in mine]
-        warm_start(ours, workers=cores())
+        warm_start(ours, workers=cores(), command=command)
         tasks = [Task(s, str(CellDir.of(folder, s.cell_id).path)) for s in ours]
         progress = SweepProgress(folder, [s.cell_id for s in specs],
                                  sum(s.budget_flops for s in specs), skipped,
-                                 elsewhere=len(held), label=label)
+                                 elsewhere=len(held), label=label,
+                                 command=command)
         launch_start = time.perf_counter()
         job = PilotJob(threads(launcher), launcher.checkpoint_every,
                        keep_final_state=keep_final_state)
@@ -83,8 +86,9 @@ def needs_warm_start(spec) -> bool:
     return any(family_models(spec))
 
 
-def warm_start(specs, workers: int) -> list[str]:
-    """Build the tiny policies and tiny PRMs the pilots need (cached; built once).
+def warm_start(specs, workers: int, command: str = "race sweep") -> list[str]:
+    """Build the tiny policies and tiny PRMs the pilots need (cached; built once), saying
+    so on stderr as ``command``.
 
     Returns the names built or found. Models with weights elsewhere (``policy_path`` or a
     Hugging Face id) need nothing.
@@ -95,24 +99,27 @@ def warm_start(specs, workers: int) -> list[str]:
     if not policies and not prms:
         return []
     start = time.perf_counter()
-    print(f"race sweep: warm start of {', '.join(policies + prms)} (cached after the first "
+    print(f"{command}: warm start of {', '.join(policies + prms)} (cached after the first "
           f"sweep)...", file=sys.stderr, flush=True)
     for task, warm in sorted({(tuple(s.task), tuple(s.warmstart)) for s in specs}):
         build_family(policies, prms=prms, workers=workers, task=dict(task),
                      warmstart=dict(warm))
-    print(f"race sweep: warm start ready in {time.perf_counter() - start:.0f} s",
+    print(f"{command}: warm start ready in {time.perf_counter() - start:.0f} s",
           file=sys.stderr)
     return policies + prms
 
 
 class SweepProgress:
-    """One status line on stderr: cells done/running/failed and FLOPs spent."""
+    """One status line on stderr: cells done/running/failed and FLOPs spent, headed by
+    the command's name (``[sweep]``, ``[validate]``) and the batch's label."""
 
     def __init__(self, sweep_dir: Path, cell_ids: list[str], budget_flops: float,
-                 done_before: int, elsewhere: int = 0, label: str = ""):
+                 done_before: int, elsewhere: int = 0, label: str = "",
+                 command: str = "race sweep"):
         self.dir, self.cell_ids, self.budget = sweep_dir, cell_ids, budget_flops
         self.done_before, self.elsewhere = done_before, elsewhere
-        self.prefix = f"[sweep {label}]" if label else "[sweep]"
+        name = command.removeprefix("race ")
+        self.prefix = f"[{name} {label}]" if label else f"[{name}]"
         self.start = time.perf_counter()
         self.tty = sys.stderr.isatty()
         self.last, self.shown = None, 0.0

@@ -10,23 +10,22 @@ only says what a sweep would still need (:func:`plan_needs_text`). A pilot loads
 model from its cache snapshot (:func:`race.preflight.resolve_weights`) and records the
 snapshot's commit hash with its results.
 
-huggingface_hub (and datasets, where a dataset is fetched) are imported inside the
-functions that use them.
+A dataset is read from its snapshot's files (:mod:`race.tasks.hub_data`), not through
+``datasets``' own cache, so the snapshot ``race prefetch`` downloads is what the pilots
+read. huggingface_hub is imported inside the functions that use it.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from race.errors import UsageError, WeightsMissing
 from race.preflight import WEIGHT_PATTERNS, hub_snapshot
-from race.tasks.math import eval_entries
+from race.tasks import data_sources
+from race.tasks.hub_data import fetch_blocker, hub_cache_dir, hub_offline, snapshot_folder
 from race.tasks.task_base import is_local
-
-# task fields that name a data source (a math task's evaluation targets are in ``eval``)
-SOURCE_KEYS = ("source", "val_source", "test_source", "ood_source")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,18 +46,8 @@ class HubNeed:
 
 
 def _task_needs(task: dict) -> list[HubNeed]:
-    needs = []
-    for key in SOURCE_KEYS:
-        source = str(task.get(key) or "")
-        if source and not is_local(source) and task.get("name") != "arith":
-            needs.append(HubNeed("dataset", f"task.{key}", source, subset=task.get("subset", "")))
-    evals = eval_entries(str(task.get("eval") or ""), has_source=bool(task.get("source")))
-    for name, entry in evals.items():
-        source = str(entry.get("source") or "")
-        if source and not is_local(source):
-            needs.append(HubNeed("dataset", f"task.eval.{name}", source,
-                                 subset=str(entry.get("subset") or "")))
-    return needs
+    return [HubNeed("dataset", key, source, subset=subset)
+            for key, source, subset in data_sources(task) if not is_local(source)]
 
 
 def hub_needs(specs: Iterable) -> list[HubNeed]:
@@ -79,19 +68,22 @@ def hub_needs(specs: Iterable) -> list[HubNeed]:
     return list(needs.values())
 
 
+def cached(need: HubNeed) -> Path | None:
+    """``need``'s snapshot folder in the Hugging Face cache, or None (no network); a
+    dataset's as its task reads it (:func:`race.tasks.hub_data.snapshot_folder`)."""
+    if need.kind == "dataset":
+        return snapshot_folder(need.repo_id, need.revision)
+    return hub_snapshot(need.repo_id, need.revision, repo_type=need.kind)
+
+
 def in_cache(need: HubNeed) -> bool:
     """Whether the Hugging Face cache holds ``need`` (no network)."""
-    return hub_snapshot(need.repo_id, need.revision, repo_type=need.kind) is not None
-
-
-def offline() -> bool:
-    """Whether the hub is switched off for this process (``HF_HUB_OFFLINE=1``)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return cached(need) is not None
 
 
 def reachable(need: HubNeed, timeout_s: float = 10.0) -> str:
     """"" when the hub answers for ``need``, else why not (one short phrase)."""
-    if offline():
+    if hub_offline():
         return "HF_HUB_OFFLINE=1"
     from huggingface_hub import HfApi
 
@@ -106,11 +98,12 @@ def reachable(need: HubNeed, timeout_s: float = 10.0) -> str:
 
 def check_needs(needs: list[HubNeed]) -> None:
     """Refuse (:class:`~race.errors.WeightsMissing`) the first need that is neither in the
-    cache nor reachable; ``race sweep`` calls it before any cell folder exists."""
+    cache nor reachable (a dataset: nor downloadable by ``datasets`` here, as the pilot
+    would); ``race sweep`` calls it before any cell folder exists."""
     for need in needs:
         if in_cache(need):
             continue
-        why = reachable(need)
+        why = (need.kind == "dataset" and fetch_blocker()) or reachable(need)
         if why:
             raise WeightsMissing(need.key, need.repo_id, need.revision, why)
 
@@ -127,24 +120,32 @@ def plan_needs_text(needs: list[HubNeed]) -> str:
 
 def prefetch(needs: list[HubNeed], report=print) -> list[tuple[HubNeed, str]]:
     """Download every need into the Hugging Face cache (models: only what loading reads,
-    :data:`race.preflight.WEIGHT_PATTERNS`; a dataset: through ``datasets`` when it is
-    installed, so its own cache is filled too). Returns (need, local folder) pairs.
+    :data:`race.preflight.WEIGHT_PATTERNS`; a dataset: its whole snapshot, whose files
+    the pilots read). Returns (need, local folder) pairs.
 
     Raises:
-        UsageError: a need the hub refuses or cannot serve, naming it.
+        UsageError: a need the hub refuses or cannot serve, naming it; with the hub off
+            (``HF_HUB_OFFLINE=1``), the first need the cache lacks.
     """
     from huggingface_hub import snapshot_download
 
+    if hub_offline():  # nothing can be downloaded: the cache holds every need, or refuse
+        missing = next((n for n in needs if not in_cache(n)), None)
+        if missing is not None:
+            raise UsageError(f"{missing.key}={missing.repo_id}: not in the Hugging Face "
+                             f"cache, and HF_HUB_OFFLINE=1 stops race prefetch from "
+                             f"downloading it; run race prefetch without HF_HUB_OFFLINE on a "
+                             f"machine that reaches the hub (the node that submits)")
+        return [(n, str(cached(n))) for n in needs]
     fetched = []
     for need in needs:
         report(f"race prefetch: {need.label} ...")
         try:
             folder = snapshot_download(need.repo_id, repo_type=need.kind,
                                        revision=need.revision or None,
+                                       cache_dir=hub_cache_dir(),
                                        allow_patterns=list(WEIGHT_PATTERNS)
                                        if need.kind == "model" else None)
-            if need.kind == "dataset":
-                _load_dataset(need)
         except Exception as error:  # the hub's own errors: name the repo and stop
             first = str(error).strip().splitlines()[0][:160] if str(error).strip() else ""
             kind = type(error).__name__
@@ -153,12 +154,3 @@ def prefetch(needs: list[HubNeed], report=print) -> list[tuple[HubNeed, str]]:
                              f"HF_TOKEN for gated repositories") from None
         fetched.append((need, folder))
     return fetched
-
-
-def _load_dataset(need: HubNeed) -> None:
-    """Fill ``datasets``' own cache as the pilot's loader will read it (when installed)."""
-    try:
-        import datasets
-    except ImportError:
-        return
-    datasets.load_dataset(need.repo_id, need.subset or None, revision=need.revision or None)

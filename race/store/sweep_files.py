@@ -13,6 +13,7 @@ Layout (docs/design.md, results contract)::
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from race.store.cell import CELLS
@@ -58,3 +59,15 @@ class SweepDir:
     @property
     def validate(self) -> Path:
         return self.path / VALIDATE
+
+
+def set_aside(path: Path) -> Path:
+    """Move a damaged results file out of the way, beside itself as
+    ``<name>.damaged-<UTC time>`` (kept for a look, never read again); returns its new
+    path."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target, n = path.with_name(f"{path.name}.damaged-{stamp}"), 1
+    while target.exists():
+        target, n = path.with_name(f"{path.name}.damaged-{stamp}-{n}"), n + 1
+    path.rename(target)
+    return target

@@ -26,7 +26,8 @@ from race.catalog import did_you_mean
 from race.errors import UnknownName, UsageError
 from race.tasks.arith import ArithTask
 from race.tasks.gsm8k import load_gsm8k
-from race.tasks.math import MathTask
+from race.tasks.hub_data import dataset_source
+from race.tasks.math import MathTask, eval_entries
 from race.tasks.reasoning_gym import ReasoningGymTask, has_ood
 from race.tasks.task_base import HELD_OUT, Example, sample_rows
 from race.tasks.verify import answers_match
@@ -71,15 +72,16 @@ class Gsm8kTask:
                 raise UsageError("task.ood_source: unset, but ood is an evaluation target; "
                                  "give a GSM8K-format file of out-of-distribution problems, "
                                  "or drop ood from pilot.eval_targets")
-            return [dataclasses.replace(ex, split="ood")
-                    for ex in load_gsm8k(self.ood_source, split="test")]
+            ood = dataset_source(self.ood_source, key="task.ood_source")
+            return [dataclasses.replace(ex, split="ood") for ex in load_gsm8k(ood, split="test")]
         if split not in ("train", "val", "test"):
             raise UsageError(f"split={split!r}: GSM8K-format tasks have train, val, test, ood")
-        path = Path(self.source).expanduser()
+        source = dataset_source(self.source, key="task.source")  # a name: its cached snapshot
+        path = Path(source).expanduser()
         by_file = path.is_dir() or not path.suffix  # one file per split (or a dataset)
         if by_file and split == "test":
-            return load_gsm8k(self.source, split="test")
-        rows = load_gsm8k(self.source, split="train" if by_file else "test")
+            return load_gsm8k(source, split="test")
+        rows = load_gsm8k(source, split="train" if by_file else "test")
         if not rows:
             raise UsageError(f"task.source={self.source}: holds no GSM8K rows; give a file "
                              f"of rows with a question and an answer ending in #### N")
@@ -179,6 +181,23 @@ def task_targets(entry: Mapping[str, Any]) -> tuple[str, ...]:
     if name == "reasoning-gym":
         return ("val", "test", "ood") if has_ood(entry) else ("val", "test")
     return ("val", "test", "ood")
+
+
+# task fields that name a data source (a math task's evaluation targets are in ``eval``)
+SOURCE_KEYS = ("source", "val_source", "test_source", "ood_source")
+
+
+def data_sources(entry: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(config key, source, subset) of every data source a task entry (``name`` and the
+    task's fields) reads: ``task.source`` and its siblings, then each ``task.eval``
+    target. The embedded arithmetic reads none; ``subset`` is ``task.source``'s own."""
+    if entry.get("name") == "arith":
+        return []
+    found = [(f"task.{key}", str(entry[key]), str(entry.get("subset") or "")
+              if key == "source" else "") for key in SOURCE_KEYS if entry.get(key)]
+    evals = eval_entries(str(entry.get("eval") or ""), has_source=bool(entry.get("source")))
+    return found + [(f"task.eval.{name}", e["source"], e["subset"])
+                    for name, e in evals.items()]
 
 
 def build_task(entry: Mapping[str, Any]) -> Any:

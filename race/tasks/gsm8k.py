@@ -8,8 +8,10 @@ line, then ``#### N`` (N may carry thousands commas, a sign or decimals). Source
 * a local ``.parquet`` file (the Hugging Face dataset's layout), read with pandas;
 * a local folder holding such files, one per split (``data/test.jsonl``, or a Hugging
   Face snapshot's ``main/test-00000-of-00001.parquet``);
-* anything else is a dataset name for ``datasets.load_dataset(name, "main", split=...)``
-  (``openai/gsm8k`` where the hub or its cache is reachable).
+* anything else is a dataset name (``openai/gsm8k``), read as such a folder from its
+  snapshot in the Hugging Face cache (:mod:`race.tasks.hub_data`), or, where the cache
+  lacks it and the hub is reachable, with ``datasets.load_dataset(name, "main",
+  split=...)``.
 
 Bad rows are never silent: by default the first one raises, naming the file, its 1-based
 line (or row) and how many rows are bad (the message asks to fix or delete them: no
@@ -17,8 +19,8 @@ config key skips them); called from Python, ``skip_invalid=True`` drops them and
 them in ``GSM8KLoad.invalid_rows`` (and in a logged warning from ``load_gsm8k``). A file
 that is not UTF-8 text (a binary) is refused, named.
 
-pandas (parquet sources) and datasets (a hub dataset) are imported only when such a
-source is read (heavy, and datasets is optional).
+pandas (parquet sources) and datasets (a hub dataset the cache lacks) are imported only
+when such a source is read (heavy, and datasets is optional).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from race.errors import UsageError
+from race.tasks.hub_data import dataset_source
 from race.tasks.task_base import FILE_SUFFIXES, Example
 from race.tasks.verify import normalize_number
 
@@ -177,14 +180,11 @@ def _parquet_rows(path: Path) -> Iterable[tuple[int, Any]]:
 def _dataset_rows(name: str, split: str, subset: str | None = "main"
                   ) -> Iterable[tuple[int, Any]]:
     """Rows of ``datasets.load_dataset(name, subset, split=split)`` (GSM8K's config is
-    ``main``; task=math passes its own ``task.subset``, None for none)."""
-    try:
-        import datasets
-    except ImportError as error:
-        raise ImportError(f"source={name!r} is not a local file, so it is read as a dataset "
-                          f"name with the `datasets` library, which is not installed; "
-                          f"`pip install datasets`, or pass a local .jsonl/.json/.parquet "
-                          f"file") from error
+    ``main``; task=math passes its own ``task.subset``, None for none): a name the cache
+    lacks, where :func:`race.tasks.hub_data.dataset_source` found ``datasets`` able to
+    download it."""
+    import datasets
+
     return enumerate(datasets.load_dataset(name, subset, split=split), start=1)
 
 
@@ -192,10 +192,11 @@ def _split_file(folder: Path, split: str) -> Path:
     """The data file for ``split`` inside a local dataset folder.
 
     Matches ``<split>.jsonl`` (GSM8K's release) and ``<split>-00000-of-00001.parquet``
-    (the Hugging Face snapshot); where both configs are present, ``main/`` wins over
-    ``socratic/``.
+    (the Hugging Face snapshot; older uploads add ``-<hex>`` after the shard numbers);
+    where both configs are present, ``main/`` wins over ``socratic/``.
     """
-    name = re.compile(rf"{re.escape(split)}(?:-\d+-of-\d+)?(?:\.jsonl|\.json|\.parquet)")
+    name = re.compile(rf"{re.escape(split)}(?:-\d+-of-\d+(?:-[0-9a-f]+)?)?"
+                      rf"(?:\.jsonl|\.json|\.parquet)")
     found = sorted(p for p in folder.rglob("*") if p.is_file() and name.fullmatch(p.name))
     if len(found) > 1 and any("main" in p.relative_to(folder).parts for p in found):
         found = [p for p in found if "main" in p.relative_to(folder).parts]
@@ -209,6 +210,7 @@ def _split_file(folder: Path, split: str) -> Path:
 
 def _resolve(source: str | Path, split: str) -> tuple[str, Iterable[tuple[int, Any]], str]:
     """(label used in messages, numbered rows, 'line' or 'row')."""
+    source = dataset_source(str(source))  # a dataset name: its cached snapshot folder
     path = Path(source).expanduser()
     if path.is_dir():
         path = _split_file(path, split)
@@ -251,7 +253,8 @@ def read_gsm8k(source: str | Path, split: str = "test", limit: int | None = None
         FileNotFoundError: a file path that does not exist.
         ValueError: malformed JSON; an invalid row when ``skip_invalid`` is False (the
             message names the file, the first bad line and the count of bad rows).
-        ImportError: a dataset name without the ``datasets`` library installed.
+        WeightsMissing: a dataset name that is neither in the Hugging Face cache nor
+            downloadable here (the hub off, or ``datasets`` not installed).
     """
     if limit is not None and (not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit={limit!r}: must be a non-negative integer or None")

@@ -12,8 +12,9 @@ first raises a UsageError naming the file and its 1-based line (JSON lines) or r
 Sources, read with race.tasks.gsm8k's file readers: a ``.jsonl``/``.json``/``.parquet``
 file; a folder of split files (``test.jsonl``, a hub snapshot's
 ``data/test-00000-of-00001.parquet``) where ``subset`` picks a config subfolder (``main/``
-by default); else a dataset name for ``datasets.load_dataset(source, subset or None,
-split=split)``.
+by default); else a dataset name, read as that folder from its snapshot in the Hugging Face
+cache (:mod:`race.tasks.hub_data`), or, where the cache lacks it, with
+``datasets.load_dataset(source, subset or None, split=split)``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 import race.tasks.gsm8k as gsm8k
 from race.errors import UsageError
+from race.tasks.hub_data import dataset_source
 from race.tasks.task_base import FILE_SUFFIXES, HELD_OUT, Example, is_local
 from race.tasks.verify import _MATH_DOLLARS_RE, _last_marker, answers_match, gold_parses
 
@@ -61,7 +63,7 @@ def _split_path(folder: Path, split: str, subset: str) -> Path:
 def _locate(source: str | Path, split: str, subset: str
             ) -> tuple[str, Iterable[tuple[int, Any]], str]:
     """(label used in messages, numbered rows, 'line' or 'row') of a source's split."""
-    text = str(source)
+    text = dataset_source(str(source))
     path = Path(text).expanduser()
     if path.is_dir():
         path = _split_path(path, split, subset)
@@ -137,7 +139,8 @@ def read_math(source: str | Path, split: str = "train", *, subset: str = "",
     Raises:
         UsageError: a missing path, a malformed file, or bad rows (the first named with
             its line or row, the reason, the count and the fix).
-        ImportError: a dataset name without the ``datasets`` library.
+        WeightsMissing: a dataset name that is neither in the Hugging Face cache nor
+            downloadable here (the hub off, or ``datasets`` not installed).
     """
     if limit is not None and (not isinstance(limit, int) or limit < 0):
         raise UsageError(f"limit={limit!r}: must be a non-negative integer or None")
@@ -298,8 +301,9 @@ class MathTask:
     def _read(self, key: str, source: str, split: str, keys: dict[str, str]
               ) -> list[Example]:
         """read_math, its errors prefixed with the config key that named the source."""
+        readable = dataset_source(source, key=key)  # a dataset name: its cached snapshot
         try:
-            return read_math(source, split, **keys)
+            return read_math(readable, split, **keys)
         except UsageError as error:
             raise UsageError(f"{key}={source}: {error}") from None
 
@@ -332,10 +336,31 @@ class MathTask:
         rows = [ex for ex in self._source_rows(self.train_split)
                 if _bucket(ex.problem) not in cut]
         others = [t for t in self.targets() if t not in cut]  # cuts are disjoint already
-        seen = {_norm(ex.problem) for target in others for ex in self.rows(target)}
+        train = {_norm(ex.problem) for ex in rows}
+        shared = {t: train & {_norm(ex.problem) for ex in self.rows(t)} for t in others}
+        seen = set().union(*shared.values())
         kept = [ex for ex in rows if _norm(ex.problem) not in seen]
         self._cache[("dropped",)] = len(rows) - len(kept)
+        overlapping = [t for t in others if shared[t]]
+        if rows and not kept:
+            labels = ", ".join(self._named(t) for t in overlapping)
+            raise UsageError(f"task.source={self.source}: all {len(rows)} training problems "
+                             f"also appear in evaluation target{'s' * (len(overlapping) > 1)} "
+                             f"{labels} and were dropped (a model is not scored on problems "
+                             f"it trained on); give a training source that differs from the "
+                             f"targets")
         if len(kept) < len(rows):
             logger.warning("task %s: dropped %d training problem(s) also in %s", self.name,
-                           len(rows) - len(kept), ", ".join(others))
+                           len(rows) - len(kept), ", ".join(overlapping))
         return kept
+
+    def _named(self, target: str) -> str:
+        """A target and the setting its problems come from: ``m500 (task.eval.m500=...)``."""
+        entries = eval_entries(self.eval, has_source=bool(self.source))
+        given = self.val_source if target == "val" else self.test_source
+        if target in entries:
+            where = f"task.eval.{target}={entries[target]['source']}"
+        else:
+            where = f"task.{target}_source={given}" if given else \
+                f"task.source={self.source}, split test"
+        return f"{target} ({where})"

@@ -1,6 +1,6 @@
 """reasoning-gym's procedural generators as a pilot task: ``task=reasoning-gym``.
 
-reasoning-gym (``pip install 'race[tasks]'``) ships more than 100 generators of
+reasoning-gym (``pip install 'race-rl[tasks]'``) ships more than 100 generators of
 verifiable problems, made for RL with verifiable rewards: each has a config dataclass
 (size, seed, difficulty knobs) and its own scorer ``score_answer(answer, entry)``. It runs
 offline: the generators are procedural and their word lists ship with the package.
@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from race import DISTRIBUTION
 from race.catalog import closest
 from race.errors import MissingExtra, UnknownName, UsageError
 from race.tasks.task_base import Example, sample_rows
@@ -52,7 +53,7 @@ SPLITS = ("train", "val", "test", "ood")
 # generator seeds of the splits lie this far apart; numpy-seeded generators need the last
 # split's seed plus its size below 2**32
 SEED_STRIDE = 10**8
-EXTRA = "race[tasks]"
+EXTRA = f"{DISTRIBUTION}[tasks]"
 
 
 def _gym():

@@ -32,6 +32,21 @@ only for the answer it states, compared whole:
   so it would read ``5\\text{ hours } 30\\text{ minutes}`` as 5. Several answers in one
   marker (``2, 3``, ``2 \\text{ or } 3``, ``\\pm 2``) are a set, equal only to the same
   set in any order, never to one of its members.
+- **Relations.** math-verify reads ``999 = 3`` as 3 and drops ``\\approx`` (``3 \\approx
+  100`` is 3), so an answer that holds a relation at its top level (outside braces and
+  brackets: ``\\{x : x > 0\\}`` holds none) is judged here first. Against a gold without
+  one, it is paid only when every relation is ``=`` (or ``\\in``), at least one side
+  equals the gold, and every other side equals it too or is a label: an expression in
+  symbols (``x``, ``f(2)``, ``x^2 + y^2``), or, when the gold holds symbols itself
+  (``2x + 1``), a lone symbol or ``f(x)``. So for gold 3 ``x = 3``, ``3 = 3``, ``x = 2 +
+  1 = 3`` and ``#### 1 + 2 = 3`` are paid; ``999 = 3``, ``3 = 999``, ``x = 4 = 3`` and
+  ``2x = 6`` are not, nor is any ``\\approx``, ``<``, ``\\le``, ``\\ne``, ``\\equiv``
+  or arrow, whose answer is not a value. A list (``x = 3, y = 4``, ``x = 3 \\text{ or }
+  x = 4``) holds at most one ``label = value`` per item and is compared whole. Against a
+  gold that is a relation itself (``x \\le 3``, ``y = 2x + 1``), the answer may hold no
+  relation of a kind, or more of one, than the gold does (``x = 4 = 3`` is not ``x =
+  3``), and math-verify compares the two whole; a gold with ``\\approx``, ``\\sim`` or
+  an arrow, which math-verify reads as nothing, is compared side by side.
 - **Unusable gold.** A gold that is neither a plain number nor parsed by math-verify
   (:func:`gold_parses` is False; a data loader should refuse such rows) is matched only by
   exact string equality, whitespace ignored.
@@ -49,6 +64,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -79,6 +95,36 @@ _NOT_UNITS = frozenset("""
     eighty ninety hundred thousand million billion trillion dozen grand half halve third
     quarter fourth fifth sixth seventh eighth ninth tenth
 """.split())
+# The relations a stated answer may hold, by kind. Only "=" (also written "\in") can
+# state a value; the other kinds never do. math-verify reads "~" and "->" as nothing
+# (``3 \approx 100`` parses as 3), so a gold holding one is compared side by side.
+_RELATIONS = {
+    "=": ("==", ":=", "=", "\\in", "∈"),
+    "<": ("<", ">", "\\lt", "\\gt"),
+    "<=": ("<=", ">=", "=<", "=>", "\\leqslant", "\\geqslant", "\\leqq", "\\geqq",
+           "\\leq", "\\geq", "\\le", "\\ge", "≤", "≥", "⩽", "⩾"),
+    "!=": ("!=", "\\neq", "\\ne", "\\notin", "\\not", "≠", "∉"),
+    "~": ("\\approx", "\\thickapprox", "\\simeq", "\\sim", "\\doteq", "\\cong",
+          "\\equiv", "\\propto", "≈", "∼", "≃", "≅", "≡"),
+    "->": ("\\to", "\\rightarrow", "\\Rightarrow", "\\implies", "\\iff",
+           "\\Leftrightarrow", "\\leftrightarrow", "\\mapsto", "\\subseteq", "\\subset",
+           "\\supseteq", "\\supset", "\\ll", "\\gg", "→", "⇒", "⟹", "⊂", "⊆"),
+}
+_RELATION_KIND = {symbol: kind for kind, symbols in _RELATIONS.items() for symbol in symbols}
+# longest first, so "<=" is not read as "<" and "\leq" not as "\le"; a command must end
+_RELATION_RE = re.compile("|".join(
+    re.escape(symbol) + ("(?![A-Za-z])" if symbol.startswith("\\") else "")
+    for symbol in sorted(_RELATION_KIND, key=len, reverse=True)))
+# What separates the answers of a list: a comma (not a thousands one), ";", \quad, and
+# "or"/"and", bare or in a \text{...}.
+_LIST_SEPARATOR_RE = re.compile(
+    r",(?!\d{3}(?!\d))|;|\\q?quad(?![A-Za-z])"
+    r"|\\(?:text|textrm|mbox|mathrm)\s*\{[^{}]*\b(?:or|and)\b[^{}]*\}|\b(?:or|and)\b")
+# A LaTeX token, and the ones that open or close a group (a relation inside one, as in
+# "\{x : x > 0\}" or "\text{so 2 = 2}", is not the answer's own).
+_TOKEN_RE = re.compile(r"\\[A-Za-z]+|\\.|.", re.DOTALL)
+_OPENERS = frozenset({"{", "(", "[", "\\{", "\\lbrace", "\\langle", "\\lbrack"})
+_CLOSERS = frozenset({"}", ")", "]", "\\}", "\\rbrace", "\\rangle", "\\rbrack"})
 
 
 def _strip_decoration(text: str) -> str:
@@ -107,10 +153,12 @@ def normalize_number(text: str) -> str | None:
 @dataclass(frozen=True, slots=True)
 class _Answer:
     """A stated answer: ``text`` is what is compared (a plain number in canonical form,
-    :func:`normalize_number`, else the content as written); ``is_number`` says which."""
+    :func:`normalize_number`, else the content as written); ``is_number`` says which;
+    ``hash_line`` whether it came after ``####`` (where unit words may follow a number)."""
 
     text: str
     is_number: bool
+    hash_line: bool = False
 
 
 def _closing_brace(text: str, start: int) -> int | None:
@@ -170,7 +218,9 @@ def _read_answer(content: str, is_hash_line: bool) -> _Answer | None:
     number = normalize_number(text)
     if number is None and is_hash_line:
         number = _unit_number(text)
-    return _Answer(text, is_number=False) if number is None else _Answer(number, True)
+    if number is None:
+        return _Answer(text, is_number=False, hash_line=is_hash_line)
+    return _Answer(number, is_number=True, hash_line=is_hash_line)
 
 
 def _stated_answer(text: str) -> _Answer | None:
@@ -284,6 +334,113 @@ def _same_text(a: str, b: str) -> bool:
     return "".join(a.split()) == "".join(b.split())
 
 
+def _equivalent(answer: _Answer, target: _Answer) -> bool:
+    """Whether two answers are equal: exact decimals when both are plain numbers, else
+    math-verify (gold first), else exact text when the gold does not parse."""
+    if answer.is_number and target.is_number:
+        # exact decimal equality: no float rounding turns 72.0000001 into 72
+        return Decimal(answer.text) == Decimal(target.text)
+    gold_parsed = _parsed_gold(target.text)
+    if not gold_parsed:
+        return _same_text(answer.text, target.text)
+    verify = _math_verify()[1]
+    answer_parsed = _parse(answer.text, is_gold=False)
+    return bool(verify(list(gold_parsed), answer_parsed, timeout_seconds=None))
+
+
+def _top_level(pattern: re.Pattern, text: str) -> list[re.Match]:
+    """The matches of ``pattern`` that start outside every brace or bracket group."""
+    top, depth = set(), 0
+    for token in _TOKEN_RE.finditer(text):
+        if token.group() in _CLOSERS:
+            depth -= 1
+        if depth <= 0:
+            top.add(token.start())
+        if token.group() in _OPENERS:
+            depth += 1
+    return [match for match in pattern.finditer(text) if match.start() in top]
+
+
+def _split_top(pattern: re.Pattern, text: str) -> list[str]:
+    """``text`` cut at the top-level matches of ``pattern``, each piece stripped."""
+    pieces, start = [], 0
+    for match in _top_level(pattern, text):
+        pieces.append(text[start:match.start()].strip())
+        start = match.end()
+    return [*pieces, text[start:].strip()]
+
+
+def _relation_kinds(answer: _Answer) -> list[str]:
+    """The kinds of the top-level relations an answer states, in order (``[]``: none)."""
+    if answer.is_number:
+        return []
+    return [_RELATION_KIND[match.group()] for match in _top_level(_RELATION_RE, answer.text)]
+
+
+def _sides(answer: _Answer) -> list[_Answer | None]:
+    """The sides of an answer's relations (``x = 4 = 3``: x, 4, 3); None for an empty one."""
+    return [_read_answer(side, answer.hash_line) for side in _split_top(_RELATION_RE, answer.text)]
+
+
+def _is_symbolic(target: _Answer) -> bool:
+    """Whether the gold holds symbols (``2x + 1``), so only a lone name may label it."""
+    return not target.is_number and any(getattr(expr, "free_symbols", None)
+                                        for expr in _parsed_gold(target.text))
+
+
+def _is_label(side: str, symbolic_gold: bool) -> bool:
+    """Whether ``side`` names the answer rather than states a value: ``f(2)``, or an
+    expression in symbols (``x``, ``x^2 + y^2``); a lone symbol (``y``) or ``f(x)`` only
+    when the gold holds symbols itself. A number (``999``) is never a label."""
+    from sympy import Symbol
+    from sympy.core.function import AppliedUndef
+
+    parsed = _parse(side, is_gold=False)
+    if not parsed:
+        return False
+    if isinstance(parsed[0], AppliedUndef):
+        return True
+    if symbolic_gold:
+        return isinstance(parsed[0], Symbol)
+    return bool(getattr(parsed[0], "free_symbols", None))
+
+
+def _states_gold(answer: _Answer, target: _Answer) -> bool:
+    """Whether an answer holding relations, for a gold that holds none, states the gold:
+    only "=" relations, each side a label or equal to the gold, at least one equal. A list
+    (``x = 3, y = 4``) holds one ``label = value`` per item and is compared whole."""
+    if any(kind != "=" for kind in _relation_kinds(answer)):
+        return False
+    symbolic = _is_symbolic(target)
+    items = _split_top(_LIST_SEPARATOR_RE, answer.text)
+    if len(items) > 1:
+        for item in items:
+            sides = _split_top(_RELATION_RE, item)
+            if len(sides) > 2 or (len(sides) == 2 and not _is_label(sides[0], symbolic)):
+                return False
+        return _equivalent(answer, target)
+    sides = _sides(answer)
+    if any(side is None for side in sides):
+        return False
+    equal = [_equivalent(side, target) for side in sides]
+    return any(equal) and all(is_equal or _is_label(side.text, symbolic)
+                              for side, is_equal in zip(sides, equal))
+
+
+def _states_gold_relation(answer: _Answer, target: _Answer, gold_kinds: list[str]) -> bool:
+    """Whether an answer states the relation the gold states: no relation of a kind, or
+    more of one, than the gold holds; then math-verify whole, or side by side (same kinds
+    in the same order) when the gold's relation is one math-verify reads as nothing."""
+    kinds = _relation_kinds(answer)
+    if Counter(kinds) - Counter(gold_kinds):
+        return False
+    if not {"~", "->"} & set(gold_kinds):
+        return _equivalent(answer, target)
+    sides, gold_sides = _sides(answer), _sides(target)
+    return (kinds == gold_kinds and None not in sides and None not in gold_sides
+            and all(_equivalent(side, gold) for side, gold in zip(sides, gold_sides)))
+
+
 def answers_match(completion: str, gold: str) -> bool:
     """Whether the answer ``completion`` states equals the gold (the module's rules).
 
@@ -298,19 +455,17 @@ def answers_match(completion: str, gold: str) -> bool:
         both are plain numbers of equal value; when math-verify finds them equivalent
         (``\\frac{1}{2}`` vs ``0.5``, ``1+2x`` vs ``2x + 1``); when a side is longer than
         ``MAX_VERIFY_CHARS`` or the gold does not parse, only when the texts are equal
-        with whitespace ignored.
+        with whitespace ignored. An answer holding relations (``x = 3``) is paid only
+        as the module's relation rule says.
     """
     answer, target = _stated_answer(completion), _gold_answer(gold)
     if answer is None or target is None:
         return False
     if len(answer.text) > MAX_VERIFY_CHARS or len(target.text) > MAX_VERIFY_CHARS:
         return _same_text(answer.text, target.text)
-    if answer.is_number and target.is_number:
-        # exact decimal equality: no float rounding turns 72.0000001 into 72
-        return Decimal(answer.text) == Decimal(target.text)
-    gold_parsed = _parsed_gold(target.text)
-    if not gold_parsed:
-        return _same_text(answer.text, target.text)
-    verify = _math_verify()[1]
-    answer_parsed = _parse(answer.text, is_gold=False)
-    return bool(verify(list(gold_parsed), answer_parsed, timeout_seconds=None))
+    if not _relation_kinds(answer):
+        return _equivalent(answer, target)
+    gold_kinds = _relation_kinds(target)
+    if gold_kinds:
+        return _states_gold_relation(answer, target, gold_kinds)
+    return _states_gold(answer, target)
