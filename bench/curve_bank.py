@@ -120,7 +120,8 @@ def cell_curves(cell_dir: Path) -> dict | None:
     return {"cell_id": spec["cell_id"], "config": spec["config_id"], "model": spec["model"],
             "warmstart": spec.get("warmstart", {}), "lr": spec.get("lr"),
             "reward": spec["reward"]["name"], "group_size": spec["group_size"],
-            "update_epochs": spec["update_epochs"], "seed": spec["seed"],
+            "update_epochs": spec["update_epochs"],
+            "prompts_per_step": spec.get("prompts_per_step"), "seed": spec["seed"],
             "budget_flops": spec["budget_flops"], "evals": evals, "steps": steps}
 
 
@@ -157,6 +158,9 @@ def main() -> None:
     parser.add_argument("--previous", type=Path, default=None,
                         help="the bank exported before (its runs are kept, and its cells "
                              "this folder has no cell of)")
+    parser.add_argument("--partial", action="store_true",
+                        help="export the ok cells of a bank still being built (the bank "
+                             "records how many of its command's cells are missing)")
     add_quick(parser, "exports a one-cell sweep of a 2-step tiny-s run, into a temp folder")
     args = parser.parse_args()
     if args.quick:
@@ -175,7 +179,7 @@ def main() -> None:
     cells = [c for c in map(cell_curves, cell_dirs(args.sweep_dir)) if c]
     done = {c["cell_id"] for c in cells}
     missing = [c["cell_id"] for c in record["cells"] if c["cell_id"] not in done]
-    if missing:
+    if missing and not args.partial:
         sys.exit(f"{args.sweep_dir}: {len(missing)} cell(s) of its last command not ok yet; "
                  f"rerun the sweep (it resumes) before exporting")
     this = {"command": "race " + " ".join(record["argv"][1:]), "git_sha": record["git_sha"],
@@ -193,11 +197,12 @@ def main() -> None:
     bank = {**{k: this[k] for k in RUN_KEYS},
             "versions": record["versions"], "budget_flops": record["budget_flops"],
             "runs": [r for r in runs if r["command"] != this["command"]] + [this],
-            "cells": kept + cells}
+            "missing_cells": len(missing), "cells": kept + cells}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(args.out, "wt") as f:
         json.dump(bank, f)
     print(f"wrote {args.out}: {len(cells)} cells from {args.sweep_dir}"
+          + (f" ({len(missing)} of its cells not ok yet: a partial bank)" if missing else "")
           + (f", {len(kept)} kept from {args.previous}" if old else "")
           + f", git {record['git_sha'][:10]}")
 

@@ -55,8 +55,9 @@ from bench.common import add_quick
 from bench.curve_bank import cell_curves
 from race.store.cell import cell_dirs
 
-DEFAULT_BANK = Path(__file__).parent / "data" / "curve_bank_v3.json.gz"
-LARGER_BANK = Path(__file__).parent / "data" / "curve_bank_v3_4x.json.gz"  # 4F, read if there
+DEFAULT_BANK = Path(__file__).parent / "data" / "curve_bank_v4.json.gz"
+LARGER_BANK = Path(__file__).parent / "data" / "curve_bank_v4_4x.json.gz"  # 4F, read if there
+GRID_PROMPTS = 8  # prompts per step of the grid (a bank cell without the knob ran 8)
 Z90 = 1.645
 SELECT = "val"  # the target configs are compared on; test and ood are reported beside it
 
@@ -67,6 +68,15 @@ def load(path: Path) -> list[dict]:
         return [c for c in map(cell_curves, cell_dirs(path)) if c]
     with gzip.open(path, "rt") as f:
         return json.load(f)["cells"]
+
+
+def missing_cells(path: Path) -> int:
+    """How many cells of a partial bank's command were not ok when it was exported (0: a
+    complete bank, or a sweep folder read as it stands)."""
+    if path.is_dir():
+        return 0
+    with gzip.open(path, "rt") as f:
+        return json.load(f).get("missing_cells", 0)
 
 
 def _at(cell: dict, target: str, fraction: float) -> dict | None:
@@ -106,8 +116,17 @@ def paired(a: dict, b: dict) -> tuple[float, float]:
     return mean, math.sqrt(problem_var + seed_var)
 
 
+def size_order(model: str) -> tuple[int, str]:
+    """Sort key of policy sizes, smallest first (the tiny family by name, others after)."""
+    tiny = {"tiny-s": 0, "tiny-m": 1, "tiny-l": 2}
+    return tiny.get(model, 9), model
+
+
 def allocation(cell: dict, with_reward: bool = True) -> str:
-    base = f"G{cell['group_size']} mu{cell['update_epochs']}"
+    """``G8 mu1`` (``G8 mu1 P16`` off the grid's 8 prompts per step), with the reward."""
+    prompts = cell.get("prompts_per_step") or GRID_PROMPTS
+    base = f"G{cell['group_size']} mu{cell['update_epochs']}" + (
+        f" P{prompts}" if prompts != GRID_PROMPTS else "")
     return f"{base} {cell['reward']}" if with_reward else base
 
 
@@ -191,12 +210,16 @@ def main() -> None:
     cells = [c for _, bank in banks for c in bank]
     views = budgets(cells)
     budget = full[0]["budget_flops"]
-    sizes = sorted({c["model"] for c in full})
+    sizes = sorted({c["model"] for c in full}, key=size_order)
     rewards = sorted({c["reward"] for c in full})
     targets = sorted({r["target"] for c in full for r in c["evals"]})
     seeds = sorted({c["seed"] for c in full})
     print(f"bank {banks[0][0].name}: {len(full)} cells, {len(configs(full))} configs, seeds "
           f"{seeds}, full budget F={budget:.3g} FLOPs; scores on {SELECT} unless named")
+    for path, _ in banks:
+        if left := missing_cells(path):
+            print(f"PARTIAL: {path.name} lacks {left} cell(s) of its command (a bank still "
+                  f"being built: python -m bench.testbed_bank status); read with care")
     for path, bank in banks[1:]:
         print(f"bank {path.name}: {len(bank)} cells, {len(configs(bank))} configs, seeds "
               f"{sorted({c['seed'] for c in bank})}, full budget "
@@ -266,6 +289,7 @@ def main() -> None:
               f"(each leads the other, 90% intervals excluding 0)")
     if len(banks) > 1:
         _by_budget(cells, views, sizes, rewards)
+    _sizes_by_budget(cells, views, sizes, rewards)
     changed = sorted({c[0] for c in changes})
     print("\nper size, best config's gain over its warm start at F, in SE: "
           + ", ".join(f"{s} {z:.1f}" for s, z in gains.items()))
@@ -305,6 +329,30 @@ def _by_budget(cells: list[dict], views: dict, sizes: list[str], rewards: list[s
                     print(f"  at F, {size} {reward} {name}: the {full / fulls[0]:.3g}F bank's "
                           f"run {reruns[name]['mean']:.3f}, the F bank's {first['mean']:.3f}, "
                           f"difference {diff:+.3f} (SE {se:.3f})")
+
+
+def _sizes_by_budget(cells: list[dict], views: dict, sizes: list[str],
+                     rewards: list[str]) -> None:
+    """Same-FLOP size comparison: at each budget, each size's best config on ``SELECT``
+    and the larger size's lead over the smaller's best, with its 90% interval (a smaller
+    policy buys more steps for the same FLOPs: where do they win?)."""
+    if len(sizes) < 2:
+        return
+    small, large = sizes[0], sizes[-1]
+    print(f"\nsame-FLOP sizes on {SELECT}: {large}'s best config minus {small}'s, 90% "
+          f"interval, and the size that wins (= where the interval holds 0)")
+    print(f"  {'budget':<12}" + "".join(f"{r:<36}" for r in rewards).rstrip())
+    for b in views:
+        row = []
+        for reward in rewards:
+            tops = [ranked(cells, (size, reward, SELECT, b), views) for size in (small, large)]
+            if not all(tops):
+                row.append("-")
+                continue
+            lead, se = paired(tops[1][0][1], tops[0][0][1])
+            wins = large if lead - Z90 * se > 0 else small if lead + Z90 * se < 0 else "="
+            row.append(f"{lead:+.3f} [{lead - Z90 * se:+.3f}, {lead + Z90 * se:+.3f}] {wins}")
+        print(f"  F x {b:<8.3g}" + "".join(f"{r:<36}" for r in row).rstrip())
 
 
 def _beats(cells: list[dict], views: dict, where: tuple, winner: str, loser: str) -> bool:

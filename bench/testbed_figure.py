@@ -1,16 +1,19 @@
-"""The testbed's allocation frontier as a figure: held-out ``val`` accuracy against the
-post-training budget, one line per allocation config, one panel per policy size.
+"""Where the testbed's best allocation changes, as one figure: per size, reward system and
+evaluation target, the best search setting (group size G) at every post-training budget.
 
-Reads the curve banks ``bench/testbed.py`` reads (the default grid at the full budget F,
-and the larger 4F bank where it exists) and draws, per config, the seed mean with a band
-of one SE (seeds and problems, ``testbed.score``) at every checkpoint, the budget in
-units of F on a log axis; the warm start sits at the left edge. Each budget is read from
-the smallest bank that reaches it (``testbed.budgets``), so the 4F bank extends the
-curves of its configs to the right of F. A colour is one (G, mu); solid lines are the
-rule reward, dashed the tiny PRM; the best and worst config of each size at F are
-labelled.
+Reads the curve banks ``bench/testbed.py`` reads (the grid at the full budget F, and the
+4F bank where it exists; each budget from the smallest bank that reaches it,
+``testbed.budgets``). A panel is one (target, size, reward): one line per G, the seed
+mean (band: one SE, seeds and problems, ``testbed.score``) of that G's best config at
+each budget (its best mu and prompts per step there), the budget in units of F on a log
+axis and the warm start at the left edge. The strip along each panel's top names the
+leading allocation at each budget, in its G's colour; a filled dot where its lead over
+the runner-up (any config) clears a 90% interval, an open one where it does not.
+Reading the best of several configs at each budget favours noise a little (winner's
+curse); the strip's intervals are the check.
 
-Usage: ``python bench/testbed_figure.py [--bank PATH ...] [--out docs/testbed_frontier.png]``.
+Usage: ``python bench/testbed_figure.py [--bank PATH ...] [--out docs/testbed_frontier.png]
+[--targets val,ood]``.
 """
 
 from __future__ import annotations
@@ -27,84 +30,93 @@ from bench.common import add_quick, scratch  # noqa: E402
 from bench.testbed import (  # noqa: E402
     DEFAULT_BANK,
     LARGER_BANK,
-    SELECT,
-    allocation,
+    Z90,
     budgets,
-    configs,
     load_banks,
+    paired,
+    ranked,
     score,
+    size_order,
 )
 
 OUT = Path(__file__).parents[1] / "docs" / "testbed_frontier.png"
 START = 1 / 192  # where the warm start is drawn on the log axis (below F/96)
 
 
-def curve(cells: list[dict], views: dict) -> list[tuple[float, float, float]]:
-    """(budget in F, mean, SE) of one config, the warm start at ``START``."""
-    smallest = min(full for full, _ in views.values())
-    reads = [(START, smallest, 0.0)] + [(b, full, f) for b, (full, f) in sorted(views.items())]
-    points = []
-    for budget, full, fraction in reads:
-        mine = [c for c in cells if c["budget_flops"] == full]
-        got = score(mine, SELECT, fraction) if mine else None
-        if got is not None:
-            points.append((budget, got["mean"], got["se"]))
-    return points
+def by_group(found: list[tuple[str, dict]]) -> dict[int, tuple[str, dict]]:
+    """G -> the best (allocation, score) of that G, from ``ranked``'s best-first list."""
+    out: dict[int, tuple[str, dict]] = {}
+    for name, got in found:
+        out.setdefault(int(name.split()[0][1:]), (name, got))
+    return out
+
+
+def panel(ax, cells: list[dict], views: dict, where: tuple, colour) -> None:
+    size, reward, target = where
+    start = score([c for c in cells if c["model"] == size][:1], target, 0.0)
+    lines: dict[int, list[tuple[float, float, float]]] = {}
+    strip = []
+    for b in sorted(views):
+        found = ranked(cells, (size, reward, target, b), views)
+        for g, (_, got) in by_group(found).items():
+            lines.setdefault(g, []).append((b, got["mean"], got["se"]))
+        if len(found) >= 2:
+            lead, se = paired(found[0][1], found[1][1])
+            strip.append((b, found[0][0], lead - Z90 * se > 0))
+    for g, points in sorted(lines.items()):
+        if start is not None:
+            points = [(START, start["mean"], start["se"])] + points
+        x, y, se = zip(*points)
+        ax.plot(x, y, "-", color=colour(g), lw=1.4, label=f"G{g}")
+        ax.fill_between(x, [m - s for m, s in zip(y, se)], [m + s for m, s in zip(y, se)],
+                        color=colour(g), alpha=0.15, lw=0)
+    for b, name, clear in strip:
+        g = int(name.split()[0][1:])
+        ax.plot([b], [1.02], "o", color=colour(g), mfc=colour(g) if clear else "white",
+                ms=5, transform=ax.get_xaxis_transform(), clip_on=False)
+    changes = [s for i, s in enumerate(strip) if i == 0 or s[1] != strip[i - 1][1]]
+    text = "\n".join(f"F x {b:.3g}: {name}" + ("" if clear else " (tie)")
+                     for b, name, clear in changes[-4:])
+    ax.text(0.02, 0.97, "leader from\n" + text, transform=ax.transAxes, va="top", fontsize=6.5)
+    ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_title(f"{size}, {reward}: {target}", fontsize=9, pad=10)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bank", type=Path, action="append", default=None)
     parser.add_argument("--out", type=Path, default=None, help=f"the figure (default {OUT})")
+    parser.add_argument("--targets", default="val,ood", help="panel rows (default val,ood)")
     add_quick(parser, "the figure into a temp folder unless --out")
     args = parser.parse_args()
     args.out = args.out or (scratch("testbed-figure") / OUT.name if args.quick else OUT)
     paths = args.bank or [DEFAULT_BANK] + ([LARGER_BANK] if LARGER_BANK.exists() else [])
     cells = [c for _, bank in load_banks(paths) for c in bank]
     views = budgets(cells)
-    sizes = sorted({c["model"] for c in cells}, key=lambda m: ("s", "m", "l").index(m[-1])
-                   if m.startswith("tiny-") else 9)
-    fig, axes = plt.subplots(1, len(sizes), figsize=(5.2 * len(sizes), 4.0), sharey=True,
-                             squeeze=False)
-    colours = plt.get_cmap("tab10")
-    for ax, size in zip(axes[0], sizes):
-        groups: dict[str, list[dict]] = {}  # by allocation: a config's F and 4F runs
-        for members in configs([c for c in cells if c["model"] == size]).values():
-            groups.setdefault(allocation(members[0]), []).extend(members)
-        drawn = []
-        shapes = sorted({allocation(m[0], with_reward=False) for m in groups.values()})
-        for _, members in sorted(groups.items(), key=lambda kv: allocation(kv[1][0])):
-            index = shapes.index(allocation(members[0], with_reward=False))  # colour: G, mu
-            points = curve(members, views)
-            if not points:
-                continue
-            x, y, se = zip(*points)
-            style = "-" if members[0]["reward"] == "rule" else "--"
-            label = allocation(members[0])
-            ax.plot(x, y, style, color=colours(index % 10), lw=1.4, label=label)
-            ax.fill_between(x, [m - s for m, s in zip(y, se)], [m + s for m, s in zip(y, se)],
-                            color=colours(index % 10), alpha=0.15, lw=0)
-            at_f = next((p for p in points if abs(p[0] - 1.0) < 1e-9), None)
-            if at_f is not None:
-                drawn.append((at_f[1], label))
-        ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
-        if any(c["budget_flops"] > min(full for full, _ in views.values())
-               for m in groups.values() for c in m):
-            ax.text(1.1, 0.45, "right of F:\nthe 4F bank's\nruns",
-                    transform=ax.get_xaxis_transform(), fontsize=7, color="0.35")
-        ax.set_xscale("log")
-        seeds = max(len({c["seed"] for c in m}) for m in groups.values())
-        ax.set_title(f"{size}: {len(groups)} configs, {seeds} seeds")
-        ax.set_xlabel("post-training budget (units of F; warm start at the left)")
-        if drawn:
-            best, worst = max(drawn), min(drawn)
-            ax.text(0.02, 0.97, f"best at F: {best[1]} {best[0]:.3f}\n"
-                                f"worst at F: {worst[1]} {worst[0]:.3f}",
-                    transform=ax.transAxes, va="top", fontsize=8)
-        ax.legend(fontsize=6.5, loc="lower right", ncol=1)
-    axes[0][0].set_ylabel(f"greedy {SELECT} accuracy (seed mean +- 1 SE)")
-    fig.suptitle("The embedded testbed: accuracy by allocation and budget "
-                 "(solid: rule reward, dashed: tiny PRM)", fontsize=10)
+    sizes = sorted({c["model"] for c in cells}, key=size_order)
+    rewards = sorted({c["reward"] for c in cells}, key=lambda r: (r != "rule", r))
+    have = {r["target"] for c in cells for r in c["evals"]}
+    targets = [t for t in args.targets.split(",") if t in have]
+    columns = [(s, r) for s in sizes for r in rewards]
+    fig, axes = plt.subplots(len(targets), len(columns), figsize=(3.6 * len(columns),
+                             3.1 * len(targets)), sharex=True, squeeze=False)
+    groups = sorted({c["group_size"] for c in cells})
+    palette = plt.get_cmap("viridis")
+    colour = {g: palette(i / max(1, len(groups) - 1) * 0.9) for i, g in enumerate(groups)}.get
+    for row, target in enumerate(targets):
+        for col, (size, reward) in enumerate(columns):
+            panel(axes[row][col], cells, views, (size, reward, target), colour)
+        axes[row][0].set_ylabel(f"greedy {target} accuracy\n(seed mean +- 1 SE)")
+    for ax in axes[-1]:
+        ax.set_xlabel("budget (units of F; warm start at left)")
+    axes[0][-1].legend(fontsize=7, loc="lower right", title="best config of", title_fontsize=7)
+    seeds = max(len({c["seed"] for c in cells if c["config"] == k})
+                for k in {c["config"] for c in cells})
+    fig.suptitle(f"Where the best allocation changes: each G's best config by budget "
+                 f"({len({c['config'] for c in cells})} configs, {seeds} seed(s) at most)\n"
+                 f"dots: the leader, filled where its lead's 90% interval clears the "
+                 f"runner-up", fontsize=9)
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=110)

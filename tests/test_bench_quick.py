@@ -38,6 +38,7 @@ LAST_LINE = {
     "selection_replay": ["policy=", "top1_regret=", "pilot_cost_share=", "best_peer="],
     "sweep_overhead": ["overhead_fraction="],
     "testbed": ["min_gain_se=", "within_size_spread_se=", "conditional_changes="],
+    "testbed_bank": ["bank v4:", "cells done", "h left at the measured rate"],
     "testbed_figure": ["wrote ", ".png"],
     "validate_default": ["pick=", "here_best_value=", "within_1se=", "above="],
     "warmstart": ["headroom ", "in_range="],
@@ -45,7 +46,8 @@ LAST_LINE = {
 # the ones that train or run pilots (tens of seconds each on 2 cores); CI runs them all
 SLOW = {"curve_bank", "flops_accuracy", "generation_paths", "learner_memory",
         "learning_gain", "learning_signal", "pilot_profile", "prm_quality", "race_fidelity",
-        "rollout_throughput", "selection_replay", "sweep_overhead", "validate_default",
+        "rollout_throughput", "selection_replay", "sweep_overhead", "testbed_bank",
+        "validate_default",
         "warmstart"}
 NEEDS = {"selection_replay": ("syne_tune", "optuna")}  # the bench extra (make test installs it)
 

@@ -1,0 +1,340 @@
+"""Build the testbed's curve bank v4 in stages that survive sessions, with a status line.
+
+The v4 bank widens the v3 grid (G in {4, 8} x mu in {1, 2}) to the axes the paper names,
+so that the best allocation has room to change with budget, size, reward and target:
+
+- search: G in {2, 4, 8, 16}; learning: mu in {1, 2, 4}; sizes tiny-m and tiny-l (tiny-s
+  falls under GRPO on this task, see docs/pilots.md); feedback: rule and prm-tiny-s;
+  3 seeds; to F = 3.5e12 FLOPs with 12 checkpoints (F/96 ... F), scored on ``val`` (500
+  problems), ``test`` and ``ood`` (200 each). lr stays fixed per size (the default 3e-4).
+- prompts per step in {4, 16} (the grid's 8 is the middle) at each size and reward's
+  leading (G, mu), the one with the best seed-mean ``val`` at F in the first stages.
+  Priced with ``race plan`` and measured: the F grid alone is 144 pilots of 4-25 minutes
+  each on one core (G2 is the slowest: 16 completions a step), far above the 6 hours the
+  bank was planned at, so the prompts-per-step axis runs at the leading configs only.
+- 4F = 1.4e13 for the rule reward (PRM cells cost the same to run and the rule cells'
+  budget axis is the one compared with the literature): per size, the config leading at
+  F, every config leading at a smaller checkpoint, and the largest search (G16 mu1);
+  3 seeds, in its own folder (a bank holds one full budget).
+
+The rules that pick the later stages' configs were written down before any cell of the
+bank had finished; nothing in the task, targets or grid changes after its results.
+
+Stages run in this order (seed-major, so a bank stopped early is balanced across configs):
+F seed 0, F seed 1, F seed 2, prompts per step, 4F. Each stage is one ``race sweep``
+into ``results/curve-bank-v4`` (``-4x`` for 4F) with ``sweep.extend=true``: a rerun skips
+every ok cell and resumes the rest, so ``run`` continues where a stopped session left it.
+
+Usage::
+
+    python -m bench.testbed_bank status     # cells done / total, hours left
+    python -m bench.testbed_bank run        # the next stages, in order (resumes)
+    python -m bench.testbed_bank pack       # ok cells + warm starts -> bench/data tarball
+    python -m bench.testbed_bank unpack     # a fresh checkout: the tarball back in place
+
+``pack`` keeps the warm starts the cells started from (the model cache's folders, a few
+MB, in their own tarball, written once), so that a later session on another machine
+resumes from the same weights: warm starts are deterministic on one machine only
+(docs/pilots.md, determinism). On a fresh checkout: ``unpack``, then ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common import DATA, REPO, USER_CACHE, add_quick, race, scratch, use_scratch_cache
+from race.store import io as results
+from race.store.cell import CellDir, cell_dirs
+
+RESULTS = REPO / "results"
+BANK = "curve-bank-v4"
+BANK_4X = "curve-bank-v4-4x"
+TARBALL = DATA / "curve-bank-v4-cells.tar.gz"
+WARM_STARTS = DATA / "curve-bank-v4-warmstarts.tar.gz"
+F_FLOPS = 3.5e12
+WORKERS = 2  # pilots at once (launcher=local: one per core here)
+CHECKPOINTS = ("[0.0104166667,0.0208333333,0.0416666667,0.0625,0.0833333333,0.125,"
+               "0.1666666667,0.25,0.3333333333,0.5,0.75,1]")
+COMMON = ("selection.policy=flat", "pilot.fraction=1", f"pilot.checkpoints={CHECKPOINTS}",
+          "pilot.eval_targets=[val,test,ood]", "pilot.select_examples=500",
+          "pilot.eval_examples=200", "sweep.extend=true")
+SIZES, REWARDS = ("tiny-m", "tiny-l"), ("rule", "prm-tiny-s")
+GROUPS, EPOCHS, PROMPTS, SEEDS = (2, 4, 8, 16), (1, 2, 4), (4, 16), (0, 1, 2)
+DEFAULT_PROMPTS = 8
+SELECT = "val"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One bank cell by its knobs (what ``spec.json`` says), budget in FLOPs."""
+
+    model: str
+    reward: str
+    group_size: int
+    update_epochs: int
+    prompts_per_step: int
+    seed: int
+    budget_flops: float
+
+    @property
+    def config(self) -> tuple:
+        return (self.model, self.reward, self.group_size, self.update_epochs,
+                self.prompts_per_step, self.budget_flops)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    folder: str
+    commands: tuple[tuple[str, ...], ...]  # race sweep overrides, one tuple a command
+    cells: tuple[Cell, ...]
+
+
+def cell_of(spec: dict) -> Cell:
+    return Cell(spec["model"], spec["reward"]["name"], spec["group_size"],
+                spec["update_epochs"], spec["prompts_per_step"], spec["seed"],
+                float(spec["budget_flops"]))
+
+
+def f_stage(seed: int) -> Stage:
+    grid = (f"model={','.join(SIZES)}", f"reward={','.join(REWARDS)}",
+            f"grid.group_size={','.join(map(str, GROUPS))}",
+            f"grid.update_epochs={','.join(map(str, EPOCHS))}", f"pilot.seed={seed}")
+    cells = tuple(Cell(m, r, g, mu, DEFAULT_PROMPTS, seed, F_FLOPS) for m in SIZES
+                  for r in REWARDS for g in GROUPS for mu in EPOCHS)
+    return Stage(f"F seed {seed}", BANK, ((*COMMON, f"budget={F_FLOPS:g}", *grid),), cells)
+
+
+def seed_means(folder: Path, fraction: float) -> dict[tuple, float]:
+    """Each F config's seed-mean ``val`` accuracy at ``fraction`` of its budget (configs
+    with all 3 seeds ok only)."""
+    by: dict[tuple, list[float]] = {}
+    for path in cell_dirs(folder):
+        if not CellDir(path).is_ok():
+            continue
+        cell = cell_of(results.read_json(path / "spec.json"))
+        for row in results.read_jsonl(path / "metrics.jsonl"):
+            if (row["kind"] == "eval" and row["target"] == SELECT
+                    and abs(row["checkpoint"] - fraction) < 1e-6):
+                by.setdefault(cell.config, []).append(row["accuracy"])
+    return {k: statistics.mean(v) for k, v in by.items() if len(v) == len(SEEDS)}
+
+
+def leaders(folder: Path, fraction: float) -> dict[tuple[str, str], tuple[int, int]] | None:
+    """(size, reward) -> the (G, mu) leading at ``fraction`` of F on the grid's prompts per
+    step (None until every F-grid config has its 3 seeds)."""
+    means = {k: v for k, v in seed_means(folder, fraction).items()
+             if k[4] == DEFAULT_PROMPTS and k[5] == F_FLOPS}
+    if len(means) < len(SIZES) * len(REWARDS) * len(GROUPS) * len(EPOCHS):
+        return None
+    best: dict[tuple[str, str], tuple[float, tuple[int, int]]] = {}
+    for (model, reward, g, mu, _, _), mean in means.items():
+        if mean > best.get((model, reward), (-1.0, None))[0]:
+            best[(model, reward)] = (mean, (g, mu))
+    return {k: v[1] for k, v in best.items()}
+
+
+def fractions(folder: Path) -> list[float]:
+    return sorted({float(x) for x in CHECKPOINTS.strip("[]").split(",")})
+
+
+def later_stages(folder: Path) -> list[Stage] | None:
+    """The prompts-per-step and 4F stages, from the F grid's leaders (None until known)."""
+    at_f = leaders(folder, 1.0)
+    if at_f is None:
+        return None
+    prompts = [(*COMMON, f"budget={F_FLOPS:g}", f"model={m}", f"reward={r}",
+                f"grid.group_size={g}", f"grid.update_epochs={mu}",
+                f"grid.prompts_per_step={','.join(map(str, PROMPTS))}",
+                f"pilot.seed={','.join(map(str, SEEDS))}")
+               for (m, r), (g, mu) in sorted(at_f.items())]
+    prompt_cells = tuple(Cell(m, r, g, mu, p, s, F_FLOPS) for (m, r), (g, mu) in at_f.items()
+                         for p in PROMPTS for s in SEEDS)
+    wide, wide_cells = [], []
+    for model in SIZES:
+        picks = {at_f[(model, "rule")], (max(GROUPS), 1)}
+        for f in fractions(folder):
+            picks.add(leaders(folder, f)[(model, "rule")])
+        for g, mu in sorted(picks):
+            wide.append((*COMMON, f"budget={4 * F_FLOPS:g}", f"model={model}", "reward=rule",
+                         f"grid.group_size={g}", f"grid.update_epochs={mu}",
+                         f"pilot.seed={','.join(map(str, SEEDS))}"))
+            wide_cells += [Cell(model, "rule", g, mu, DEFAULT_PROMPTS, s, 4 * F_FLOPS)
+                           for s in SEEDS]
+    return [Stage("prompts per step", BANK, tuple(prompts), prompt_cells),
+            Stage("4F", BANK_4X, tuple(wide), tuple(wide_cells))]
+
+
+def stages(root: Path) -> tuple[list[Stage], bool]:
+    """Every stage known so far, and whether the later ones are (they wait on the F grid)."""
+    first = [f_stage(s) for s in SEEDS]
+    later = later_stages(root / BANK)
+    return first + (later or []), later is not None
+
+
+@dataclass
+class Progress:
+    done: dict[Cell, float]       # ok cells -> wall seconds
+    running: dict[Cell, float]    # started cells -> share of the budget spent
+
+
+def progress(root: Path) -> Progress:
+    out = Progress({}, {})
+    for name in (BANK, BANK_4X):
+        for path in cell_dirs(root / name) if (root / name).is_dir() else []:
+            if not (path / "spec.json").is_file():
+                continue
+            cell = cell_of(results.read_json(path / "spec.json"))
+            if CellDir(path).is_ok():
+                summary = results.read_json(path / "summary.json")
+                out.done[cell] = sum(summary.get("wall_s", {}).values())
+            elif (path / "metrics.jsonl").is_file():
+                rows = [r for r in results.read_jsonl(path / "metrics.jsonl")
+                        if r["kind"] == "step"]
+                spent = rows[-1].get("charged_flops", 0.0) if rows else 0.0
+                out.running[cell] = min(1.0, spent / cell.budget_flops)
+    return out
+
+
+def seconds_per_cell(cell: Cell, done: dict[Cell, float]) -> float | None:
+    """Wall seconds ``cell`` should take on one core, from the finished cells most like it:
+    its own config's other seeds, else its size and G (per FLOP), else every cell."""
+    like = [lambda c: c.config == cell.config,
+            lambda c: (c.model, c.group_size, c.prompts_per_step) == (
+                cell.model, cell.group_size, cell.prompts_per_step),
+            lambda c: c.model == cell.model, lambda c: True]
+    for rule in like:
+        rates = [s / c.budget_flops for c, s in done.items() if rule(c)]
+        if rates:
+            return statistics.median(rates) * cell.budget_flops
+    return None
+
+
+def status_line(root: Path) -> str:
+    all_stages, known = stages(root)
+    state = progress(root)
+    planned = [c for s in all_stages for c in s.cells]
+    left = [c for c in planned if c not in state.done]
+    estimates = [seconds_per_cell(c, state.done) for c in left]
+    known_s = [e * (1 - state.running.get(c, 0.0)) for c, e in zip(left, estimates) if e]
+    hours = (f"{sum(known_s) / WORKERS / 3600:.1f} h left at the measured rate "
+             f"({WORKERS} at once)" if state.done else "no cell finished yet: no rate")
+    per_stage = ", ".join(f"{s.name} {sum(c in state.done for c in s.cells)}/{len(s.cells)}"
+                          for s in all_stages)
+    tail = "" if known else "; prompts-per-step and 4F stages: after the F grid's 3 seeds"
+    return (f"bank v4: {len(planned) - len(left)}/{len(planned)} cells done, "
+            f"{len(state.running)} running; {hours}; {per_stage}{tail}")
+
+
+def run(root: Path, extra: tuple[str, ...] = ()) -> None:
+    """Each stage's sweeps in order; a stage whose cells are all ok is skipped."""
+    while True:
+        all_stages, known = stages(root)
+        state = progress(root)
+        todo = [s for s in all_stages if any(c not in state.done for c in s.cells)]
+        if not todo:
+            print(status_line(root) + ("" if known else "; waiting on nothing: done"))
+            return
+        stage = todo[0]
+        print(f"stage {stage.name}: " + status_line(root), flush=True)
+        for command in stage.commands:
+            race("sweep", *command, f"sweep.name={stage.folder}", f"sweep.out_dir={root}",
+                 *extra)
+        if all(c in progress(root).done for c in stage.cells):
+            continue
+        sys.exit(f"stage {stage.name}: some cells failed; read {root / stage.folder}/"
+                 f"pilots.csv, then rerun (it resumes)")
+
+
+def pack(root: Path, out: Path = TARBALL, starts: Path = WARM_STARTS) -> None:
+    """Every ok cell's spec, summary and metrics into ``out``; the warm starts they used
+    into ``starts`` once (they do not change while the bank is built, so later packs
+    leave that file, and the repository's history, as they are)."""
+    members: list[tuple[Path, str]] = []
+    for name in (BANK, BANK_4X):
+        folder = root / name
+        for path in cell_dirs(folder) if folder.is_dir() else []:
+            if CellDir(path).is_ok():
+                members += [(path / f, f"{name}/cells/{path.name}/{f}")
+                            for f in ("spec.json", "summary.json", "metrics.jsonl")]
+    _write_tar(out, members)
+    cells = sum(a.endswith("summary.json") for _, a in members)
+    print(f"wrote {out}: {cells} ok cells ({out.stat().st_size / 1e6:.1f} MB)")
+    if starts.exists():
+        return
+    cache = Path(os.environ.get("RACE_CACHE_DIR", USER_CACHE))
+    models = [(f, f"cache/{kind}/{model.name}/{f.name}") for kind in ("policies", "prms")
+              for model in sorted((cache / kind).glob("*")) if (cache / kind).is_dir()
+              for f in model.iterdir()]
+    _write_tar(starts, models)
+    print(f"wrote {starts}: the warm starts ({starts.stat().st_size / 1e6:.1f} MB)")
+
+
+def _write_tar(out: Path, members: list[tuple[Path, str]]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".part")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for path, arcname in members:
+            tar.add(path, arcname=arcname)
+    tmp.replace(out)
+
+
+def unpack(root: Path, tarball: Path = TARBALL, starts: Path = WARM_STARTS) -> None:
+    """The cells under ``root`` and the warm starts into the model cache (an existing file
+    is kept: a cache or cell already here wins)."""
+    cache = Path(os.environ.get("RACE_CACHE_DIR", USER_CACHE))
+    for path in (tarball, starts):
+        if not path.exists():
+            continue
+        with tarfile.open(path) as tar:
+            for member in tar.getmembers():
+                head, _, rest = member.name.partition("/")
+                target = (cache / rest) if head == "cache" else (root / member.name)
+                if member.isfile() and not target.exists():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with tar.extractfile(member) as src:
+                        target.write_bytes(src.read())
+    print(f"unpacked {tarball.name} into {root} and the warm starts into {cache}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("status", "run", "pack", "unpack"), nargs="?",
+                        default="status")
+    parser.add_argument("--root", type=Path, default=RESULTS, help="the results folder")
+    add_quick(parser, "status, pack and unpack of a one-cell bank of a 2-step tiny-s pilot")
+    args = parser.parse_args()
+    if args.quick:
+        quick()
+        return
+    {"status": lambda: print(status_line(args.root)), "run": lambda: run(args.root),
+     "pack": lambda: pack(args.root), "unpack": lambda: unpack(args.root)}[args.action]()
+
+
+def quick() -> None:
+    """The status line, pack and unpack on a one-cell bank of a miniature pilot."""
+    from bench.common import QUICK_PILOT, merged, quick_policy
+
+    use_scratch_cache()
+    root = scratch("testbed-bank")
+    race("sweep", *merged(QUICK_PILOT, ["selection.policy=flat", "pilot.fraction=1",
+                                       "launcher=inline", f"model.hf_id={quick_policy()}",
+                                       f"sweep.out_dir={root}", f"sweep.name={BANK}"]),
+         capture=True)
+    print(status_line(root))
+    tarball, starts = root / "bank.tar.gz", root / "starts.tar.gz"
+    pack(root, tarball, starts)
+    fresh = scratch("testbed-bank-fresh")
+    unpack(fresh, tarball, starts)
+    assert len(cell_dirs(fresh / BANK)) == 1, "unpack lost the cell"
+    print(status_line(fresh))
+
+
+if __name__ == "__main__":
+    main()
