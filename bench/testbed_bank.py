@@ -68,6 +68,7 @@ SIZES, REWARDS = ("tiny-m", "tiny-l"), ("rule", "prm-tiny-s")
 GROUPS, EPOCHS, PROMPTS, SEEDS = (2, 4, 8, 16), (1, 2, 4), (4, 16), (0, 1, 2)
 DEFAULT_PROMPTS = 8
 SELECT = "val"
+FRACTIONS = tuple(float(x) for x in CHECKPOINTS.strip("[]").split(","))
 
 
 @dataclass(frozen=True)
@@ -111,26 +112,27 @@ def f_stage(seed: int) -> Stage:
     return Stage(f"F seed {seed}", BANK, ((*COMMON, f"budget={F_FLOPS:g}", *grid),), cells)
 
 
-def seed_means(folder: Path, fraction: float) -> dict[tuple, float]:
-    """Each F config's seed-mean ``val`` accuracy at ``fraction`` of its budget (configs
-    with all 3 seeds ok only)."""
-    by: dict[tuple, list[float]] = {}
+def seed_means(folder: Path) -> dict[float, dict[tuple, float]]:
+    """Checkpoint -> each config's seed-mean ``val`` accuracy there (configs with all 3
+    seeds ok only), read in one pass over the folder."""
+    by: dict[float, dict[tuple, list[float]]] = {}
     for path in cell_dirs(folder):
         if not CellDir(path).is_ok():
             continue
         cell = cell_of(results.read_json(path / "spec.json"))
         for row in results.read_jsonl(path / "metrics.jsonl"):
-            if (row["kind"] == "eval" and row["target"] == SELECT
-                    and abs(row["checkpoint"] - fraction) < 1e-6):
-                by.setdefault(cell.config, []).append(row["accuracy"])
-    return {k: statistics.mean(v) for k, v in by.items() if len(v) == len(SEEDS)}
+            if row["kind"] == "eval" and row["target"] == SELECT:
+                at = by.setdefault(round(row["checkpoint"], 6), {})
+                at.setdefault(cell.config, []).append(row["accuracy"])
+    return {f: {k: statistics.mean(v) for k, v in at.items() if len(v) == len(SEEDS)}
+            for f, at in by.items()}
 
 
-def leaders(folder: Path, fraction: float) -> dict[tuple[str, str], tuple[int, int]] | None:
-    """(size, reward) -> the (G, mu) leading at ``fraction`` of F on the grid's prompts per
-    step (None until every F-grid config has its 3 seeds)."""
-    means = {k: v for k, v in seed_means(folder, fraction).items()
-             if k[4] == DEFAULT_PROMPTS and k[5] == F_FLOPS}
+def leaders(means: dict[tuple, float]) -> dict[tuple[str, str], tuple[int, int]] | None:
+    """(size, reward) -> the (G, mu) leading among ``means`` (one checkpoint's
+    :func:`seed_means`) on the grid's prompts per step (None until every F-grid config
+    has its 3 seeds)."""
+    means = {k: v for k, v in means.items() if k[4] == DEFAULT_PROMPTS and k[5] == F_FLOPS}
     if len(means) < len(SIZES) * len(REWARDS) * len(GROUPS) * len(EPOCHS):
         return None
     best: dict[tuple[str, str], tuple[float, tuple[int, int]]] = {}
@@ -140,13 +142,10 @@ def leaders(folder: Path, fraction: float) -> dict[tuple[str, str], tuple[int, i
     return {k: v[1] for k, v in best.items()}
 
 
-def fractions(folder: Path) -> list[float]:
-    return sorted({float(x) for x in CHECKPOINTS.strip("[]").split(",")})
-
-
 def later_stages(folder: Path) -> list[Stage] | None:
     """The prompts-per-step and 4F stages, from the F grid's leaders (None until known)."""
-    at_f = leaders(folder, 1.0)
+    means = seed_means(folder) if folder.is_dir() else {}
+    at_f = leaders(means.get(1.0, {}))
     if at_f is None:
         return None
     prompts = [(*COMMON, f"budget={F_FLOPS:g}", f"model={m}", f"reward={r}",
@@ -159,8 +158,8 @@ def later_stages(folder: Path) -> list[Stage] | None:
     wide, wide_cells = [], []
     for model in SIZES:
         picks = {at_f[(model, "rule")], (max(GROUPS), 1)}
-        for f in fractions(folder):
-            picks.add(leaders(folder, f)[(model, "rule")])
+        for f in FRACTIONS:
+            picks.add(leaders(means[round(f, 6)])[(model, "rule")])
         for g, mu in sorted(picks):
             wide.append((*COMMON, f"budget={4 * F_FLOPS:g}", f"model={model}", "reward=rule",
                          f"grid.group_size={g}", f"grid.update_epochs={mu}",
