@@ -58,13 +58,17 @@ def test_one_recipe_solved_at_every_size_buys_a_larger_policy_fewer_steps(plan):
 
 
 def test_a_size_without_the_recipe_is_solved_at_its_own_and_says_so(plan):
-    # a grid whose tiny-s cells all run G=8: none of them runs the G=4 recipe
+    # a grid whose tiny-s cells all run G=8: none of them runs the recipe of the default
+    # grid's other G (2)
+    other = min(c.spec.group_size for c in plan.runnable)
+    assert other != 8
     specs = [c.spec for c in plan.runnable if c.spec.model != "tiny-s"
              or c.spec.group_size == 8]
-    tiny_m_g4 = next(s for s in specs if s.model == "tiny-m" and s.group_size == 4)
-    frame = budget_buys(F, specs, reference=tiny_m_g4).set_index("model")
+    tiny_m_other = next(s for s in specs if s.model == "tiny-m" and s.group_size == other)
+    frame = budget_buys(F, specs, reference=tiny_m_other).set_index("model")
     assert not frame.loc["tiny-s", "same_recipe"] and frame.loc["tiny-m", "same_recipe"]
-    assert frame.loc["tiny-s", "group_size"] == 8 and frame.loc["tiny-l", "group_size"] == 4
+    assert frame.loc["tiny-s", "group_size"] == 8
+    assert frame.loc["tiny-l", "group_size"] == other
     assert "\\* no cell of this size runs that recipe" in buys_markdown(
         frame.reset_index(), F)
 
