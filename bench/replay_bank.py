@@ -134,15 +134,37 @@ def load_bank(path: Path, read_problems: int | None = None) -> tuple[dict, dict[
     return bank, configs
 
 
-def replicates(configs: dict, *, most: int = REPLICATES, seed: int = 0) -> list[dict]:
+def subgrids(configs: dict) -> list[list[str]] | None:
+    """The default-shaped grids inside a wider bank: every pair of its G values x every
+    pair of its mu values, with all of its sizes and rewards (the default sweep's shape:
+    two values on each allocation axis). An axis with two values or fewer is kept whole.
+    None when that leaves one grid, the bank itself (the v3 bank: G 4, 8 x mu 1, 2)."""
+    def pairs(key):
+        values = sorted({c[key] for c in configs.values()})
+        return list(itertools.combinations(values, 2)) if len(values) > 2 else [tuple(values)]
+    grids = [sorted(c for c in configs if configs[c]["group_size"] in gs
+                    and configs[c]["update_epochs"] in mus)
+             for gs in pairs("group_size") for mus in pairs("update_epochs")]
+    return grids if len(grids) > 1 else None
+
+
+def replicates(configs: dict, *, most: int = REPLICATES, seed: int = 0,
+               grids: list[list[str]] | None = None) -> list[dict]:
     """One-seed sweeps to replay: each config's curve from one of its seeds, drawn
     independently per config (the configs' runs are independent). Every combination when
-    there are at most ``most``, else ``most`` of them drawn at random (seeded)."""
+    there are at most ``most``, else ``most`` of them drawn at random (seeded).
+
+    With ``grids`` (``subgrids``), a replicate is a sweep of one of them: replicate ``i``
+    holds grid ``i % len(grids)``'s configs only (a policy reads those and picks among
+    them), each with a random seed, ``most`` in all."""
+    rng = np.random.default_rng(seed)
+    if grids:
+        return [{c: int(rng.choice(sorted(configs[c]["curves"]))) for c in grids[i % len(grids)]}
+                for i in range(most)]
     ids = sorted(configs)
     seeds = [sorted(configs[c]["curves"]) for c in ids]
     if math.prod(map(len, seeds)) <= most:
         return [dict(zip(ids, combo)) for combo in itertools.product(*seeds)]
-    rng = np.random.default_rng(seed)
     return [{c: int(rng.choice(s)) for c, s in zip(ids, seeds)} for _ in range(most)]
 
 
@@ -193,13 +215,15 @@ def bank_full(configs: dict) -> float:
 
 
 def halves(configs: dict) -> tuple[dict, dict]:
-    """The tuning half and the held-out half. By group size when the bank has two (tuned on
-    the larger G, whose configs ran first); else the configs in the order of a hash of
+    """The tuning half and the held-out half. By group size when the bank has an even
+    number of them (tuned on the larger half of the G values: in the v3 bank G8, whose
+    configs ran first; in the v4 bank G 8, 16), else the configs in the order of a hash of
     their ids, alternating."""
     group_sizes = sorted({c["group_size"] for c in configs.values()})
-    if len(group_sizes) == 2:
-        tune = [c for c in configs if configs[c]["group_size"] == group_sizes[1]]
-        held = [c for c in configs if configs[c]["group_size"] == group_sizes[0]]
+    if len(group_sizes) % 2 == 0:
+        larger = group_sizes[len(group_sizes) // 2:]
+        tune = [c for c in configs if configs[c]["group_size"] in larger]
+        held = [c for c in configs if configs[c]["group_size"] not in larger]
     else:
         order = sorted(configs, key=lambda c: zlib.crc32(c.encode()))
         tune, held = order[0::2], order[1::2]

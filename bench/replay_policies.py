@@ -12,7 +12,14 @@ import numpy as np
 
 from bench import blackbox, peers
 from bench.replay_bank import FLAT, bank_full, eval_flops_per_problem
-from bench.replay_stats import _within_size, bootstrap_within_size, kendall, spearman
+from bench.replay_stats import (
+    _within_size,
+    bootstrap_within_size,
+    kendall,
+    resample_counts,
+    spearman,
+    within_size_counts,
+)
 from race.config import PilotConfig, SelectionConfig
 from race.core import guards
 from race.core.bank_source import BankSource, replayable
@@ -117,8 +124,9 @@ def matched_budget(configs, draw, **kw) -> tuple[float, float]:
            tuple(sorted((k, repr(tuple(v) if isinstance(v, list) else v))
                         for k, v in knobs.items())))
     if key not in _MATCHED:
-        _, charged, pilots = ladder(configs, draw, use_guards=True, **knobs)
-        _MATCHED[key] = charged + pilot_eval_share(configs, draw, pilots), min(pilots)
+        grid = sweep_of(configs, draw)
+        _, charged, pilots = ladder(grid, draw, use_guards=True, **knobs)
+        _MATCHED[key] = charged + pilot_eval_share(grid, draw, pilots), min(pilots)
     return _MATCHED[key]
 
 
@@ -163,6 +171,35 @@ OWN_POLICIES = {
 POLICIES = PEER_POLICIES | OWN_POLICIES
 
 
+def sweep_of(configs: dict, draw: dict) -> dict:
+    """The configs replicate ``draw`` sweeps: all of ``configs``, or the subgrid it holds."""
+    return configs if len(draw) == len(configs) else {c: configs[c] for c in draw}
+
+
+def bootstrap_by_grid(configs: dict, rankings: list[list[str]], boot: int) -> dict:
+    """``bootstrap_within_size`` over a sample of the replicates' rankings
+    (``BOOT_RANKINGS`` per grid); with subgrids, each grid's configs resampled on their
+    own and a resample's value the mean over the grids."""
+    by_grid: dict[frozenset, list[list[str]]] = {}
+    for ranking in rankings:
+        by_grid.setdefault(frozenset(ranking), []).append(ranking)
+    if len(by_grid) == 1:
+        return bootstrap_within_size(configs, rankings[::max(1, len(rankings) // BOOT_RANKINGS)],
+                                     boot)
+    values = [within_size_counts(
+        {c: configs[c] for c in sorted(grid)}, some[::max(1, len(some) // BOOT_RANKINGS)],
+        resample_counts(len(grid), boot, seed)) for seed, (grid, some) in enumerate(
+            sorted(by_grid.items(), key=lambda kv: sorted(kv[0])))]
+    out = {}
+    for key in ("kendall", "spearman"):
+        stacked = np.array([v[key] for v in values])
+        seen = np.sum(~np.isnan(stacked), axis=0)
+        mean = np.divide(np.nansum(stacked, axis=0), seen, out=np.full(boot, np.nan),
+                         where=seen > 0)
+        out[key] = [float(v) for v in mean if not np.isnan(v)]
+    return out
+
+
 def pilot_eval_share(configs, draw, pilots, evaluations: int = LADDER_EVALS, *,
                      ladder: bool = True) -> float:
     """The eval compute (share of F) of RACE's pilot eval plan for ``pilots`` ({budget:
@@ -186,38 +223,35 @@ def pilot_eval_share(configs, draw, pilots, evaluations: int = LADDER_EVALS, *,
 
 
 def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
-    best = max(configs, key=lambda c: configs[c]["truth"])
+    """``name`` over the replicates ``draws``: each is a sweep of the configs it holds (all
+    of ``configs``, or one of ``replay_bank.subgrids``), its pick scored against the best
+    of those configs."""
     regrets, ses, kendalls, spearmans, catastrophes = [], [], [], [], []
-    best_test = max(c["truth_test"] for c in configs.values())
     test_regrets = []
     charged_shares, eval_shares, rankings = [], [], []
-    # a uniformly random pick, in expectation over the configs
-    anyone = {"regret": configs[best]["truth"] - np.mean([c["truth"] for c in configs.values()]),
-              "catastrophe": np.mean([c["truth"] < c["start"] for c in configs.values()]),
-              "test": best_test - np.mean([c["truth_test"] for c in configs.values()])}
     for draw in draws:
-        ranking, charged, pilots, *spent = POLICIES[name](configs, draw, **kw)
+        grid = sweep_of(configs, draw)
+        best = max(grid, key=lambda c: grid[c]["truth"])
+        ranking, charged, pilots, *spent = POLICIES[name](grid, draw, **kw)
         rankings.append(ranking)
-        pick = configs[ranking[0]]
-        if name == "random":
-            regrets.append(anyone["regret"])
-            catastrophes.append(anyone["catastrophe"])
-            test_regrets.append(anyone["test"])
+        pick = grid[ranking[0]]
+        ses.append(math.hypot(grid[best]["truth_se"], pick["truth_se"]))
+        if name == "random":  # a uniformly random pick, in expectation over the configs
+            pick = {k: np.mean([c[k] for c in grid.values()]) for k in ("truth", "truth_test")}
+            catastrophes.append(np.mean([c["truth"] < c["start"] for c in grid.values()]))
         else:
-            regrets.append(configs[best]["truth"] - pick["truth"])
             catastrophes.append(float(pick["truth"] < pick["start"]))
-            test_regrets.append(best_test - pick["truth_test"])
-        ses.append(math.hypot(configs[best]["truth_se"], pick["truth_se"]))
-        kendalls.append(_within_size(configs, ranking, kendall))
-        spearmans.append(_within_size(configs, ranking, spearman))
+        regrets.append(grid[best]["truth"] - pick["truth"])
+        test_regrets.append(max(c["truth_test"] for c in grid.values()) - pick["truth_test"])
+        kendalls.append(_within_size(grid, ranking, kendall))
+        spearmans.append(_within_size(grid, ranking, spearman))
         charged_shares.append(charged)
         # a peer returns the eval it spent; RACE's policies are costed by the pilot plan
         flat_plan = name.startswith("flat")
         eval_shares.append(charged + (spent[0] if spent else pilot_eval_share(
-            configs, draw, pilots, FLAT_EVALS if flat_plan else LADDER_EVALS,
+            grid, draw, pilots, FLAT_EVALS if flat_plan else LADDER_EVALS,
             ladder=not flat_plan)))
-    boots = bootstrap_within_size(configs, rankings[::max(1, len(rankings) // BOOT_RANKINGS)],
-                                  boot)
+    boots = bootstrap_by_grid(configs, rankings, boot)
     mean = lambda xs: float(np.mean([x for x in xs if x is not None])) if any(  # noqa: E731
         x is not None for x in xs) else float("nan")
     interval = {k: (np.percentile(v, [5, 95]) if v else (math.nan, math.nan))

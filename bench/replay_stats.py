@@ -102,14 +102,19 @@ def within_size_counts(configs: dict, rankings: list[list[str]],
                            where=seen[key] > 0) for key in totals}
 
 
+def resample_counts(n: int, boot: int, seed: int = 0) -> np.ndarray:
+    """(boot, n) copies of each of ``n`` configs in ``boot`` resamples with replacement."""
+    rng = np.random.default_rng(seed)
+    counts = np.zeros((boot, n))
+    for row in counts:
+        np.add.at(row, rng.integers(0, n, n), 1)
+    return counts
+
+
 def bootstrap_within_size(configs: dict, rankings: list[list[str]], boot: int,
                           seed: int = 0) -> dict[str, list[float]]:
     """``within_size_counts`` on ``boot`` resamples of the configs (with replacement, each
     with its curves' truth; the replicates' rankings kept), the resamples with a value."""
-    rng = np.random.default_rng(seed)
-    counts = np.zeros((boot, len(configs)))
-    for row in counts:
-        np.add.at(row, rng.integers(0, len(configs), len(configs)), 1)
-    values = within_size_counts(configs, rankings, counts)
+    values = within_size_counts(configs, rankings, resample_counts(len(configs), boot, seed))
     return {key: [float(v) for v in value if not np.isnan(v)] for key, value in values.items()}
 

@@ -106,8 +106,9 @@ def regime_section(configs: dict, budget: float, ladder_row: dict) -> str:
         n = int(next(iter(configs[ids[0]]["curves"].values())).read_n[0])
         check = regime_check(rho, pilot, {cid: configs[cid]["truth"] for cid in ids},
                              n_problems=n)
+        # replicates whose grid holds the group's best (all of them without subgrids)
         picks = [next(c for c in ranking if c in rho) == check.best
-                 for ranking in ladder_row["rankings"]]
+                 for ranking in ladder_row["rankings"] if check.best in ranking]
         lines.append(f"  {model}/{reward} ({len(ids)} configs, rho "
                      + ", ".join(f"{configs[c]['label'].split(' ', 1)[1]} {rho[c]:.2f}"
                                  for c in ids)

@@ -2,21 +2,26 @@
 
 The bank (the testbed's complete v3 bank, ``bench/data/curve_bank_v3.json.gz``, by
 default, until the wider v4 bank of ``bench/testbed_bank.py`` is complete; see
-``bench/curve_bank.py``) holds every
-config of the embedded default grid run at the full budget F with dense checkpoints,
-several seeds each. A policy sees only what its pilots would have seen (the curves
-truncated at its pilot budgets) and picks one config. Each replicate is a one-seed sweep:
-every config's curve is read from one of its seeds, drawn independently per config (the
-configs' runs are independent), every combination when there are at most 4,096, else
-4,096 drawn at random. A pick is scored against the truth: each config's ``val`` accuracy at
-F, averaged over the seeds, on every problem the bank scored (500 per seed in the
-testbed's bank). Every policy, RACE's and the peers', reads ``val`` as a default pilot
-scores it: on the first ``pilot.select_examples`` (200) of those problems at each
-checkpoint it reads (a pilot's problems are a prefix of one seeded draw, so these are
-the very problems it would score; ``SELECT_PROBLEMS``), and pays for that many. Before
-the policies it prints the four best configs' ``val`` by window of the budget (seed
-means on every problem, F itself apart): whether their order at F can be seen at all at
-the budgets pilots read.
+``bench/curve_bank.py``) holds every config of the embedded default grid run at the full
+budget F with dense checkpoints, several seeds each. A policy sees only what its pilots
+would have seen (the curves truncated at its pilot budgets) and picks one config. Each
+replicate is a one-seed sweep: every config's curve is read from one of its seeds, drawn
+independently per config (the configs' runs are independent), every combination when there
+are at most 4,096, else 4,096 drawn at random. A bank too wide for RACE's default ladder
+to replay as one sweep (``whole_replayable``: the v4 bank's 96 configs would put the first
+rung below its first checkpoint at the default pilot compute of one full run) is replayed
+as sweeps of its default-shaped grids instead (``replay_bank.subgrids``: every pair of G
+values x every pair of mu values x all sizes and rewards, 18 grids of 16 configs in the v4
+bank, the shape ``race sweep``'s default grid has), taken in turn, 4,096 in all; a pick's
+regret is then against the best config of its own grid. A pick is scored against the
+truth: each config's ``val`` accuracy at F, averaged over the seeds, on every problem the
+bank scored (500 per seed in the testbed's bank). Every policy, RACE's and the peers',
+reads ``val`` as a default pilot scores it: on the first ``pilot.select_examples`` (200)
+of those problems at each checkpoint it reads (a pilot's problems are a prefix of one
+seeded draw, so these are the very problems it would score; ``SELECT_PROBLEMS``), and pays
+for that many. Before the policies it prints the four best configs' ``val`` by window of
+the budget (seed means on every problem, F itself apart): whether their order at F can be
+seen at all at the budgets pilots read.
 
 The peers (``bench/peers.py``) replay the same replicates through the bank exported as a
 Syne Tune tabular blackbox (``bench/blackbox.py``: the grid's axes as its configuration
@@ -109,9 +114,11 @@ a geometry with a rung the bank cannot read, below its first checkpoint, is list
 skipped) with the promotion score (``PROMOTE_BY``: ``trend``, the score predicted at the
 next rung, or ``last``, the rung end's own; ``selection.promote_by``),
 then the guard thresholds with that geometry, then each peer's knobs at that ladder's
-budget on the tuning half. The halves: by group size when the bank has two (tuned on the larger G,
-whose configs ran first), else the configs in the order of a hash of their ids,
-alternating.
+budget on the tuning half. The halves: by group size when the bank has an even number of
+G values (tuned on the larger half: v3's G8, whose configs ran first; v4's G 8, 16), else
+the configs in the order of a hash of their ids, alternating; with subgrids, each half is
+replayed as its own default-shaped grids (v4: 3 per half, its two G values x each pair of
+mu values).
 
 Below each table: the guarded ladder's regret minus the best peer's, replicate by
 replicate, with its Monte Carlo standard error over the replicates (``paired_difference``:
@@ -152,6 +159,7 @@ from bench.replay_bank import (
     load_bank,
     order_by_budget,
     replicates,
+    subgrids,
 )
 from bench.replay_policies import (  # noqa: F401  (tests read the policies from here)
     DEFAULTS,
@@ -165,6 +173,7 @@ from bench.replay_policies import (  # noqa: F401  (tests read the policies from
     random_policy,
     replayable,
     score_policy,
+    sweep_of,
 )
 from bench.replay_stats import (  # noqa: F401  (tests read them from here)
     _within_size,
@@ -211,10 +220,11 @@ def tune_ladder(configs, draws) -> tuple[dict, list[dict]]:
             itertools.product(GEOMETRIES, PROMOTE_BY)):
         shape = geometry(n_rungs, reduction)
         kw = shape | {"promote_by": promote_by}
-        plan = ladder_plan(configs, share=len(configs) * FLAT, **shape)
+        grid = sweep_of(configs, draws[0])  # every replicate's grid has its size
+        plan = ladder_plan(grid, share=len(grid) * FLAT, **shape)
         row = {"n_rungs": n_rungs, "reduction": reduction, "promote_by": promote_by,
                "kw": kw, "order": i, "first": plan.rungs[0],
-               "replayable": replayable(bank_reads(configs, plan.rungs))}
+               "replayable": replayable(bank_reads(grid, plan.rungs))}
         if row["replayable"]:
             row |= score_policy("ladder+guards", configs, draws, boot=1, **kw)
         rows.append(row)
@@ -292,16 +302,31 @@ def print_bank(bank: dict, configs: dict) -> None:
               + f"{row['truth']:>8.4f}")
 
 
-def tuned_and_held_out(configs: dict, exported, *, most: int, boot: int) -> list[dict]:
+def whole_replayable(configs: dict) -> bool:
+    """Whether RACE's default ladder can replay the whole bank as one sweep: its rungs,
+    shrunk to the default pilot compute, each read at a checkpoint of their own at or
+    above the bank's first (the v4 bank's 96 configs cannot: the first rung would fall
+    below F/96)."""
+    try:
+        ladder(configs, {c: min(configs[c]["curves"]) for c in configs})
+    except ValueError:
+        return False
+    return True
+
+
+def tuned_and_held_out(configs: dict, exported, *, most: int, boot: int,
+                       by_grid: bool = False) -> list[dict]:
     """Tune the ladder's geometry, the guard thresholds and the peers' knobs on the tuning
     half (printing each choice), then score every policy on the held-out half; returns
-    the held-out rows (``most``: replicates per table, at most)."""
+    the held-out rows (``most``: replicates per table, at most; ``by_grid``: each half
+    replayed as sweeps of its default-shaped grids, ``subgrids``)."""
     tune, held = halves(configs)
-    tune_draws = replicates(tune, most=most)
+    tune_draws = replicates(tune, most=most, grids=subgrids(tune) if by_grid else None)
     chosen, candidates = tune_ladder(tune, tune_draws)
     print(f"\nladder geometry and promotion score tuned on {len(tune)} configs ("
           + ", ".join(sorted({f"G{configs[c]['group_size']}" for c in tune}))
-          + f"), ladder+guards at the flat grid's compute ({len(tune) * FLAT:.3g}), first "
+          + f"), ladder+guards at the flat grid's compute "
+          f"({len(sweep_of(tune, tune_draws[0])) * FLAT:.3g}), first "
           f"rung as late as that allows:")
     print(f"{'rungs':>6}{'reduction':>10}{'first rung':>12}{'promote by':>12}{'regret':>8}"
           f"{'catastr.':>10}{'cost':>7}")
@@ -326,7 +351,7 @@ def tuned_and_held_out(configs: dict, exported, *, most: int, boot: int) -> list
         print(f"  {name:<18}" + "; ".join(
             f"{fmt_knobs(r['knobs'])} {r['top1_regret']:.4f}"
             + (" <- chosen" if r["knobs"] == tuned[name] else "") for r in tried))
-    held_draws = replicates(held, most=most)
+    held_draws = replicates(held, most=most, grids=subgrids(held) if by_grid else None)
     print(f"\nthe held-out {len(held)} configs, tuned geometry, thresholds and peer knobs "
           f"({len(held_draws)} replicates):")
     held_rows = [score_policy(name, held, held_draws, boot=boot, exported=exported,
@@ -353,7 +378,13 @@ def main() -> None:
     bank, configs = load_bank(args.bank, SELECT_PROBLEMS)
     exported = blackbox.bank_blackbox(bank, val_problems=SELECT_PROBLEMS)
     print_bank(bank, configs)
-    draws = replicates(configs, most=args.replicates)
+    grids = None if whole_replayable(configs) else subgrids(configs)
+    draws = replicates(configs, most=args.replicates, grids=grids)
+    if grids:
+        print(f"\nreplicates: sweeps of the bank's {len(grids)} default-shaped grids "
+              f"({len(grids[0])} configs each: two G values x two mu values x every size "
+              f"and reward), in turn, each config's seed drawn; a pick's regret is against "
+              f"the best config of its own grid")
     rungs = " -> ".join(f"{r:g}" for r in DEFAULTS.rungs)
     print(f"\nthe bank as a Syne Tune blackbox: {exported.blackbox}; resource unit F/"
           f"{exported.units}")
@@ -371,7 +402,8 @@ def main() -> None:
     print("\n" + regime_section(configs, bank["budget_flops"],
                                 next(r for r in rows if r["policy"] == "ladder+guards")))
 
-    held_rows = tuned_and_held_out(configs, exported, most=args.replicates, boot=args.boot)
+    held_rows = tuned_and_held_out(configs, exported, most=args.replicates, boot=args.boot,
+                                   by_grid=grids is not None)
     print("\nheld-out: " + summary(held_rows))
     print(summary(rows))
 

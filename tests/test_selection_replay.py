@@ -394,3 +394,31 @@ def test_the_regime_check_scores_the_surface_against_the_ladders_pick_rate(bank)
     assert "the best pilot cell in 3 (1 hit)" in tiny_m and "every config: miss" in tiny_m
     # the guarded ladder ranks the steady config first in its group in every replicate
     assert tiny_m.endswith("ladder+guards pick rate 1.00")
+
+
+def test_a_wide_bank_is_replayed_as_default_shaped_grids_each_judged_on_its_own_best():
+    # G 2, 4, 8 x mu 1, 2 x one size and reward: 3 pairs of G x the one pair of mu
+    configs = {f"G{g}mu{mu}": {"model": "m", "reward": "rule", "group_size": g,
+                               "update_epochs": mu, "truth": g / 10 + mu / 100,
+                               "truth_test": 0.5, "truth_se": 0.01, "start": 0.0,
+                               "curves": {0: None, 1: None}}
+               for g in (2, 4, 8) for mu in (1, 2)}
+    grids = replay.subgrids(configs)
+    assert [sorted({configs[c]["group_size"] for c in g}) for g in grids] == [
+        [2, 4], [2, 8], [4, 8]]
+    assert all(len(g) == 4 for g in grids)
+    draws = replay.replicates(configs, most=7, grids=grids)
+    assert [sorted(d) for d in draws] == [sorted(grids[i % 3]) for i in range(7)]
+    assert all(seed in (0, 1) for d in draws for seed in d.values())
+    # the oracle picks each grid's own best: regret 0, though G8 (the bank's best) is
+    # missing from the first grid
+    oracle = replay.score_policy("oracle", configs, draws, boot=10)
+    assert oracle["top1_regret"] == 0 and oracle["picks"][0] == "G4mu2"
+    # a random pick's regret is its grid's best minus its grid's mean: for the G pairs
+    # {2,4}: 0.42 - 0.315 = 0.105, {2,8}: 0.82 - 0.515 = 0.305, {4,8}: 0.82 - 0.615 =
+    # 0.205; replicates 0..6 take grids 0,1,2,0,1,2,0
+    random_row = replay.score_policy("random", configs, draws, boot=10)
+    expected = [0.105, 0.305, 0.205] * 2 + [0.105]
+    assert random_row["regrets"] == pytest.approx(expected)
+    assert replay.subgrids({c: configs[c] for c in ("G2mu1", "G2mu2", "G4mu1", "G4mu2")}) \
+        is None  # two values on each axis: the bank is one default-shaped grid
