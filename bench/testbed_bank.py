@@ -27,7 +27,8 @@ every ok cell and resumes the rest, so ``run`` continues where a stopped session
 
 Usage::
 
-    python -m bench.testbed_bank status     # cells done / total, hours left
+    python -m bench.testbed_bank status     # cells done / total, hours left (later
+                                            # stages priced provisionally until known)
     python -m bench.testbed_bank run        # the next stages, in order (resumes)
     python -m bench.testbed_bank pack       # ok cells + warm starts -> bench/data tarball
     python -m bench.testbed_bank unpack     # a fresh checkout: the tarball back in place
@@ -112,9 +113,10 @@ def f_stage(seed: int) -> Stage:
     return Stage(f"F seed {seed}", BANK, ((*COMMON, f"budget={F_FLOPS:g}", *grid),), cells)
 
 
-def seed_means(folder: Path) -> dict[float, dict[tuple, float]]:
-    """Checkpoint -> each config's seed-mean ``val`` accuracy there (configs with all 3
-    seeds ok only), read in one pass over the folder."""
+def seed_means(folder: Path, seeds: int = len(SEEDS)) -> dict[float, dict[tuple, float]]:
+    """Checkpoint -> each config's seed-mean ``val`` accuracy there (configs with
+    ``seeds`` seeds ok: all 3 by default; 1: the provisional means ``status`` prices the
+    later stages with), read in one pass over the folder."""
     by: dict[float, dict[tuple, list[float]]] = {}
     for path in cell_dirs(folder):
         if not CellDir(path).is_ok():
@@ -124,7 +126,7 @@ def seed_means(folder: Path) -> dict[float, dict[tuple, float]]:
             if row["kind"] == "eval" and row["target"] == SELECT:
                 at = by.setdefault(round(row["checkpoint"], 6), {})
                 at.setdefault(cell.config, []).append(row["accuracy"])
-    return {f: {k: statistics.mean(v) for k, v in at.items() if len(v) == len(SEEDS)}
+    return {f: {k: statistics.mean(v) for k, v in at.items() if len(v) >= seeds}
             for f, at in by.items()}
 
 
@@ -142,9 +144,10 @@ def leaders(means: dict[tuple, float]) -> dict[tuple[str, str], tuple[int, int]]
     return {k: v[1] for k, v in best.items()}
 
 
-def later_stages(folder: Path) -> list[Stage] | None:
-    """The prompts-per-step and 4F stages, from the F grid's leaders (None until known)."""
-    means = seed_means(folder) if folder.is_dir() else {}
+def later_stages(folder: Path, seeds: int = len(SEEDS)) -> list[Stage] | None:
+    """The prompts-per-step and 4F stages, from the F grid's leaders (None until known):
+    on every config's 3 seeds, or (``seeds=1``) provisionally on the seeds done so far."""
+    means = seed_means(folder, seeds) if folder.is_dir() else {}
     at_f = leaders(means.get(1.0, {}))
     if at_f is None:
         return None
@@ -227,6 +230,12 @@ def status_line(root: Path) -> str:
     per_stage = ", ".join(f"{s.name} {sum(c in state.done for c in s.cells)}/{len(s.cells)}"
                           for s in all_stages)
     tail = "" if known else "; prompts-per-step and 4F stages: after the F grid's 3 seeds"
+    guess = None if known else later_stages(root / BANK, seeds=1)
+    if guess and state.done:
+        cells = [c for s in guess for c in s.cells]
+        seconds = sum(seconds_per_cell(c, state.done) or 0.0 for c in cells)
+        tail += (f" (about {len(cells)} cells, {seconds / WORKERS / 3600:.1f} h, from the "
+                 f"leaders on the seeds done so far)")
     return (f"bank v4: {len(planned) - len(left)}/{len(planned)} cells done, "
             f"{len(state.running)} running; {hours}; {per_stage}{tail}")
 

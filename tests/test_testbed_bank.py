@@ -1,0 +1,82 @@
+"""bench/testbed_bank.py's stage rules: which configs the prompts-per-step and 4F stages
+run, from the F grid's leaders (on a made-up table of seed means)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import testbed_bank as bank
+
+
+def means_where(leader_at):
+    """Seed means at every checkpoint: each (size, reward)'s (G, mu) scores G/100 + mu/1000,
+    except ``leader_at(size, reward, fraction)``, which scores 1."""
+    out = {}
+    for f in bank.FRACTIONS:
+        at = {}
+        for m in bank.SIZES:
+            for r in bank.REWARDS:
+                for g in bank.GROUPS:
+                    for mu in bank.EPOCHS:
+                        lead = leader_at(m, r, f) == (g, mu)
+                        at[(m, r, g, mu, bank.DEFAULT_PROMPTS, bank.F_FLOPS)] = (
+                            1.0 if lead else g / 100 + mu / 1000)
+        out[round(f, 6)] = at
+    return out
+
+
+def test_the_later_stages_run_the_leaders_at_f_and_below_plus_the_largest_search(
+        monkeypatch, tmp_path):
+    # tiny-m/rule: G2 mu1 leads below F/4, G4 mu2 from there; everything else: its default
+    def leader_at(m, r, f):
+        if (m, r) == ("tiny-m", "rule"):
+            return (2, 1) if f < 0.25 else (4, 2)
+        return (8, 4)
+    monkeypatch.setattr(bank, "seed_means", lambda folder, seeds=3: means_where(leader_at))
+    (tmp_path / bank.BANK).mkdir()
+    prompts, wide = bank.later_stages(tmp_path / bank.BANK)
+    # prompts per step 4 and 16 at each (size, reward)'s leader at F, 3 seeds each
+    assert {(c.model, c.reward, c.group_size, c.update_epochs) for c in prompts.cells} == {
+        ("tiny-m", "rule", 4, 2), ("tiny-m", "prm-tiny-s", 8, 4),
+        ("tiny-l", "rule", 8, 4), ("tiny-l", "prm-tiny-s", 8, 4)}
+    assert len(prompts.cells) == 4 * 2 * 3
+    assert {c.prompts_per_step for c in prompts.cells} == set(bank.PROMPTS)
+    # 4F, rule only: the leader at F, every smaller checkpoint's leader, and G16 mu1
+    picks = {(c.model, c.group_size, c.update_epochs) for c in wide.cells}
+    assert picks == {("tiny-m", 4, 2), ("tiny-m", 2, 1), ("tiny-m", 16, 1),
+                     ("tiny-l", 8, 4), ("tiny-l", 16, 1)}
+    assert all(c.reward == "rule" and c.budget_flops == 4 * bank.F_FLOPS for c in wide.cells)
+    assert len(wide.cells) == 5 * 3 and wide.folder == bank.BANK_4X
+
+
+def test_the_later_stages_wait_for_every_f_grid_config(monkeypatch, tmp_path):
+    full = means_where(lambda m, r, f: (2, 1))
+    one_short = {f: dict(list(at.items())[1:]) for f, at in full.items()}
+    monkeypatch.setattr(bank, "seed_means", lambda folder, seeds=3: one_short)
+    (tmp_path / bank.BANK).mkdir()
+    assert bank.later_stages(tmp_path / bank.BANK) is None
+
+
+def write_cell(folder: Path, name: str, seed: int, accuracy: float, ok: bool = True):
+    cell = folder / "cells" / name
+    cell.mkdir(parents=True)
+    spec = {"model": "tiny-m", "reward": {"name": "rule"}, "group_size": 2,
+            "update_epochs": 1, "prompts_per_step": 8, "seed": seed,
+            "budget_flops": bank.F_FLOPS}
+    (cell / "spec.json").write_text(json.dumps(spec))
+    (cell / "summary.json").write_text(json.dumps({"status": "ok" if ok else "failed"}))
+    rows = [{"kind": "eval", "target": t, "checkpoint": 1.0, "accuracy": a}
+            for t, a in (("val", accuracy), ("ood", 0.0))]
+    (cell / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_seed_means_averages_val_over_ok_seeds_and_waits_for_three(tmp_path: Path):
+    write_cell(tmp_path, "a", 0, 0.2)
+    write_cell(tmp_path, "b", 1, 0.4)
+    write_cell(tmp_path, "c", 2, 0.9, ok=False)  # failed: not a seed yet
+    config = ("tiny-m", "rule", 2, 1, 8, bank.F_FLOPS)
+    assert bank.seed_means(tmp_path) == {1.0: {}}  # 2 of 3 seeds: no mean
+    assert bank.seed_means(tmp_path, seeds=1) == {1.0: {config: pytest.approx(0.3)}}
+    write_cell(tmp_path, "d", 2, 0.6)
+    assert bank.seed_means(tmp_path) == {1.0: {config: pytest.approx(0.4)}}
