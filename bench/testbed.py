@@ -33,10 +33,18 @@ best allocation, and each leads the other's best by more than 1.645 SE of the di
 (90% intervals of the two leads exclude zero in opposite directions); across budgets,
 both allocations need cells at both budgets.
 
-Usage: ``python bench/testbed.py [--bank bench/data/curve_bank_v3.json.gz --bank
-bench/data/curve_bank_v3_4x.json.gz]`` (the default: both, the second where it exists;
+That count flatters: each leader is the best of many configs (its lead over the runner-up
+is biased up, the winner's curse), and a grid of 144 conditions offers hundreds of pairs
+to find a change in. So the changes are found again with the last seed held out, and each
+condition's strongest change there is retested once on the held-out seed (``held_out``):
+``held_out_changes`` counts the conditions whose change holds on a seed that did not pick
+it.
+
+Usage: ``python bench/testbed.py [--bank bench/data/curve_bank_v4.json.gz --bank
+bench/data/curve_bank_v4_4x.json.gz]`` (the default: both, the second where it exists;
 ``--bank`` may also name a bank's sweep folder, to read the cells finished so far).
-Last line: ``min_gain_se=... within_size_spread_se=... conditional_changes=...``.
+Last line: ``min_gain_se=... within_size_spread_se=... conditional_changes=...
+held_out_changes=...``.
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ LARGER_BANK = Path(__file__).parent / "data" / "curve_bank_v4_4x.json.gz"  # 4F,
 GRID_PROMPTS = 8  # prompts per step of the grid (a bank cell without the knob ran 8)
 Z90 = 1.645
 SELECT = "val"  # the target configs are compared on; test and ood are reported beside it
+DIMS = {"size": 0, "reward": 1, "target": 2, "budget": 3}  # index in a condition
 
 
 def load(path: Path) -> list[dict]:
@@ -255,35 +264,17 @@ def main() -> None:
         spreads[size] = spread / spread_se
 
     print("\nbest allocation by condition (lead over the runner-up, 90% interval):")
-    best = {}
     conditions = [(size, reward, target, b) for size in sizes for reward in rewards
                   for target in targets for b in views]
-    for where in conditions:
-        found = ranked(cells, where, views)
-        if len(found) < 2:
-            continue
-        (name, top), (runner, second) = found[:2]
+    best = leaders(cells, conditions, views)
+    for where, (name, top, runner, second) in best.items():
         lead, lead_se = paired(top, second)
-        best[where] = (name, top)
         size, reward, target, b = where
         if target == SELECT or views[b][1] == 1.0:  # every target at each bank's full budget
             print(f"  {size:<7}{reward:<12}{target:<5}F x {b:<7.4g} {name:<10}{top['mean']:.3f}"
                   f"  lead over {runner}: {lead:+.3f} [{lead - Z90 * lead_se:+.3f}, "
                   f"{lead + Z90 * lead_se:+.3f}]")
-
-    changes = []
-    dims = {"size": 0, "reward": 1, "target": 2, "budget": 3}
-    for dim, index in dims.items():
-        for a, b in itertools.combinations(best, 2):
-            if any(a[i] != b[i] for i in range(4) if i != index) or a[index] == b[index]:
-                continue
-            (name_a, _), (name_b, _) = best[a], best[b]
-            if name_a == name_b:
-                continue
-            if _beats(cells, views, a, name_a, name_b) and _beats(cells, views, b, name_b,
-                                                                  name_a):
-                changes.append((dim, a, b, name_a, name_b))
-                break
+    changes = [pairs[0] for pairs in find_changes(cells, views, best).values()]
     for dim, a, b, name_a, name_b in changes:
         print(f"  conditional on {dim}: {name_a} at {_label(a)} but {name_b} at {_label(b)} "
               f"(each leads the other, 90% intervals excluding 0)")
@@ -296,9 +287,77 @@ def main() -> None:
     print("per size, best vs worst config at F, in SE: "
           + ", ".join(f"{s} {z:.1f}" for s, z in spreads.items()))
     print(f"conditions that change the best allocation: {changed or 'none'}")
+    held = held_out(cells, views, conditions)
     print(f"min_gain_se={min(gains.values(), default=0):.1f} "
           f"within_size_spread_se={min(spreads.values(), default=0):.1f} "
-          f"conditional_changes={len(changed)}")
+          f"conditional_changes={len(changed)} "
+          f"held_out_changes={'n/a' if held is None else len(held)}")
+
+
+def leaders(cells: list[dict], conditions: list[tuple], views: dict
+            ) -> dict[tuple, tuple[str, dict, str, dict]]:
+    """Each condition's best allocation and runner-up: where -> (name, score, runner's
+    name, runner's score); a condition with fewer than two allocations has none."""
+    best = {}
+    for where in conditions:
+        found = ranked(cells, where, views)
+        if len(found) >= 2:
+            best[where] = (*found[0], *found[1])
+    return best
+
+
+def find_changes(cells: list[dict], views: dict, best: dict) -> dict[str, list[tuple]]:
+    """Per condition, the pairs of its values whose best allocations each lead the other
+    (90% intervals excluding 0): dim -> [(dim, a, b, name_a, name_b), ...], the first
+    found first; a condition without such a pair is left out."""
+    changes = defaultdict(list)
+    for dim, index in DIMS.items():
+        for a, b in itertools.combinations(best, 2):
+            if any(a[i] != b[i] for i in range(4) if i != index) or a[index] == b[index]:
+                continue
+            name_a, name_b = best[a][0], best[b][0]
+            if name_a != name_b and _beats(cells, views, a, name_a, name_b) and _beats(
+                    cells, views, b, name_b, name_a):
+                changes[dim].append((dim, a, b, name_a, name_b))
+    return changes
+
+
+def held_out(cells: list[dict], views: dict, conditions: list[tuple]) -> list[str] | None:
+    """The changes that hold on a seed that did not pick them (None: fewer than 2 seeds).
+
+    Picking each condition's leader as the best of many configs flatters its lead (the
+    winner's curse), and a grid of many conditions offers many pairs to find a change in.
+    So the leaders and changes are found again on every seed but the last, and each
+    condition's strongest change there (the pair whose weaker lead is largest, in SE) is
+    tested once on the last seed alone: it holds when both leads' 90% intervals exclude
+    0 there, their SE the last seed's problems plus the seed-to-seed variance the other
+    seeds show (with one other seed, the problems alone). Prints one line per condition
+    and returns those that hold."""
+    seeds = sorted({c["seed"] for c in cells})
+    if len(seeds) < 2:
+        print("\nheld-out seed: the bank has one seed; no change can be retested")
+        return None
+    pick = [c for c in cells if c["seed"] != seeds[-1]]
+    test = [c for c in cells if c["seed"] == seeds[-1]]
+    print(f"\nheld-out seed: leaders and changes found on seeds {seeds[:-1]}, each "
+          f"condition's strongest change retested on seed {seeds[-1]} alone (90% intervals):")
+    holds = []
+    for dim, pairs in find_changes(pick, views, leaders(pick, conditions, views)).items():
+        _, a, b, name_a, name_b = max(pairs, key=lambda p: min(
+            _lead_z(pick, views, p[1], p[3], p[4]), _lead_z(pick, views, p[2], p[4], p[3])))
+        leads = [_lead(test, views, a, name_a, name_b, pick),
+                 _lead(test, views, b, name_b, name_a, pick)]
+        if None in leads:
+            verdict = f"untested (no seed-{seeds[-1]} cell of both at both)"
+        else:
+            verdict = "holds" if all(lo > 0 for _, lo, _ in leads) else "does not hold"
+            verdict += " (" + " and ".join(f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+                                           for m, lo, hi in leads) + ")"
+            if verdict.startswith("holds"):
+                holds.append(dim)
+        print(f"  {dim}: {name_a} at {_label(a)} but {name_b} at {_label(b)}: {verdict}")
+    print(f"conditions whose change holds on the held-out seed: {holds or 'none'}")
+    return holds
 
 
 def _by_budget(cells: list[dict], views: dict, sizes: list[str], rewards: list[str]) -> None:
@@ -355,12 +414,42 @@ def _sizes_by_budget(cells: list[dict], views: dict, sizes: list[str],
         print(f"  F x {b:<8.3g}" + "".join(f"{r:<36}" for r in row).rstrip())
 
 
-def _beats(cells: list[dict], views: dict, where: tuple, winner: str, loser: str) -> bool:
+def _lead(cells: list[dict], views: dict, where: tuple, winner: str, loser: str,
+          seeds_from: list[dict] | None = None) -> tuple[float, float, float] | None:
+    """``winner - loser`` at ``where`` with its 90% interval (None: one has no cells).
+    ``seeds_from``: other seeds' cells of the same configs, whose seed-to-seed variance
+    joins the SE (cells of one seed cannot show their own)."""
     scores = dict(ranked(cells, where, views))
     if winner not in scores or loser not in scores:
-        return False
+        return None
+    if seeds_from is not None:
+        others = dict(ranked(seeds_from, where, views))
+        scores = {name: _with_seed_variance(scores[name], others.get(name))
+                  for name in (winner, loser)}
     lead, se = paired(scores[winner], scores[loser])
-    return lead - Z90 * se > 0
+    return lead, lead - Z90 * se, lead + Z90 * se
+
+
+def _with_seed_variance(one: dict, others: dict | None) -> dict:
+    """A one-seed score whose SE adds the variance of a single seed's mean, estimated from
+    the same config's other seeds (``score``: SE^2 = var(seed means) / seeds + problem
+    part); unchanged when the others are one seed too, or absent."""
+    if others is None or others["seeds"] < 2:
+        return one
+    per_seed = others["seeds"] * max(0.0, others["se"] ** 2 - statistics.variance(
+        others["problem"]) / others["n"])
+    return one | {"se": math.sqrt(one["se"] ** 2 + per_seed)}
+
+
+def _lead_z(cells: list[dict], views: dict, where: tuple, winner: str, loser: str) -> float:
+    """The lead in units of its SE."""
+    lead, lo, _ = _lead(cells, views, where, winner, loser)
+    return lead * Z90 / (lead - lo) if lead > lo else math.inf
+
+
+def _beats(cells: list[dict], views: dict, where: tuple, winner: str, loser: str) -> bool:
+    lead = _lead(cells, views, where, winner, loser)
+    return lead is not None and lead[1] > 0
 
 
 def _label(where: tuple) -> str:

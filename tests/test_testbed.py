@@ -108,8 +108,16 @@ def test_budgets_above_f_appear_and_a_swap_with_separate_intervals_counts(tmp_pa
         "-0.400 (SE 0.112)",
         "  at F, m rule G4 mu1: the 4F bank's run 0.850, the F bank's 0.500, difference "
         "+0.350 (SE 0.109)"]
-    assert lines[-2:] == ["conditions that change the best allocation: ['budget']",
-                          "min_gain_se=5.9 within_size_spread_se=3.6 conditional_changes=1"]
+    # seed 1 repeats seed 0, so the change found on seed 0 holds on seed 1; of its two
+    # pairs (F with 2F, F with 4F) the stronger is retested: F with 4F, both leads 0.4
+    assert lines[-4:] == [
+        "held-out seed: leaders and changes found on seeds [0], each condition's strongest "
+        "change retested on seed 1 alone (90% intervals):",
+        "  budget: G8 mu1 at m/rule/val/F x 1 but G4 mu1 at m/rule/val/F x 4: holds "
+        "(+0.400 [+0.215, +0.585] and +0.400 [+0.215, +0.585])",
+        "conditions whose change holds on the held-out seed: ['budget']",
+        "min_gain_se=5.9 within_size_spread_se=3.6 conditional_changes=1 held_out_changes=1"]
+    assert "conditions that change the best allocation: ['budget']" in lines
 
 
 def test_a_swap_whose_intervals_overlap_does_not_count(tmp_path):
@@ -118,8 +126,13 @@ def test_a_swap_whose_intervals_overlap_does_not_count(tmp_path):
     assert [line for line in lines if "lead over G" in line][1:] == [
         f"  m      rule        val  F x {b:<7} G4 mu1    0.550  lead over G8 mu1: +0.050 "
         "[-0.032, +0.132]" for b in (2, 4)]
-    assert lines[-2:] == ["conditions that change the best allocation: none",
-                          "min_gain_se=5.9 within_size_spread_se=3.6 conditional_changes=0"]
+    assert lines[-5:-1] == [
+        "conditions that change the best allocation: none",
+        "",
+        "held-out seed: leaders and changes found on seeds [0], each condition's strongest "
+        "change retested on seed 1 alone (90% intervals):",
+        "conditions whose change holds on the held-out seed: none"]
+    assert lines[-1].endswith("conditional_changes=0 held_out_changes=0")
 
 
 def test_a_single_bank_prints_what_it_printed_before_and_its_lines_stay_with_a_second(
@@ -141,6 +154,48 @@ def test_a_single_bank_prints_what_it_printed_before_and_its_lines_stay_with_a_s
         "per size, best config's gain over its warm start at F, in SE: m 5.9",
         "per size, best vs worst config at F, in SE: m 3.6",
         "conditions that change the best allocation: none",
-        "min_gain_se=5.9 within_size_spread_se=3.6 conditional_changes=0"]
+        "",
+        "held-out seed: leaders and changes found on seeds [0], each condition's strongest "
+        "change retested on seed 1 alone (90% intervals):",
+        "conditions whose change holds on the held-out seed: none",
+        "min_gain_se=5.9 within_size_spread_se=3.6 conditional_changes=0 "
+        "held_out_changes=0"]
     both = iter(run(f_bank(tmp_path), four_f_bank(tmp_path, 11, 11)))
     assert all(line in both for line in alone)  # in order, among the added lines
+
+
+def test_a_change_the_held_out_seed_does_not_repeat_is_found_but_does_not_hold(tmp_path):
+    """Seeds 0 and 1 swap the best allocation between F/2 and F (G8 then G4, 18 of 20 right
+    against 10); seed 2 has G4 and G8 level at both (14 each). The pooled seeds still find
+    the swap; on the held-out seed 2 both leads are 0 (each config right on 14 problems, 6
+    of them different), and their SE adds the seed-to-seed variance seeds 0 and 1 show
+    (none here: they agree), so the change does not hold."""
+    swap = {4: {0.0: first(5), 0.5: first(10), 1.0: first(18)},
+            8: {0.0: first(5), 0.5: first(18), 1.0: first(10)}}
+    cells = [cell(F, g, seed, curve) for g, curve in swap.items() for seed in (0, 1)]
+    last = "0" * 6 + "1" * 14
+    cells += [cell(F, 4, 2, {0.0: first(5), 0.5: first(14), 1.0: first(14)}),
+              cell(F, 8, 2, {0.0: first(5), 0.5: last, 1.0: last})]
+    path = tmp_path / "bank.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"budget_flops": F, "cells": cells}, f)
+    lines = run(path)
+    assert "conditions that change the best allocation: ['budget']" in lines
+    assert lines[-4:-1] == [
+        "held-out seed: leaders and changes found on seeds [0, 1], each condition's "
+        "strongest change retested on seed 2 alone (90% intervals):",
+        "  budget: G8 mu1 at m/rule/val/F x 0.5 but G4 mu1 at m/rule/val/F x 1: does not "
+        "hold (+0.000 [-0.292, +0.292] and +0.000 [-0.292, +0.292])",
+        "conditions whose change holds on the held-out seed: none"]
+    assert lines[-1].endswith("conditional_changes=1 held_out_changes=0")
+
+
+def test_the_held_out_lead_adds_the_seed_variance_of_the_other_seeds():
+    """One seed's score gains the per-seed variance of its config's other seeds: two seeds
+    at 0.5 and 0.7 on 20 problems have var(seed means) = 0.02, a single seed's mean 0.02."""
+    seeds = [cell(F, 4, s, {1.0: first(k)}) for s, k in ((0, 10), (1, 14))]
+    others = testbed.score(seeds, "val", 1.0)
+    one = testbed.score([cell(F, 4, 2, {1.0: first(12)})], "val", 1.0)
+    widened = testbed._with_seed_variance(one, others)
+    assert math.isclose(widened["se"] ** 2, one["se"] ** 2 + 0.02)
+    assert testbed._with_seed_variance(one, one) == one  # one seed shows no seed variance
