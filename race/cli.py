@@ -49,7 +49,7 @@ from race.report.plan import (
 )
 from race.report.validation import validation_section
 from race.report.write import write_failures, write_report
-from race.run.bounds import length_warning
+from race.run.bounds import cap_given, cap_warning, length_warning
 from race.run.cells import held_text
 from race.run.full_runs import run_validation
 from race.run.grid import plan_grid
@@ -310,6 +310,9 @@ def cmd_pilot(overrides: Overrides) -> int:
     print(f"race pilot: {spec.model} x {dict(spec.reward)['name']}, G={spec.group_size}, "
           f"mu={spec.update_epochs}, pilot budget {fmt_flops(spec.budget_flops)} FLOPs "
           f"({spec.convention}) -> {cell_dir}", file=sys.stderr)
+    if warning := cap_warning(cfg.task, [(spec.max_new_tokens, spec.model,
+                                          cap_given(overrides))]):
+        print(f"race pilot: {warning}", file=sys.stderr)
     summary = run_pilot(spec, cell_dir, progress=PilotProgress(spec.budget_flops))
     print(file=sys.stderr)
     print(pilot_summary_text(summary))

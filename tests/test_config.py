@@ -1,6 +1,7 @@
 """Every shipped conf/ combination composes and converts to specs."""
 
 import itertools
+import json
 import re
 
 import pytest
@@ -220,3 +221,30 @@ def test_the_documented_reasoning_gym_axis_plans_on_the_default_model(capsys):
 
     assert cli.main(["plan", "task=reasoning-gym", "task.dataset=chain_sum,basic_arithmetic"]) == 0
     assert "grid.max_new_tokens is fitted to 416" in capsys.readouterr().err
+
+
+def test_a_pilot_with_a_fitted_cap_says_so_before_it_runs(tmp_path, monkeypatch, capsys):
+    """``race pilot`` warns as ``race plan`` does (before any model loads: the pilot itself
+    is stubbed out here, the warning is what is tested)."""
+    from race import cli
+
+    ran = []
+
+    def run_pilot(spec, *args, **kwargs):
+        ran.append(spec.max_new_tokens)
+        return {"status": "stubbed"}
+
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{i} + 1?", "answer": f"#### {i + 1}"})
+                            + "\n" for i in range(40)))
+    monkeypatch.setattr(cli, "run_pilot", run_pilot)
+    monkeypatch.setattr(cli, "pilot_summary_text", str)
+    for cap, warned in (([], True), (["grid.max_new_tokens=384"], False)):
+        assert cli.main(["pilot", "task=gsm8k", f"task.source={data}", "model=tiny-m",
+                         f"pilot.out_dir={tmp_path / 'out'}", *cap]) == 1  # not "ok"
+        err = capsys.readouterr().err
+        assert ("race pilot: warning: grid.max_new_tokens unset and task=gsm8k's cap of 512 "
+                "tokens" in err) is warned, err
+        if warned:
+            assert "fitted to 384 for model=tiny-m" in err
+    assert ran == [384, 384]  # the cap the warning names is the one the pilot runs with

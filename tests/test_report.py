@@ -7,6 +7,7 @@ import pytest
 
 from race.analysis.aggregate import compare_predictions
 from race.analysis.curves import sigmoid
+from race.analysis.headline import FINDING_COLUMNS, best_by_target
 from race.analysis.select import ladder_guards
 from race.core.fmt import fmt_flops, interval
 from race.core.fmt import params as fmt_params
@@ -650,3 +651,28 @@ def test_the_card_and_leaderboard_show_what_the_full_budget_buys_per_size(report
             assert row[5] == (f"{completions:,}" if completions < 10_000 else
                               fmt_params(completions)), (name, row)
             assert row[6] == fmt_params(completions * (16 + 40)), (name, row)
+
+
+def _target_rows(ood_lead: float, ood_se: float) -> pd.DataFrame:
+    """The by-condition table's target rows: A leads val; B leads ood, by ``ood_lead``
+    (SE ``ood_se``) over A there."""
+    rows = [{"by": "target", "value": "val", "config_id": "A", "score": 0.6, "se": 0.02,
+             "read_at": "pilot end", "over_pick": 0.0, "over_pick_se": 0.0},
+            {"by": "target", "value": "ood", "config_id": "B", "score": 0.4, "se": 0.03,
+             "read_at": "pilot end", "over_pick": ood_lead, "over_pick_se": ood_se}]
+    return pd.DataFrame(rows, columns=FINDING_COLUMNS)
+
+
+def test_targets_differ_only_where_the_other_leader_clearly_beats_the_pick_there():
+    clear = best_by_target(_target_rows(0.10, 0.04), ["val", "ood"], {}, level=0.9)
+    assert clear["message"] == (
+        "the best allocation differs between targets: val -> A (0.600 at pilot end), "
+        "ood -> B (0.400 at pilot end); on ood B leads val's A by +0.100 [+0.034, +0.166] "
+        "(90% interval)")
+    # a lead of 1 SE: the point leaders differ, but no finding
+    close = best_by_target(_target_rows(0.04, 0.04), ["val", "ood"], {}, level=0.9)
+    assert close["message"].startswith("the targets' point leaders differ, but within "
+                                       "their intervals")
+    assert close["message"].endswith("on ood B leads val's A by +0.040 [-0.026, +0.106] "
+                                     "(90% interval, holding 0)")
+    assert not close["agree"] and close["ood"] == "B"

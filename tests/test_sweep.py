@@ -157,7 +157,7 @@ def test_two_identical_sweeps_started_together_run_each_cell_once(tmp_path, poli
     assert set(waiter["by_other"]) == cells == set(runner["launched"])
     assert {o["pid"] for o in waiter["by_other"].values()} == {runner["pid"]}
     err = outs[[p.pid for p in procs].index(waiter["pid"])][1]
-    assert "were run by another race sweep" in err and f"pid {runner['pid']}" in err
+    assert "were run by another process" in err and f"pid {runner['pid']}" in err
     for cell in cells:  # one pilot per cell: one run's rows, no second writer
         summary = json.loads((tmp_path / "s" / "cells" / cell / "summary.json").read_text())
         assert summary["status"] == "ok" and summary["resumed_from_step"] is None

@@ -24,7 +24,8 @@ from race.core.stats import binomial_se
 
 FINDING_COLUMNS = ["by", "value", "config_id", "model", "reward", "group_size",
                    "update_epochs", "target", "score", "se", "lo", "hi", "gain", "gain_se",
-                   "read_at"]
+                   "read_at", "over_pick", "over_pick_se"]
+# over_pick(_se): a target row's config minus the primary target's row's, on that target
 
 
 def _knobs(configs: pd.DataFrame, config_id: str) -> dict:
@@ -35,7 +36,8 @@ def _knobs(configs: pd.DataFrame, config_id: str) -> dict:
 
 def _finding(by: str, value: str, config_id: str, knobs: dict, target: str, score: float,
              se: float, read_at: str, z: float, start: dict | None,
-             lo: float | None = None, hi: float | None = None) -> dict:
+             lo: float | None = None, hi: float | None = None,
+             over_pick: tuple[float, float] = (math.nan, math.nan)) -> dict:
     gain = gain_se = math.nan
     if start is not None:
         gain, gain_se = score - start["accuracy"], math.hypot(se, start["se"])
@@ -44,7 +46,8 @@ def _finding(by: str, value: str, config_id: str, knobs: dict, target: str, scor
             "target": target, "score": score, "se": se,
             "lo": max(0.0, score - z * se) if lo is None else lo,
             "hi": min(1.0, score + z * se) if hi is None else hi,
-            "gain": gain, "gain_se": gain_se, "read_at": read_at}
+            "gain": gain, "gain_se": gain_se, "read_at": read_at,
+            "over_pick": over_pick[0], "over_pick_se": over_pick[1]}
 
 
 def pick_profile(pick: dict, cells: pd.DataFrame, configs: pd.DataFrame, *,
@@ -101,8 +104,8 @@ def ladder_answer(ladder: dict, configs: pd.DataFrame, cells: pd.DataFrame,
                                  best["se"], best["basis_used"].replace("observed at ", ""),
                                  z, starts.get(best["model"])))
     for target in targets:
-        best = (ranking[0] if target == primary else
-                _best_on(ladder, cells, evals, target))
+        best = (ranking[0] | {"over_pick": (0.0, 0.0)} if target == primary else
+                _best_on(ladder, cells, evals, target, ranking[0]["config_id"]))
         if best is None:
             continue
         start = (starts if target == primary else
@@ -110,7 +113,8 @@ def ladder_answer(ladder: dict, configs: pd.DataFrame, cells: pd.DataFrame,
         rows.append(_finding("target", target, best["config_id"], best, target,
                              best["score"], best["se"],
                              best.get("read_at") or best["basis_used"].replace(
-                                 "observed at ", ""), z, start))
+                                 "observed at ", ""), z, start,
+                             over_pick=best["over_pick"]))
     for rung in ladder["rungs"]:
         clean = [c for c in rung["candidates"] if not c.get("guard")]
         if not clean:
@@ -124,10 +128,12 @@ def ladder_answer(ladder: dict, configs: pd.DataFrame, cells: pd.DataFrame,
     return _ladder_runner_up(ladder, ranking, z), pd.DataFrame(rows, columns=FINDING_COLUMNS)
 
 
-def _best_on(ladder: dict, cells: pd.DataFrame, evals: pd.DataFrame,
-             target: str) -> dict | None:
+def _best_on(ladder: dict, cells: pd.DataFrame, evals: pd.DataFrame, target: str,
+             pick: str) -> dict | None:
     """The best config on a reported target, at the highest rung that scored it (seeds
-    averaged, binomial SE pooled): the other targets are scored at the last rung."""
+    averaged, binomial SE pooled): the other targets are scored at the last rung. With
+    ``over_pick``: its lead over ``pick`` there, and that lead's SE (NaN where the pick
+    was not scored there)."""
     points = ladder_points(ladder, cells, evals, target=target)
     points = points[points["rung"] > 0]
     if points.empty:
@@ -144,9 +150,13 @@ def _best_on(ladder: dict, cells: pd.DataFrame, evals: pd.DataFrame,
         scored.append((config in guarded, -score, config, score, se, group.iloc[0]))
     _, _, config, score, se, row = min(scored)
     fraction = next(r["fraction"] for r in ladder["rungs"] if r["rung"] == top)
+    theirs = next(((s, e) for _, _, c, s, e, _ in scored if c == pick), None)
+    over = ((score - theirs[0], math.hypot(se, theirs[1])) if theirs and config != pick
+            else (0.0, 0.0) if theirs else (math.nan, math.nan))
     return {"config_id": config, "model": row["model"], "reward": row["reward"],
             "group_size": row["group_size"], "update_epochs": row["update_epochs"],
-            "score": score, "se": se, "read_at": f"rung {top} ({fmt_fraction(fraction)})"}
+            "score": score, "se": se, "read_at": f"rung {top} ({fmt_fraction(fraction)})",
+            "over_pick": over}
 
 
 def _ladder_runner_up(ladder: dict, ranking: list[dict], z: float) -> dict | None:
@@ -188,13 +198,18 @@ def flat_answer(ranked: dict, selected: list[dict], targets: list[str], *, level
             rows.append(_finding(by, value, best["config_id"], best, primary, best["mean"],
                                  best["se"], "pilot end", z, starts.get(best["model"]),
                                  best["lo"], best["hi"]))
+    pick = configs.iloc[0]["config_id"]  # the primary target's row
     for target in (t for t in targets if t in ranked):  # a target read past warm starts
         best = ranked[target][0].iloc[0]
         start = (starts if target == primary else
                  warm_starts(evals, cells, target=target)).get(best["model"])
+        theirs = ranked[target][0][ranked[target][0]["config_id"] == pick]
+        over = ((best["mean"] - theirs["mean"].iloc[0],
+                 math.hypot(best["se"], theirs["se"].iloc[0])) if len(theirs)
+                else (math.nan, math.nan))
         rows.append(_finding("target", target, best["config_id"], best, target,
                              best["mean"], best["se"], "pilot end", z, start, best["lo"],
-                             best["hi"]))
+                             best["hi"], over_pick=over))
     runner = None
     if selected and len(configs) > 1:
         pick = configs[configs["config_id"] == selected[0]["config_id"]].iloc[0]
@@ -254,9 +269,13 @@ def problems_text(fewest: int, most: int | None = None) -> str:
 
 
 def best_by_target(findings: pd.DataFrame | None, targets: list[str],
-                   problems: dict[str, tuple[int, int]]) -> dict:
+                   problems: dict[str, tuple[int, int]], level: float = 0.9) -> dict:
     """The findings' target rows (the by-condition table's) in one line: the best config
-    on each target, read where the table reads it, and whether the targets agree.
+    on each target, read where the table reads it, and whether the targets agree. Point
+    leaders that differ are not yet a finding: the answer differs between targets only
+    where another target's leader beats the primary target's leader on it with a ``level``
+    interval excluding 0 (unpaired, so conservative); otherwise the line says the leaders
+    differ within their intervals. ``agree``: the point leaders are one config.
 
     Returns:
         {<target>: best config_id or None (not ranked: never scored past a warm start),
@@ -271,12 +290,25 @@ def best_by_target(findings: pd.DataFrame | None, targets: list[str],
         f"{r['value']} -> {r['config_id']} ({r['score']:.3f} at {r['read_at']}"
         + (f", n={problems_text(*problems[r['value']])}" if r["value"] in problems else "")
         + ")" for _, r in rows.iterrows())
+    z, pick = z_of_level(level), (rows["config_id"].iloc[0] if len(rows) else None)
+    leads = [f"on {r['value']} {r['config_id']} leads {rows['value'].iloc[0]}'s "
+             f"{pick} by {r['over_pick']:+.3f} [{r['over_pick'] - z * r['over_pick_se']:+.3f}, "
+             f"{r['over_pick'] + z * r['over_pick_se']:+.3f}]"
+             for _, r in rows.iloc[1:].iterrows()
+             if r["config_id"] != pick and pd.notna(r.get("over_pick"))]
+    clear = any(r["config_id"] != pick and r["over_pick"] - z * r["over_pick_se"] > 0
+                for _, r in rows.iloc[1:].iterrows() if pd.notna(r.get("over_pick")))
     if not len(rows):
         message = "no target has a ranked config"
     elif agree:
         message = f"the best allocation agrees across targets: {parts}"
+    elif clear:
+        message = (f"the best allocation differs between targets: {parts}; "
+                   f"{', '.join(leads)} ({level:.0%} interval)")
     else:
-        message = f"the best allocation differs between targets: {parts}"
+        message = (f"the targets' point leaders differ, but within their intervals: "
+                   f"{parts}; " + (f"{', '.join(leads)} ({level:.0%} interval, holding 0)"
+                                   if leads else f"{pick} was not scored on the others"))
     unread = [t for t in targets if best[t] is None]
     if unread and len(rows):
         message += (f"; not ranked: {', '.join(unread)} (no config was scored on it past "

@@ -213,7 +213,8 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
     result.surfaces = response_surfaces(ok, evals, target=primary, level=level, boot=n_boot)
     _select(result, raw[primary], evals, examples, steps, basis)
     _answer(result)
-    result.by_target = best_by_target(result.findings, result.targets, result.problems)
+    result.by_target = best_by_target(result.findings, result.targets, result.problems,
+                                      result.level)
     config_order = {cid: i for i, cid in enumerate(result.primary_configs["config_id"])}
     result.order = ok.assign(_o=ok["config_id"].map(config_order)).sort_values(
         ["_o", "seed", "cell_id"], kind="stable")["cell_id"].tolist()

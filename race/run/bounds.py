@@ -59,28 +59,34 @@ def check_bounds(cells: list, base, budget: float, longest_flops: float, *,
 CAP_KEY = "grid.max_new_tokens"
 
 
-def cap_given(cell) -> bool:
-    """Whether the user set ``grid.max_new_tokens`` for ``cell`` (one value or an axis's);
-    ``null`` is the task's cap, fitted as if unset."""
-    values = [text.split("=", 1)[1] for text in cell.overrides
+def cap_given(overrides: list[str]) -> bool:
+    """Whether ``overrides`` (a cell's, or ``race pilot``'s) set ``grid.max_new_tokens``
+    (one value or an axis's); ``null`` is the task's cap, fitted as if unset."""
+    values = [text.split("=", 1)[1] for text in overrides
               if text.split("=", 1)[0].lstrip("+~") == CAP_KEY]
     return bool(values) and values[-1].strip() != "null"
 
 
 def length_warning(plan) -> str:
+    """:func:`cap_warning` for a plan's runnable cells."""
+    return cap_warning(plan.base.task, [(c.spec.max_new_tokens, c.spec.model,
+                                         cap_given(c.overrides)) for c in plan.runnable])
+
+
+def cap_warning(task, caps: list[tuple[int, str, bool]]) -> str:
     """One line about the cells' generation cap, "" when none needs one.
 
-    A cap no override names that is below the task's own (``task.max_new_tokens``) was
-    fitted to a policy's context (:func:`race.config.fitted_cap`): completions longer than
-    it are cut. Otherwise, a cap below the task's typical completion
-    (``task.completion_tokens``): most completions would be cut before their answer, and
-    a cut completion states none (it earns 0).
+    ``caps``: each cell's (cap, model, whether an override set the cap). A cap no override
+    names that is below the task's own (``task.max_new_tokens``) was fitted to a policy's
+    context (:func:`race.config.fitted_cap`): completions longer than it are cut.
+    Otherwise, a cap below the task's typical completion (``task.completion_tokens``): most
+    completions would be cut before their answer, and a cut completion states none (it
+    earns 0).
     """
-    task = plan.base.task
     fitted: dict[int, set[str]] = {}
-    for c in plan.runnable:
-        if c.spec.max_new_tokens < task.max_new_tokens and not cap_given(c):
-            fitted.setdefault(c.spec.max_new_tokens, set()).add(c.spec.model)
+    for cap, model, given in caps:
+        if cap < task.max_new_tokens and not given:
+            fitted.setdefault(cap, set()).add(model)
     if fitted:
         caps = ", ".join(f"{cap} for model={','.join(sorted(models))}"
                          for cap, models in sorted(fitted.items()))
@@ -92,8 +98,7 @@ def length_warning(plan) -> str:
                 f"does not fit the policy's context, so {CAP_KEY} is fitted to {caps}: "
                 f"{cut} (a cut completion earns 0); set {CAP_KEY} to choose the cap, or "
                 f"pick a model with a longer context")
-    short = sorted({c.spec.max_new_tokens for c in plan.runnable
-                    if c.spec.max_new_tokens < task.completion_tokens})
+    short = sorted({cap for cap, _, _ in caps if cap < task.completion_tokens})
     if not short:
         return ""
     return (f"warning: {CAP_KEY}={short[0]} is below task={task.name}'s typical "

@@ -167,11 +167,12 @@ class SweepProgress:
 
 
 def held_text(held: dict[str, dict]) -> str:
-    """Who holds ``held``: ``another race sweep (pid 12 on h: race sweep ...)``."""
+    """Who holds ``held``: ``another process (pid 12 on h: race validate ...)``, each
+    holder by its own command line (a sweep or a validation may hold cells)."""
     owners = {(o["pid"], o["host"]): o for o in held.values()}
     who = "; ".join(f"pid {o['pid']} on {o['host']}: {o.get('argv', '')}"
                     for o in owners.values())
-    return f"another race sweep ({who})"
+    return f"another process ({who})"
 
 
 def _wait_for_others(sweep_dir: Path, held: dict[str, dict], poll_s: float, counts,
