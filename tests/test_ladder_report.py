@@ -322,3 +322,23 @@ def test_best_by_target_reads_the_by_condition_table_and_never_a_warm_start(swee
     board = pd.read_csv(sweep / "leaderboard.csv")
     assert set(board["target"]) == {"val"}  # only rung 1's trained reads are ranked
     assert result.by_target["test"] == result.by_target["ood"] == "A"
+
+
+@pytest.mark.parametrize("x0", [1.1e10, 9e9])
+def test_no_decade_label_sits_on_the_warm_starts_start_label(x0):
+    from race.report.ladder_plots import START_ROOM_IN, _mark_start
+    from race.report.plots import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.set_xscale("log")
+    ax.plot([x0, 1e11, 3.5e12], [0.1, 0.3, 0.6])
+    _mark_start(ax, x0)
+    fig.canvas.draw()
+    shown = [t for t in ax.get_xticklabels() if t.get_text()
+             and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]]
+    start = ax.transData.transform((x0, 1))[0]
+    gaps = [abs(ax.transData.transform((t.get_position()[0], 1))[0] - start) for t in shown]
+    plt.close(fig)
+    assert len(shown) >= 2  # the other decades keep their labels
+    assert min(gaps) >= START_ROOM_IN * fig.dpi

@@ -34,9 +34,22 @@ def _xs(flops: pd.Series, x0: float) -> np.ndarray:
     return np.where(flops.to_numpy(float) > 0, flops.to_numpy(float), x0)
 
 
-def _mark_start(ax, x0: float) -> None:
-    from matplotlib.ticker import NullFormatter
+START_ROOM_IN = 0.4  # no decade label closer than this (inches) to "start"
 
+
+def _mark_start(ax, x0: float) -> None:
+    from matplotlib.ticker import LogFormatterSciNotation, NullFormatter
+
+    class ClearOfStart(LogFormatterSciNotation):
+        """Decade labels, blank where one would sit on "start"."""
+
+        def __call__(self, x, pos=None):
+            (near, _), (start, _) = ax.transData.transform([(x, 1), (x0, 1)])
+            if abs(near - start) < START_ROOM_IN * ax.figure.dpi:
+                return ""
+            return super().__call__(x, pos)
+
+    ax.xaxis.set_major_formatter(ClearOfStart())
     ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: room for "start"
     ax.axvline(x0 * math.sqrt(START_GAP), color="0.6", lw=0.8, ls=(0, (1, 3)))
     ax.text(x0, -0.02, "start", transform=ax.get_xaxis_transform(), ha="center",
