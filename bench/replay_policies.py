@@ -6,6 +6,7 @@ run on the bank's Syne Tune blackbox (``bench/peers.py``)."""
 from __future__ import annotations
 
 import math
+import multiprocessing
 import zlib
 
 import numpy as np
@@ -222,6 +223,31 @@ def pilot_eval_share(configs, draw, pilots, evaluations: int = LADDER_EVALS, *,
     return problems * eval_flops_per_problem(configs, draw) / bank_full(configs)
 
 
+JOBS = 1  # processes a policy's replicates are spread over (selection_replay.py --jobs)
+_TASK: tuple = ()  # the replay the forked workers read: (name, configs, draws, kw)
+
+
+def _run_one(i: int) -> tuple:
+    name, configs, draws, kw = _TASK
+    return POLICIES[name](sweep_of(configs, draws[i]), draws[i], **kw)
+
+
+def run_policy(name, configs, draws, **kw) -> list[tuple]:
+    """``name`` run on each replicate: (ranking, charged, pilots, *eval spent) per draw,
+    over ``JOBS`` forked processes (a replicate's result depends on its draw alone:
+    every policy seeds what it draws from it, ``replicate_seed``)."""
+    global _TASK
+    if JOBS < 2 or len(draws) < 4 * JOBS:
+        return [POLICIES[name](sweep_of(configs, d), d, **kw) for d in draws]
+    _TASK = (name, configs, draws, kw)
+    try:
+        with multiprocessing.get_context("fork").Pool(JOBS) as pool:
+            return pool.map(_run_one, range(len(draws)),
+                            chunksize=max(1, len(draws) // (8 * JOBS)))
+    finally:
+        _TASK = ()
+
+
 def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
     """``name`` over the replicates ``draws``: each is a sweep of the configs it holds (all
     of ``configs``, or one of ``replay_bank.subgrids``), its pick scored against the best
@@ -229,10 +255,10 @@ def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
     regrets, ses, kendalls, spearmans, catastrophes = [], [], [], [], []
     test_regrets = []
     charged_shares, eval_shares, rankings = [], [], []
-    for draw in draws:
+    for draw, (ranking, charged, pilots, *spent) in zip(
+            draws, run_policy(name, configs, draws, **kw)):
         grid = sweep_of(configs, draw)
         best = max(grid, key=lambda c: grid[c]["truth"])
-        ranking, charged, pilots, *spent = POLICIES[name](grid, draw, **kw)
         rankings.append(ranking)
         pick = grid[ranking[0]]
         ses.append(math.hypot(grid[best]["truth_se"], pick["truth_se"]))

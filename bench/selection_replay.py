@@ -126,13 +126,14 @@ how far the sampled replicates alone could move the comparison; the truth's SE, 
 both, is the table's ``se``).
 
 Usage: ``python bench/selection_replay.py [--bank PATH] [--boot 2000] [--replicates
-4096]`` (needs the ``bench`` extra, ``pip install 'race-rl[bench]'``; ``--replicates 32``
-for a quick look). Last lines: the held-out half's ``held-out: policy=ladder+guards
-...``, then all configs at the defaults, ``policy=ladder+guards top1_regret=R se=S
-within_size_kendall=K catastrophes=C pilot_cost_share=P cost_with_eval=E best_peer=NAME
-best_peer_regret=R2``. ``best_peer`` is the peer (``asha``, ``hyperband``, ``pasha``,
-``optuna-sh``, ``optuna-hyperband``, ``top-k``) with the lowest regret among those whose
-cost with eval is at most the ladder's.
+4096] [--jobs N]`` (needs the ``bench`` extra, ``pip install 'race-rl[bench]'``;
+``--replicates 32`` for a quick look; ``--jobs 2``: each policy's replicates over two
+processes, the same numbers sooner). Last lines: the held-out half's ``held-out:
+policy=ladder+guards ...``, then all configs at the defaults, ``policy=ladder+guards
+top1_regret=R se=S within_size_kendall=K catastrophes=C pilot_cost_share=P
+cost_with_eval=E best_peer=NAME best_peer_regret=R2``. ``best_peer`` is the peer
+(``asha``, ``hyperband``, ``pasha``, ``optuna-sh``, ``optuna-hyperband``, ``top-k``)
+with the lowest regret among those whose cost with eval is at most the ladder's.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import blackbox, peers
+from bench import blackbox, peers, replay_policies
 from bench.common import add_quick
 from bench.replay_bank import (
     FLAT,
@@ -262,20 +263,6 @@ def tune_peers(configs, draws, exported, **kw) -> tuple[dict, list[dict]]:
     return chosen, rows
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def print_bank(bank: dict, configs: dict) -> None:
     """The bank's header: its configs, commands, truth at F, and the best configs' order by
     window of the budget."""
@@ -368,8 +355,14 @@ def main() -> None:
     parser.add_argument("--boot", type=int, default=2000)
     parser.add_argument("--replicates", type=int, default=REPLICATES,
                         help="most replicates per table (fewer: a quick look)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="processes each policy's replicates are spread over (the "
+                             "numbers do not depend on it)")
     add_quick(parser, "8 replicates, 50 bootstrap draws")
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.exit(2, f"--jobs={args.jobs}: give 1 or more processes\n")
+    replay_policies.JOBS = args.jobs
     if args.quick:
         args.replicates, args.boot = 8, 50
     missing = [m for m in ("syne_tune", "optuna") if importlib.util.find_spec(m) is None]

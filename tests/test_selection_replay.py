@@ -285,6 +285,24 @@ def test_each_peer_spends_at_most_the_ladders_budget_and_picks_a_bank_config(ban
     assert all(f / 256 <= 0.2 for _, f in run.reads)
 
 
+def test_spreading_replicates_over_processes_changes_no_number(bank, bench_extra, monkeypatch):
+    from bench import replay_policies
+
+    _, configs = replay.load_bank(bank)
+    exported = blackbox.bank_blackbox(read_bank(bank))
+    draws = replay.replicates(configs, most=12)
+    names = ["asha", "pasha", "random", "ladder+guards"]
+    one = {n: replay.score_policy(n, configs, draws, boot=20, exported=exported)
+           for n in names}
+    monkeypatch.setattr(replay_policies, "JOBS", 2)
+    two = {n: replay.score_policy(n, configs, draws, boot=20, exported=exported)
+           for n in names}
+    for n in names:
+        assert two[n]["rankings"] == one[n]["rankings"], n
+        assert two[n]["regrets"] == one[n]["regrets"], n
+        assert two[n]["with_eval"] == one[n]["with_eval"], n
+
+
 def test_top_k_keeps_as_many_as_the_budget_pays_for(bank, bench_extra):
     _, configs = replay.load_bank(bank)
     exported = blackbox.bank_blackbox(read_bank(bank))
