@@ -30,6 +30,7 @@ Usage::
     python -m bench.testbed_bank status     # cells done / total, hours left (later
                                             # stages priced provisionally until known)
     python -m bench.testbed_bank run        # the next stages, in order (resumes)
+    python -m bench.testbed_bank run --through "F seed 2"   # ... stopping after the F grid
     python -m bench.testbed_bank pack       # ok cells + warm starts -> bench/data tarball
     python -m bench.testbed_bank unpack     # a fresh checkout: the tarball back in place
 
@@ -240,12 +241,21 @@ def status_line(root: Path) -> str:
             f"{len(state.running)} running; {hours}; {per_stage}{tail}")
 
 
-def run(root: Path, extra: tuple[str, ...] = ()) -> None:
-    """Each stage's sweeps in order; a stage whose cells are all ok is skipped."""
+STAGE_NAMES = tuple(f_stage(s).name for s in SEEDS) + ("prompts per step", "4F")
+
+
+def run(root: Path, extra: tuple[str, ...] = (), through: str | None = None) -> None:
+    """Each stage's sweeps in order; a stage whose cells are all ok is skipped. With
+    ``through`` (a stage's name), stop once that stage and those before it are done (for
+    an export of the F grid before the later stages add cells to its folder)."""
+    last = STAGE_NAMES.index(through) + 1 if through else len(STAGE_NAMES)
     while True:
         all_stages, known = stages(root)
         state = progress(root)
         todo = [s for s in all_stages if any(c not in state.done for c in s.cells)]
+        if todo and STAGE_NAMES.index(todo[0].name) >= last:
+            print(f"stages through {through} done: " + status_line(root))
+            return
         if not todo:
             print(status_line(root) + ("" if known else "; waiting on nothing: done"))
             return
@@ -316,12 +326,15 @@ def main() -> None:
     parser.add_argument("action", choices=("status", "run", "pack", "unpack"), nargs="?",
                         default="status")
     parser.add_argument("--root", type=Path, default=RESULTS, help="the results folder")
+    parser.add_argument("--through", choices=STAGE_NAMES, default=None,
+                        help="run: stop once this stage is done (default: run them all)")
     add_quick(parser, "status, pack and unpack of a one-cell bank of a 2-step tiny-s pilot")
     args = parser.parse_args()
     if args.quick:
         quick()
         return
-    {"status": lambda: print(status_line(args.root)), "run": lambda: run(args.root),
+    {"status": lambda: print(status_line(args.root)),
+     "run": lambda: run(args.root, through=args.through),
      "pack": lambda: pack(args.root), "unpack": lambda: unpack(args.root)}[args.action]()
 
 

@@ -80,3 +80,23 @@ def test_seed_means_averages_val_over_ok_seeds_and_waits_for_three(tmp_path: Pat
     assert bank.seed_means(tmp_path, seeds=1) == {1.0: {config: pytest.approx(0.3)}}
     write_cell(tmp_path, "d", 2, 0.6)
     assert bank.seed_means(tmp_path) == {1.0: {config: pytest.approx(0.4)}}
+
+
+def test_run_through_a_stage_stops_before_the_next_one_starts(monkeypatch, tmp_path):
+    """The F grid done: ``--through 'F seed 2'`` returns without a sweep of the later
+    stages; without it, the next stage's sweep starts."""
+    done = {c: 60.0 for s in map(bank.f_stage, bank.SEEDS) for c in s.cells}
+    later = bank.Stage("prompts per step", bank.BANK, (("model=tiny-m",),),
+                       (bank.Cell("tiny-m", "rule", 2, 1, 4, 0, bank.F_FLOPS),))
+    monkeypatch.setattr(bank, "later_stages", lambda folder, seeds=3: [later])
+    monkeypatch.setattr(bank, "progress", lambda root: bank.Progress(dict(done), {}))
+    swept = []
+
+    def sweep(*args, **_):
+        swept.append(args)
+        done[later.cells[0]] = 60.0
+    monkeypatch.setattr(bank, "race", sweep)
+    bank.run(tmp_path, through="F seed 2")
+    assert swept == []
+    bank.run(tmp_path)
+    assert len(swept) == 1 and "model=tiny-m" in swept[0]
