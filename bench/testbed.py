@@ -7,6 +7,8 @@ and reward system:
 
 - the warm start (checkpoint 0, shared by every config of a size) and the best and worst
   config at F, each as the mean over seeds with its SE;
+- per size and evaluation target, the warm start and the lowest, median and highest
+  config at F (does a target discriminate, and does training move it);
 - the best allocation (group size G and update epochs mu, with the reward system when it
   is not the condition) at each budget (checkpoints of the full-budget curves: a pilot's
   lr is constant, so a curve read at F/4 is the run a budget of F/4 buys), size, reward
@@ -263,6 +265,8 @@ def main() -> None:
         spread, spread_se = paired(by_size[0][0], by_size[-1][0])
         spreads[size] = spread / spread_se
 
+    _targets_at_f(full, sizes, targets)
+
     print("\nbest allocation by condition (lead over the runner-up, 90% interval):")
     conditions = [(size, reward, target, b) for size in sizes for reward in rewards
                   for target in targets for b in views]
@@ -388,6 +392,23 @@ def _by_budget(cells: list[dict], views: dict, sizes: list[str], rewards: list[s
                     print(f"  at F, {size} {reward} {name}: the {full / fulls[0]:.3g}F bank's "
                           f"run {reruns[name]['mean']:.3f}, the F bank's {first['mean']:.3f}, "
                           f"difference {diff:+.3f} (SE {se:.3f})")
+
+
+def _targets_at_f(full: list[dict], sizes: list[str], targets: list[str]) -> None:
+    """Per size and target, the warm start and the spread of its configs' seed means at
+    F (both rewards): where a target discriminates, and whether training moves it."""
+    print("\nevery target at F (seed means), per size: the warm start, then its configs' "
+          "lowest / median / highest")
+    for size in sizes:
+        mine = [c for c in full if c["model"] == size]
+        for target in targets:
+            start = score(mine[:1], target, 0.0)
+            ends = sorted(s["mean"] for cells in configs(mine).values()
+                          if (s := score(cells, target, 1.0)) is not None)
+            if start is None or not ends:
+                continue
+            print(f"  {size:<8}{target:<6}{start['mean']:>7.3f}   {ends[0]:.3f} / "
+                  f"{statistics.median(ends):.3f} / {ends[-1]:.3f}  ({len(ends)} configs)")
 
 
 def _sizes_by_budget(cells: list[dict], views: dict, sizes: list[str],

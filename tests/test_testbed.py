@@ -147,6 +147,10 @@ def test_a_single_bank_prints_what_it_printed_before_and_its_lines_stay_with_a_s
         "m       rule            0.250 (0.099)    0.900 (0.069)    +0.650 (0.109)    0.500 "
         "(0.115)  G8 mu1 rule / G4 mu1 rule",
         "",
+        "every target at F (seed means), per size: the warm start, then its configs' "
+        "lowest / median / highest",
+        "  m       val     0.250   0.500 / 0.700 / 0.900  (2 configs)",
+        "",
         "best allocation by condition (lead over the runner-up, 90% interval):",
         "  m      rule        val  F x 1       G8 mu1    0.900  lead over G4 mu1: +0.400 "
         "[+0.215, +0.585]",
