@@ -64,6 +64,14 @@ def summary(rows: list[dict], name: str = "ladder+guards") -> str:
             f"best_peer_regret={peer['top1_regret'] if peer else math.nan:.4f}")
 
 
+def paired(a: dict, b: dict) -> tuple[float, float]:
+    """``a``'s regret minus ``b``'s, replicate by replicate (the same replicates), and the
+    Monte Carlo SE of that mean over the replicates."""
+    diff = np.subtract(a["regrets"], b["regrets"])
+    mc_se = float(np.std(diff, ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else math.nan
+    return float(np.mean(diff)), mc_se
+
+
 def paired_difference(rows: list[dict], name: str = "ladder+guards") -> str:
     """``name``'s regret minus the best peer's (``best_peer``), paired replicate by
     replicate, with the Monte Carlo SE of that mean over the replicates."""
@@ -71,11 +79,43 @@ def paired_difference(rows: list[dict], name: str = "ladder+guards") -> str:
     peer = best_peer(rows, row)
     if peer is None:
         return f"{name}: no peer at equal or lower cost"
-    diff = np.subtract(row["regrets"], peer["regrets"])
-    mc_se = float(np.std(diff, ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else math.nan
-    return (f"{name} - {peer['policy']} (best peer): regret {np.mean(diff):+.4f}, Monte Carlo "
-            f"SE {mc_se:.4f} over {len(diff)} replicates (paired); the truth's SE "
+    diff, mc_se = paired(row, peer)
+    return (f"{name} - {peer['policy']} (best peer): regret {diff:+.4f}, Monte Carlo "
+            f"SE {mc_se:.4f} over {len(row['regrets'])} replicates (paired); the truth's SE "
             f"{row['se']:.4f}")
+
+
+BEATS_SE = 2.0  # a rule beats the default where it is lower by more than this many MC SE
+
+
+def default_verdict(rows: list[dict], held_rows: list[dict],
+                    name: str = "ladder+guards") -> str:
+    """Whether a rule should replace ``name`` as RACE's default: every other rule (not
+    the oracle, which reads the truth) at equal or lower cost with eval, its regret minus
+    ``name``'s paired on all configs and on the held-out half; it beats ``name`` where both
+    are below zero by more than ``BEATS_SE`` Monte Carlo SE."""
+    mine = {id(rs): next(r for r in rs if r["policy"] == name) for rs in (rows, held_rows)}
+    lines = [f"the default's test: each rule's regret minus the default's ({name}), paired "
+             f"(Monte Carlo SE), on all configs and held out; a rule beats the default where "
+             f"both are below 0 by more than {BEATS_SE:g} SE at no more cost with eval"]
+    winners = []
+    for row in rows:
+        held = next((r for r in held_rows if r["policy"] == row["policy"]), None)
+        if row["policy"] in (name, "oracle") or held is None:
+            continue
+        (d_all, se_all), (d_held, se_held) = paired(row, mine[id(rows)]), paired(
+            held, mine[id(held_rows)])
+        fair = all(r["with_eval"] <= mine[id(rs)]["with_eval"] + 1e-9
+                   for r, rs in ((row, rows), (held, held_rows)))
+        beats = fair and d_all < -BEATS_SE * se_all and d_held < -BEATS_SE * se_held
+        winners += [row["policy"]] if beats else []
+        lines.append(f"  {row['policy']:<18}{d_all:+.4f} ({se_all:.4f})   held out "
+                     f"{d_held:+.4f} ({se_held:.4f})   "
+                     + ("beats it" if beats else "costs more" if not fair else "does not"))
+    lines.append(f"verdict: {', '.join(winners)} beat{'s' if len(winners) == 1 else ''} "
+                 f"{name}: make the best of them RACE's default" if winners else
+                 f"verdict: no rule beats {name} on both: it stays RACE's default")
+    return "\n".join(lines)
 
 
 def planned_rho(config: dict, budget: float) -> float:

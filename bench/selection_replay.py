@@ -123,7 +123,10 @@ mu values).
 Below each table: the guarded ladder's regret minus the best peer's, replicate by
 replicate, with its Monte Carlo standard error over the replicates (``paired_difference``:
 how far the sampled replicates alone could move the comparison; the truth's SE, shared by
-both, is the table's ``se``).
+both, is the table's ``se``). After both tables, the default's test (``default_verdict``):
+every rule at no more cost with eval, its regret minus ladder+guards' paired on all configs
+and held out; one that is lower by more than 2 Monte Carlo SE on both should be RACE's
+default, and the verdict line says whether one is.
 
 Usage: ``python bench/selection_replay.py [--bank PATH] [--boot 2000] [--replicates
 4096] [--jobs N]`` (needs the ``bench`` extra, ``pip install 'race-rl[bench]'``;
@@ -183,6 +186,7 @@ from bench.replay_stats import (  # noqa: F401  (tests read them from here)
     within_size_counts,
 )
 from bench.replay_tables import (
+    default_verdict,
     fmt_knobs,
     paired_difference,
     regime_section,
@@ -397,6 +401,7 @@ def main() -> None:
 
     held_rows = tuned_and_held_out(configs, exported, most=args.replicates, boot=args.boot,
                                    by_grid=grids is not None)
+    print("\n" + default_verdict(rows, held_rows))
     print("\nheld-out: " + summary(held_rows))
     print(summary(rows))
 

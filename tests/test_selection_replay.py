@@ -372,6 +372,27 @@ def test_the_paired_difference_is_the_ladders_regret_minus_the_best_peers_per_re
         "replicates (paired); the truth's SE 0.0200")
 
 
+def test_a_rule_replaces_the_default_only_where_it_beats_it_on_both_halves_at_its_cost():
+    from bench.replay_tables import default_verdict
+
+    def row(policy, regrets, cost=0.9):
+        return {"policy": policy, "regrets": regrets, "with_eval": cost}
+    ladder = [0.10, 0.12, 0.08, 0.10, 0.11, 0.09]
+    better = [r - 0.05 for r in ladder[:3]] + [r - 0.06 for r in ladder[3:]]  # far below
+    rows = [row("ladder+guards", ladder), row("pasha", better), row("asha", better),
+            row("flat", better, cost=1.4), row("oracle", [0.0] * 6)]
+    held = [row("ladder+guards", ladder), row("pasha", better),
+            row("asha", ladder[::-1]),  # the same mean held out: no better there
+            row("flat", better, cost=1.4), row("oracle", [0.0] * 6)]
+    lines = default_verdict(rows, held).splitlines()
+    verdicts = {line.split()[0]: line.rsplit("   ", 1)[1] for line in lines[1:-1]}
+    assert verdicts == {"pasha": "beats it", "asha": "does not", "flat": "costs more"}
+    assert lines[-1] == "verdict: pasha beats ladder+guards: make the best of them RACE's default"
+    held[1] = row("pasha", ladder)
+    assert default_verdict(rows, held).splitlines()[-1] == (
+        "verdict: no rule beats ladder+guards on both: it stays RACE's default")
+
+
 def test_the_bootstrap_from_counts_equals_ranking_each_resample(bank):
     _, configs = replay.load_bank(bank)
     draws = replay.replicates(configs, most=8)
