@@ -9,6 +9,8 @@ and reward system:
   config at F, each as the mean over seeds with its SE;
 - per size and evaluation target, the warm start and the lowest, median and highest
   config at F (does a target discriminate, and does training move it);
+- at each budget, the larger size's best config minus the smaller's, and the smallest
+  G's best config minus the largest G's (the price of search), with 90% intervals;
 - the best allocation (group size G and update epochs mu, with the reward system when it
   is not the condition) at each budget (checkpoints of the full-budget curves: a pilot's
   lr is constant, so a curve read at F/4 is the run a budget of F/4 buys), size, reward
@@ -285,6 +287,7 @@ def main() -> None:
     if len(banks) > 1:
         _by_budget(cells, views, sizes, rewards)
     _sizes_by_budget(cells, views, sizes, rewards)
+    _search_by_budget(cells, views, sizes, rewards)
     changed = sorted({c[0] for c in changes})
     print("\nper size, best config's gain over its warm start at F, in SE: "
           + ", ".join(f"{s} {z:.1f}" for s, z in gains.items()))
@@ -433,6 +436,33 @@ def _sizes_by_budget(cells: list[dict], views: dict, sizes: list[str],
             wins = large if lead - Z90 * se > 0 else small if lead + Z90 * se < 0 else "="
             row.append(f"{lead:+.3f} [{lead - Z90 * se:+.3f}, {lead + Z90 * se:+.3f}] {wins}")
         print(f"  F x {b:<8.3g}" + "".join(f"{r:<36}" for r in row).rstrip())
+
+
+def _search_by_budget(cells: list[dict], views: dict, sizes: list[str],
+                      rewards: list[str]) -> None:
+    """The price of search at each budget: per size and reward, the best config at the
+    smallest G minus the best at the largest G on ``SELECT``, with its 90% interval (does
+    the larger group pay off only with more budget?)."""
+    columns = [(size, reward) for size in sizes for reward in rewards]
+    groups = sorted({c["group_size"] for c in cells})
+    if len(groups) < 2:
+        return
+    low, high = f"G{groups[0]}", f"G{groups[-1]}"
+    print(f"\nsearch by budget on {SELECT}: the best {low} config minus the best {high} "
+          f"config, 90% interval")
+    print(f"  {'budget':<12}" + "".join(f"{s + ' ' + r:<24}" for s, r in columns).rstrip())
+    for b in views:
+        row = []
+        for where in columns:
+            found = ranked(cells, (*where, SELECT, b), views)
+            best = {g: next((s for n, s in found if n.split()[0] == g), None)
+                    for g in (low, high)}
+            if None in best.values():
+                row.append("-")
+                continue
+            lead, se = paired(best[low], best[high])
+            row.append(f"{lead:+.3f} [{lead - Z90 * se:+.3f}, {lead + Z90 * se:+.3f}]")
+        print(f"  F x {b:<8.3g}" + "".join(f"{r:<24}" for r in row).rstrip())
 
 
 def _lead(cells: list[dict], views: dict, where: tuple, winner: str, loser: str,

@@ -155,6 +155,10 @@ def test_a_single_bank_prints_what_it_printed_before_and_its_lines_stay_with_a_s
         "  m      rule        val  F x 1       G8 mu1    0.900  lead over G4 mu1: +0.400 "
         "[+0.215, +0.585]",
         "",
+        "search by budget on val: the best G4 config minus the best G8 config, 90% interval",
+        "  budget      m rule",
+        "  F x 1       -0.400 [-0.585, -0.215]",
+        "",
         "per size, best config's gain over its warm start at F, in SE: m 5.9",
         "per size, best vs worst config at F, in SE: m 3.6",
         "conditions that change the best allocation: none",
