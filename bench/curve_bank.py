@@ -90,6 +90,7 @@ from race.store import io as results
 from race.store.cell import CellDir, cell_dirs
 
 DEFAULT_OUT = Path(__file__).parent / "data" / "curve_bank.json.gz"
+GRID_PROMPTS = 8  # prompts per step of the testbed's grids (a cell without the knob ran 8)
 RUN_KEYS = ("command", "git_sha", "started", "finished")  # one command's run, in the bank
 
 

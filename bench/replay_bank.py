@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import blackbox
+from bench.curve_bank import GRID_PROMPTS
 from race.analysis.curves import fit_curve
 from race.core import guards
 from race.core.rungs import fmt_fraction
@@ -105,10 +106,18 @@ class Curve:
 
 def load_bank(path: Path, read_problems: int | None = None) -> tuple[dict, dict[str, dict]]:
     """The bank and its configs: config id -> knobs, seeds' curves (read by the policies
-    on their first ``read_problems`` ``val`` problems; None: all), truth at F (all)."""
+    on their first ``read_problems`` ``val`` problems; None: all), truth at F (all).
+
+    A bank whose cells ran at several prompts per step (the v4 bank's later stage) is
+    replayed at the grid's own (``GRID_PROMPTS``): the other cells are a probe of the
+    leaders, not configs a sweep of the grid would choose among; ``bank["left_out"]``
+    counts them."""
     with gzip.open(path, "rt") as f:
         bank = json.load(f)
     full = bank["budget_flops"]
+    on_grid = [c for c in bank["cells"]
+               if (c.get("prompts_per_step") or GRID_PROMPTS) == GRID_PROMPTS]
+    bank |= {"cells": on_grid, "left_out": len(bank["cells"]) - len(on_grid)}
     configs: dict[str, dict] = {}
     for cell in bank["cells"]:
         config = configs.setdefault(cell["config"], {

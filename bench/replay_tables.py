@@ -28,15 +28,26 @@ def fmt_knobs(knobs: dict) -> str:
     return ", ".join(f"{k} {value(k, v)}" for k, v in knobs.items())
 
 
+def mc_se(values) -> float:
+    """The Monte Carlo SE of a mean over replicates: their spread over the root of their
+    count (how far another draw of as many replicates would move it; the truth's SE, a
+    row's ``se``, is how far the bank's own seeds could)."""
+    return float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 \
+        else math.nan
+
+
 def table(rows: list[dict], configs: dict) -> str:
-    lines = [f"{'policy':<18}{'regret':>8}{'se':>8}{'test':>8}{'kendall [90% CI]':>24}"
+    """One line per policy: its mean regret with its Monte Carlo SE and the truth's SE,
+    then test regret, rank agreement, catastrophes, cost and picks."""
+    lines = [f"{'policy':<18}{'regret':>8}{'mc se':>8}{'truth se':>9}{'test':>8}"
+             f"{'kendall [90% CI]':>24}"
              f"{'spearman [90% CI]':>24}{'catastr.':>10}{'cost':>7}{'+eval':>7}  picks"]
     for r in rows:
         counts = collections.Counter(configs[p]["label"] for p in r["picks"])
         picks = ", ".join(f"{label} {n / len(r['picks']):.0%}"
                           for label, n in counts.most_common())
-        lines.append(f"{r['policy']:<18}{r['top1_regret']:>8.4f}{r['se']:>8.4f}"
-                     f"{r['test_regret']:>8.4f}"
+        lines.append(f"{r['policy']:<18}{r['top1_regret']:>8.4f}{mc_se(r['regrets']):>8.4f}"
+                     f"{r['se']:>9.4f}{r['test_regret']:>8.4f}"
                      f"{r['kendall']:>8.2f} [{r['kendall_ci'][0]:5.2f},{r['kendall_ci'][1]:5.2f}]"
                      f"{r['spearman']:>8.2f} [{r['spearman_ci'][0]:5.2f},"
                      f"{r['spearman_ci'][1]:5.2f}]{r['catastrophes']:>10.2f}"
@@ -68,8 +79,7 @@ def paired(a: dict, b: dict) -> tuple[float, float]:
     """``a``'s regret minus ``b``'s, replicate by replicate (the same replicates), and the
     Monte Carlo SE of that mean over the replicates."""
     diff = np.subtract(a["regrets"], b["regrets"])
-    mc_se = float(np.std(diff, ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else math.nan
-    return float(np.mean(diff)), mc_se
+    return float(np.mean(diff)), mc_se(diff)
 
 
 def paired_difference(rows: list[dict], name: str = "ladder+guards") -> str:
@@ -79,9 +89,9 @@ def paired_difference(rows: list[dict], name: str = "ladder+guards") -> str:
     peer = best_peer(rows, row)
     if peer is None:
         return f"{name}: no peer at equal or lower cost"
-    diff, mc_se = paired(row, peer)
+    diff, diff_se = paired(row, peer)
     return (f"{name} - {peer['policy']} (best peer): regret {diff:+.4f}, Monte Carlo "
-            f"SE {mc_se:.4f} over {len(row['regrets'])} replicates (paired); the truth's SE "
+            f"SE {diff_se:.4f} over {len(row['regrets'])} replicates (paired); the truth's SE "
             f"{row['se']:.4f}")
 
 

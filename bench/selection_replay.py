@@ -1,27 +1,26 @@
 """Replay pilot selection policies on the curve bank and score their picks.
 
-The bank (the testbed's complete v3 bank, ``bench/data/curve_bank_v3.json.gz``, by
-default, until the wider v4 bank of ``bench/testbed_bank.py`` is complete; see
-``bench/curve_bank.py``) holds every config of the embedded default grid run at the full
-budget F with dense checkpoints, several seeds each. A policy sees only what its pilots
-would have seen (the curves truncated at its pilot budgets) and picks one config. Each
-replicate is a one-seed sweep: every config's curve is read from one of its seeds, drawn
-independently per config (the configs' runs are independent), every combination when there
-are at most 4,096, else 4,096 drawn at random. A bank too wide for RACE's default ladder
-to replay as one sweep (``whole_replayable``: the v4 bank's 96 configs would put the first
-rung below its first checkpoint at the default pilot compute of one full run) is replayed
-as sweeps of its default-shaped grids instead (``replay_bank.subgrids``: every pair of G
-values x every pair of mu values x all sizes and rewards, 18 grids of 16 configs in the v4
-bank, the shape ``race sweep``'s default grid has), taken in turn, 4,096 in all; a pick's
-regret is then against the best config of its own grid. A pick is scored against the
-truth: each config's ``val`` accuracy at F, averaged over the seeds, on every problem the
-bank scored (500 per seed in the testbed's bank). Every policy, RACE's and the peers',
-reads ``val`` as a default pilot scores it: on the first ``pilot.select_examples`` (200)
-of those problems at each checkpoint it reads (a pilot's problems are a prefix of one
-seeded draw, so these are the very problems it would score; ``SELECT_PROBLEMS``), and pays
-for that many. Before the policies it prints the four best configs' ``val`` by window of
-the budget (seed means on every problem, F itself apart): whether their order at F can be
-seen at all at the budgets pilots read.
+The bank (the testbed's v4 bank, ``bench/data/curve_bank_v4.json.gz``, by default: the F
+grid of ``bench/testbed_bank.py``; see ``bench/curve_bank.py``) holds every config of a
+testbed grid run to the full budget F with dense checkpoints, several seeds each. A policy
+sees only what its pilots would have seen (the curves truncated at its pilot budgets) and
+picks one config. Each replicate is a one-seed sweep: every config's curve is read from
+one of its seeds, drawn independently per config (the configs' runs are independent),
+every combination when there are at most 4,096, else 4,096 drawn at random. A bank too
+wide for RACE's default ladder to replay as one sweep (``whole_replayable``: the v4 bank's
+48 configs would put the first rung below its first checkpoint at the default pilot
+compute of one full run) is replayed as sweeps of its default-shaped grids instead
+(``replay_bank.subgrids``: every pair of G values x every pair of mu values x all sizes
+and rewards, 18 grids of 16 configs in the v4 bank, the shape ``race sweep``'s default
+grid has), taken in turn, 4,096 in all; a pick's regret is then against the best config of
+its own grid. A pick is scored against the truth: each config's ``val`` accuracy at F,
+averaged over the seeds, on every problem the bank scored (500 per seed in the testbed's
+bank). Every policy, RACE's and the peers', reads ``val`` as a default pilot scores it: on
+the first ``pilot.select_examples`` (200) of those problems at each checkpoint it reads (a
+pilot's problems are a prefix of one seeded draw, so these are the very problems it would
+score; ``SELECT_PROBLEMS``), and pays for that many. Before the policies it prints the
+four best configs' ``val`` by window of the budget (seed means on every problem, F itself
+apart): whether their order at F can be seen at all at the budgets pilots read.
 
 The peers (``bench/peers.py``) replay the same replicates through the bank exported as a
 Syne Tune tabular blackbox (``bench/blackbox.py``: the grid's axes as its configuration
@@ -154,6 +153,7 @@ from bench import blackbox, peers, replay_policies
 from bench.common import add_quick
 from bench.replay_bank import (
     FLAT,
+    GRID_PROMPTS,
     ORDER_BUDGETS,
     REPLICATES,
     Curve,  # noqa: F401  (tests read the bank's names from this script)
@@ -199,9 +199,9 @@ from race.core.rungs import geometric_rungs
 # ladder geometries tuned on the tuning half: (rungs, reduction), each rung `reduction`
 # times the one before, the first as late as the flat grid's compute allows; each with
 # both promotion scores, the earlier rule (trend) first
-# the complete v3 bank: the v4 bank (bench/testbed_bank.py) replaces it here once its F
-# grid has all 3 seeds; a replay of a partial bank would judge rules on one seed
-REPLAY_BANK = Path(__file__).parent / "data" / "curve_bank_v3.json.gz"
+# the v4 bank's F grid with its 3 seeds (a replay of a partial bank would judge rules on
+# fewer seeds than the truth needs)
+REPLAY_BANK = Path(__file__).parent / "data" / "curve_bank_v4.json.gz"
 GEOMETRIES = [(n, r) for r in (4, 3, 2) for n in (3, 2, 4)]
 PROMOTE_BY = ("trend", "last")
 
@@ -276,8 +276,14 @@ def print_bank(bank: dict, configs: dict) -> None:
           + ", ".join(f"{n} x {k} seeds" for k, n in sorted(seeds.items(), reverse=True))
           + f"; {', '.join(sizes)}), full budget F = {bank['budget_flops']:.3g} FLOPs, git "
           f"{bank['git_sha'][:10]}")
+    if bank.get("left_out"):
+        print(f"{bank['left_out']} cells at other prompts per step than the grid's "
+              f"{GRID_PROMPTS} left out (a probe of the leaders, not a grid to choose in)")
     for run in bank.get("runs") or [bank]:
-        cells = f" ({len(run['cells'])} cells)" if "cells" in run else ""
+        # a run's cells are those its sweep folder described when it finished: with
+        # sweep.extend=true, earlier commands' cells too, not only the ones it ran
+        cells = (f" (its folder then described {len(run['cells'])} cells)"
+                 if "cells" in run else "")
         print(f"command{cells}: {run['command']}")
     print("truth (val at F, mean of seeds, SE over seeds; warm start in brackets):")
     for c in sorted(configs.values(), key=lambda c: -c["truth"]):
@@ -296,7 +302,7 @@ def print_bank(bank: dict, configs: dict) -> None:
 def whole_replayable(configs: dict) -> bool:
     """Whether RACE's default ladder can replay the whole bank as one sweep: its rungs,
     shrunk to the default pilot compute, each read at a checkpoint of their own at or
-    above the bank's first (the v4 bank's 96 configs cannot: the first rung would fall
+    above the bank's first (the v4 bank's 48 configs cannot: the first rung would fall
     below F/96)."""
     try:
         ladder(configs, {c: min(configs[c]["curves"]) for c in configs})

@@ -64,12 +64,11 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.common import add_quick
-from bench.curve_bank import cell_curves
+from bench.curve_bank import GRID_PROMPTS, cell_curves
 from race.store.cell import cell_dirs
 
 DEFAULT_BANK = Path(__file__).parent / "data" / "curve_bank_v4.json.gz"
 LARGER_BANK = Path(__file__).parent / "data" / "curve_bank_v4_4x.json.gz"  # 4F, read if there
-GRID_PROMPTS = 8  # prompts per step of the grid (a bank cell without the knob ran 8)
 Z90 = 1.645
 SELECT = "val"  # the target configs are compared on; test and ood are reported beside it
 DIMS = {"size": 0, "reward": 1, "target": 2, "budget": 3}  # index in a condition

@@ -372,6 +372,32 @@ def test_the_paired_difference_is_the_ladders_regret_minus_the_best_peers_per_re
         "replicates (paired); the truth's SE 0.0200")
 
 
+def test_cells_off_the_grids_prompts_per_step_are_left_out_of_the_replay(bank, tmp_path):
+    record = read_bank(bank)
+    probe = cell("tiny-m-steady-p16", "tiny-m", 0, steady, 0.3) | {"prompts_per_step": 16}
+    record["cells"] += [probe, dict(record["cells"][0], prompts_per_step=8)]
+    record["cells"].pop(0)  # the same cell back, its knob now written out: still on grid
+    wider = tmp_path / "wider.json.gz"
+    with gzip.open(wider, "wt") as f:
+        json.dump(record, f)
+    loaded, configs = replay.load_bank(wider)
+    assert loaded["left_out"] == 1 and "tiny-m-steady-p16" not in configs
+    assert set(configs) == set(replay.load_bank(bank)[1])  # every grid config, no other
+
+
+def test_each_policys_row_carries_its_monte_carlo_se_beside_the_truths():
+    from bench.replay_tables import table
+    configs = {"a": {"label": "tiny-m/rule G2 mu1"}}
+    row = {"policy": "pasha", "top1_regret": 0.05, "regrets": [0.1, 0.1, 0.0, 0.0],
+           "se": 0.02, "test_regret": 0.06, "kendall": 0.3, "kendall_ci": (0.1, 0.5),
+           "spearman": 0.4, "spearman_ci": (0.2, 0.6), "catastrophes": 0.0,
+           "pilot_cost_share": 0.7, "with_eval": 0.8, "picks": ["a"] * 4}
+    header, line = table([row], configs).splitlines()
+    assert header.split()[:5] == ["policy", "regret", "mc", "se", "truth"]
+    # regrets 0.1, 0.1, 0, 0: sample SD sqrt(0.01 / 3) = 0.0577, / sqrt(4) = 0.0289
+    assert line.split()[:4] == ["pasha", "0.0500", "0.0289", "0.0200"]
+
+
 def test_a_rule_replaces_the_default_only_where_it_beats_it_on_both_halves_at_its_cost():
     from bench.replay_tables import default_verdict
 
