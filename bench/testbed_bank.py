@@ -95,8 +95,12 @@ class Cell:
 class Stage:
     name: str
     folder: str
-    commands: tuple[tuple[str, ...], ...]  # race sweep overrides, one tuple a command
-    cells: tuple[Cell, ...]
+    # one (race sweep overrides, the cells they describe) pair a command
+    commands: tuple[tuple[tuple[str, ...], tuple[Cell, ...]], ...]
+
+    @property
+    def cells(self) -> tuple[Cell, ...]:
+        return tuple(c for _, cells in self.commands for c in cells)
 
 
 def cell_of(spec: dict) -> Cell:
@@ -111,7 +115,7 @@ def f_stage(seed: int) -> Stage:
             f"grid.update_epochs={','.join(map(str, EPOCHS))}", f"pilot.seed={seed}")
     cells = tuple(Cell(m, r, g, mu, DEFAULT_PROMPTS, seed, F_FLOPS) for m in SIZES
                   for r in REWARDS for g in GROUPS for mu in EPOCHS)
-    return Stage(f"F seed {seed}", BANK, ((*COMMON, f"budget={F_FLOPS:g}", *grid),), cells)
+    return Stage(f"F seed {seed}", BANK, (((*COMMON, f"budget={F_FLOPS:g}", *grid), cells),))
 
 
 def seed_means(folder: Path, seeds: int = len(SEEDS)) -> dict[float, dict[tuple, float]]:
@@ -152,26 +156,25 @@ def later_stages(folder: Path, seeds: int = len(SEEDS)) -> list[Stage] | None:
     at_f = leaders(means.get(1.0, {}))
     if at_f is None:
         return None
-    prompts = [(*COMMON, f"budget={F_FLOPS:g}", f"model={m}", f"reward={r}",
-                f"grid.group_size={g}", f"grid.update_epochs={mu}",
-                f"grid.prompts_per_step={','.join(map(str, PROMPTS))}",
-                f"pilot.seed={','.join(map(str, SEEDS))}")
+    prompts = [((*COMMON, f"budget={F_FLOPS:g}", f"model={m}", f"reward={r}",
+                 f"grid.group_size={g}", f"grid.update_epochs={mu}",
+                 f"grid.prompts_per_step={','.join(map(str, PROMPTS))}",
+                 f"pilot.seed={','.join(map(str, SEEDS))}"),
+                tuple(Cell(m, r, g, mu, p, s, F_FLOPS) for p in PROMPTS for s in SEEDS))
                for (m, r), (g, mu) in sorted(at_f.items())]
-    prompt_cells = tuple(Cell(m, r, g, mu, p, s, F_FLOPS) for (m, r), (g, mu) in at_f.items()
-                         for p in PROMPTS for s in SEEDS)
-    wide, wide_cells = [], []
+    wide = []
     for model in SIZES:
         picks = {at_f[(model, "rule")], (max(GROUPS), 1)}
         for f in FRACTIONS:
             picks.add(leaders(means[round(f, 6)])[(model, "rule")])
         for g, mu in sorted(picks):
-            wide.append((*COMMON, f"budget={4 * F_FLOPS:g}", f"model={model}", "reward=rule",
-                         f"grid.group_size={g}", f"grid.update_epochs={mu}",
-                         f"pilot.seed={','.join(map(str, SEEDS))}"))
-            wide_cells += [Cell(model, "rule", g, mu, DEFAULT_PROMPTS, s, 4 * F_FLOPS)
-                           for s in SEEDS]
-    return [Stage("prompts per step", BANK, tuple(prompts), prompt_cells),
-            Stage("4F", BANK_4X, tuple(wide), tuple(wide_cells))]
+            wide.append(((*COMMON, f"budget={4 * F_FLOPS:g}", f"model={model}",
+                          "reward=rule", f"grid.group_size={g}", f"grid.update_epochs={mu}",
+                          f"pilot.seed={','.join(map(str, SEEDS))}"),
+                         tuple(Cell(model, "rule", g, mu, DEFAULT_PROMPTS, s, 4 * F_FLOPS)
+                               for s in SEEDS)))
+    return [Stage("prompts per step", BANK, tuple(prompts)),
+            Stage("4F", BANK_4X, tuple(wide))]
 
 
 def stages(root: Path) -> tuple[list[Stage], bool]:
@@ -261,7 +264,11 @@ def run(root: Path, extra: tuple[str, ...] = (), through: str | None = None) -> 
             return
         stage = todo[0]
         print(f"stage {stage.name}: " + status_line(root), flush=True)
-        for command in stage.commands:
+        # a command whose cells are all ok is not rerun: its sweep would report the
+        # folder's cells of other commands that a stop left unfinished as its failures
+        for command, cells in stage.commands:
+            if all(c in progress(root).done for c in cells):
+                continue
             race("sweep", *command, f"sweep.name={stage.folder}", f"sweep.out_dir={root}",
                  *extra)
         if all(c in progress(root).done for c in stage.cells):

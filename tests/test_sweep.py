@@ -513,9 +513,17 @@ def test_a_reused_sweep_name_with_another_plan_is_refused_and_the_same_plan_resu
     cells = json.loads((tmp_path / "s" / "sweep.json").read_text())["cells"]
     assert len({c["cell_id"] for c in cells}) == 2
     assert len(list((tmp_path / "s" / "cells").iterdir())) == 2
+    # the extension's cell left unfinished (a stop): the first command, part of the
+    # extended plan, answers for its own cell, and names the other without running it
+    added = next(c for c in cells if c["cell_id"] != json.loads(record)["cells"][0]["cell_id"])
+    (tmp_path / "s" / "cells" / added["cell_id"] / "summary.json").unlink()
     resumed = sweep(tmp_path, policy, "launcher=inline")  # part of the extended plan
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert len(json.loads((tmp_path / "s" / "sweep.json").read_text())["cells"]) == 2
+    assert (f"1 cell(s) of {tmp_path / 's'} outside this command are not ok "
+            f"({added['cell_id']}): this command does not run them" in resumed.stderr)
+    assert f"failed {added['cell_id']}" not in resumed.stderr
+    assert not (tmp_path / "s" / "cells" / added["cell_id"] / "summary.json").exists()
 
 
 def test_report_during_a_running_pilot_says_running_not_missing(tmp_path, policy):

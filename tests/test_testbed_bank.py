@@ -86,17 +86,38 @@ def test_run_through_a_stage_stops_before_the_next_one_starts(monkeypatch, tmp_p
     """The F grid done: ``--through 'F seed 2'`` returns without a sweep of the later
     stages; without it, the next stage's sweep starts."""
     done = {c: 60.0 for s in map(bank.f_stage, bank.SEEDS) for c in s.cells}
-    later = bank.Stage("prompts per step", bank.BANK, (("model=tiny-m",),),
-                       (bank.Cell("tiny-m", "rule", 2, 1, 4, 0, bank.F_FLOPS),))
+    later = bank.Stage("prompts per step", bank.BANK, (
+        (("model=tiny-m",), (bank.Cell("tiny-m", "rule", 2, 1, 4, 0, bank.F_FLOPS),)),
+        (("model=tiny-l",), (bank.Cell("tiny-l", "rule", 2, 1, 4, 0, bank.F_FLOPS),))))
     monkeypatch.setattr(bank, "later_stages", lambda folder, seeds=3: [later])
     monkeypatch.setattr(bank, "progress", lambda root: bank.Progress(dict(done), {}))
     swept = []
 
     def sweep(*args, **_):
         swept.append(args)
-        done[later.cells[0]] = 60.0
+        done.update(dict.fromkeys(later.cells, 60.0))
     monkeypatch.setattr(bank, "race", sweep)
     bank.run(tmp_path, through="F seed 2")
     assert swept == []
     bank.run(tmp_path)
     assert len(swept) == 1 and "model=tiny-m" in swept[0]
+
+
+def test_run_skips_a_stage_command_whose_cells_are_all_done(monkeypatch, tmp_path):
+    """After a stop in a stage's second command, a rerun starts at that command: the
+    first one's sweep would count the second's unfinished cells as its failures."""
+    first = bank.Cell("tiny-m", "rule", 2, 1, 4, 0, bank.F_FLOPS)
+    second = bank.Cell("tiny-l", "rule", 2, 1, 4, 0, bank.F_FLOPS)
+    done = {c: 60.0 for s in map(bank.f_stage, bank.SEEDS) for c in s.cells} | {first: 60.0}
+    later = bank.Stage("prompts per step", bank.BANK, (
+        (("model=tiny-m",), (first,)), (("model=tiny-l",), (second,))))
+    monkeypatch.setattr(bank, "later_stages", lambda folder, seeds=3: [later])
+    monkeypatch.setattr(bank, "progress", lambda root: bank.Progress(dict(done), {}))
+    swept = []
+
+    def sweep(*args, **_):
+        swept.append(args)
+        done[second] = 60.0
+    monkeypatch.setattr(bank, "race", sweep)
+    bank.run(tmp_path)
+    assert len(swept) == 1 and "model=tiny-l" in swept[0]
