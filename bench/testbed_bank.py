@@ -21,9 +21,11 @@ The rules that pick the later stages' configs were written down before any cell 
 bank had finished; nothing in the task, targets or grid changes after its results.
 
 Stages run in this order (seed-major, so a bank stopped early is balanced across configs):
-F seed 0, F seed 1, F seed 2, prompts per step, 4F. Each stage is one ``race sweep``
-into ``results/curve-bank-v4`` (``-4x`` for 4F) with ``sweep.extend=true``: a rerun skips
-every ok cell and resumes the rest, so ``run`` continues where a stopped session left it.
+F seed 0, F seed 1, F seed 2, prompts per step, 4F. Each stage is one or more
+``race sweep`` commands into ``results/curve-bank-v4`` (``-4x`` for 4F) with
+``sweep.extend=true``: a rerun skips every ok cell (and every command whose cells are all
+ok) and resumes the rest, so ``run`` continues where a stopped session left it. A later
+stage's commands (3 seeds each) run two at a time with one slot each, so no core waits.
 
 Usage::
 
@@ -47,6 +49,7 @@ import os
 import statistics
 import sys
 import tarfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -264,17 +267,36 @@ def run(root: Path, extra: tuple[str, ...] = (), through: str | None = None) -> 
             return
         stage = todo[0]
         print(f"stage {stage.name}: " + status_line(root), flush=True)
-        # a command whose cells are all ok is not rerun: its sweep would report the
-        # folder's cells of other commands that a stop left unfinished as its failures
-        for command, cells in stage.commands:
-            if all(c in progress(root).done for c in cells):
-                continue
-            race("sweep", *command, f"sweep.name={stage.folder}", f"sweep.out_dir={root}",
-                 *extra)
+        # a command whose cells are all ok is not rerun
+        run_commands([(command, cells) for command, cells in stage.commands
+                      if any(c not in state.done for c in cells)], stage.folder, root, extra)
         if all(c in progress(root).done for c in stage.cells):
             continue
         sys.exit(f"stage {stage.name}: some cells failed; read {root / stage.folder}/"
                  f"pilots.csv, then rerun (it resumes)")
+
+
+def run_commands(commands: list[tuple[tuple[str, ...], tuple[Cell, ...]]], folder: str,
+                 root: Path, extra: tuple[str, ...] = ()) -> None:
+    """``race sweep`` of each command into ``root/folder``: one command with every slot;
+    several (a later stage's, 3 seeds each) ``WORKERS`` at a time with one slot and one
+    thread each, longest first, so that a command's odd third seed does not leave a core
+    idle. Concurrent sweeps of one folder are safe: cells are claimed, and ``sweep.json``
+    keeps both commands' cells. A cell's spec (its id) does not hold the launcher's slots,
+    and one thread a pilot is what ``slots=0`` gives on this bank's 2 cores."""
+    def sweep(command: tuple[str, ...], *more: str) -> None:
+        race("sweep", *command, f"sweep.name={folder}", f"sweep.out_dir={root}", *extra,
+             *more, check=False)
+
+    if len(commands) == 1:
+        sweep(commands[0][0])
+        return
+    done = progress(root).done
+    order = sorted(commands, key=lambda cc: -sum(seconds_per_cell(c, done) or 0.0
+                                                 for c in cc[1]))
+    with ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(lambda cc: sweep(cc[0], "launcher.slots=1",
+                                       "launcher.threads_per_pilot=1"), order))
 
 
 def pack(root: Path, out: Path = TARBALL, starts: Path = WARM_STARTS) -> None:

@@ -236,10 +236,11 @@ def _sweep_one(plan, overrides: Overrides, sweep_dir: Path) -> int:
     for _, row in not_ok[ours].iterrows():
         print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
     if (~ours).any():
-        print(f"race sweep: {int((~ours).sum())} cell(s) of {sweep_dir} outside this "
-              f"command are not ok ({', '.join(sorted(not_ok[~ours]['cell_id']))}): this "
-              f"command does not run them; rerun the command that described them to resume "
-              f"them", file=sys.stderr)
+        others = not_ok[~ours].sort_values("cell_id")
+        print(f"race sweep: {len(others)} cell(s) of {sweep_dir} outside this command are "
+              f"not ok ({', '.join(f'{r.cell_id} {r.status}' for r in others.itertuples())})"
+              f": this command does not run them; rerun the command that described a "
+              f"stopped one to resume it", file=sys.stderr)
     return 0 if not ours.any() else 1
 
 

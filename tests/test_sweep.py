@@ -521,7 +521,7 @@ def test_a_reused_sweep_name_with_another_plan_is_refused_and_the_same_plan_resu
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert len(json.loads((tmp_path / "s" / "sweep.json").read_text())["cells"]) == 2
     assert (f"1 cell(s) of {tmp_path / 's'} outside this command are not ok "
-            f"({added['cell_id']}): this command does not run them" in resumed.stderr)
+            f"({added['cell_id']} missing): this command does not run them" in resumed.stderr)
     assert f"failed {added['cell_id']}" not in resumed.stderr
     assert not (tmp_path / "s" / "cells" / added["cell_id"] / "summary.json").exists()
 
@@ -563,3 +563,21 @@ def test_a_disk_that_fills_at_the_summary_names_the_summary(tmp_path, policy, mo
     assert code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("race sweep: no space left on ") and "summary.json" in last, last
+
+
+def test_a_concurrent_extension_keeps_both_commands_cells_in_sweep_json(tmp_path):
+    """Two sweeps extend one folder at once: the one that finishes last writes sweep.json
+    from a record read before the other added its cells; they stay listed."""
+    from race.run import sweep as run_sweep_module
+
+    first = {"budget_flops": 1e12, "cells": [{"cell_id": "a"}]}
+    run_sweep_module._write_record(tmp_path, dict(first))  # A starts
+    second = {"budget_flops": 1e12, "cells": run_sweep_module._extended_cells(
+        tmp_path, [{"cell_id": "b"}])}
+    run_sweep_module._write_record(tmp_path, second, {"pid": 2})  # B starts and ends
+    mine = dict(first)
+    run_sweep_module._write_record(tmp_path, mine, {"pid": 1})  # A ends
+    record = json.loads((tmp_path / "sweep.json").read_text())
+    assert [c["cell_id"] for c in record["cells"]] == ["a", "b"]
+    assert [c["cell_id"] for c in mine["cells"]] == ["a", "b"]
+    assert [r["pid"] for r in record["runs"]] == [2, 1]

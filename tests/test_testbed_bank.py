@@ -100,7 +100,7 @@ def test_run_through_a_stage_stops_before_the_next_one_starts(monkeypatch, tmp_p
     bank.run(tmp_path, through="F seed 2")
     assert swept == []
     bank.run(tmp_path)
-    assert len(swept) == 1 and "model=tiny-m" in swept[0]
+    assert sorted(a[1] for a in swept) == ["model=tiny-l", "model=tiny-m"]
 
 
 def test_run_skips_a_stage_command_whose_cells_are_all_done(monkeypatch, tmp_path):
@@ -121,3 +121,31 @@ def test_run_skips_a_stage_command_whose_cells_are_all_done(monkeypatch, tmp_pat
     monkeypatch.setattr(bank, "race", sweep)
     bank.run(tmp_path)
     assert len(swept) == 1 and "model=tiny-l" in swept[0]
+
+
+def test_run_sweeps_a_stages_commands_two_at_a_time_with_one_slot_each(monkeypatch, tmp_path):
+    """Several pending commands of a stage run ``WORKERS`` at once, one slot and one
+    thread a pilot each; a lone command keeps every slot."""
+    cells = [bank.Cell("tiny-m", "rule", g, 1, 8, 0, 4 * bank.F_FLOPS) for g in (2, 4, 16)]
+    done = {c: 60.0 for s in map(bank.f_stage, bank.SEEDS) for c in s.cells}
+    later = bank.Stage("4F", bank.BANK_4X, tuple(
+        ((f"grid.group_size={c.group_size}",), (c,)) for c in cells))
+    monkeypatch.setattr(bank, "later_stages", lambda folder, seeds=3: [later])
+    monkeypatch.setattr(bank, "progress", lambda root: bank.Progress(dict(done), {}))
+    swept = []
+
+    def sweep(*args, **kwargs):
+        assert kwargs == {"check": False}
+        swept.append(args)
+        done.update(dict.fromkeys(cells, 60.0))
+    monkeypatch.setattr(bank, "race", sweep)
+    bank.run(tmp_path)
+    assert len(swept) == 3
+    assert all(a[-2:] == ("launcher.slots=1", "launcher.threads_per_pilot=1") for a in swept)
+    done.clear()
+    done.update({c: 60.0 for s in map(bank.f_stage, bank.SEEDS) for c in s.cells})
+    done.update(dict.fromkeys(cells[:2], 60.0))
+    swept.clear()
+    bank.run(tmp_path)
+    assert len(swept) == 1 and "grid.group_size=16" in swept[0]
+    assert not any(a.startswith("launcher.") for a in swept[0])

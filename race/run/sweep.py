@@ -251,6 +251,8 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
         outcome = launch_cells(sweep_dir, [c.spec for c in plan.runnable], cfg.launcher, me)
     else:
         outcome = run_ladder(plan, cfg, sweep_dir, me)
+    # a concurrent extension of the folder may have added cells since: they are read too
+    record["cells"] = _extended_cells(sweep_dir, record["cells"])
     frame = with_update_fractions(pilots_frame(sweep_dir), record["cells"])
     write_csv(SweepDir(sweep_dir).pilots, frame)
     record |= {"finished": time.time(), "launch_wall_s": outcome["wall_s"],
@@ -287,17 +289,24 @@ def _extended_cells(sweep_dir: Path, cells: list[dict]) -> list[dict]:
     """The cells ``sweep.json`` already lists, then those of ``cells`` it does not."""
     path = SweepDir(sweep_dir).record
     held = read_result(path, SWEEP_JSON_FIX).get("cells", []) if path.is_file() else []
+    return _union(held, cells)
+
+
+def _union(held: list[dict], cells: list[dict]) -> list[dict]:
     known = {c.get("cell_id") for c in held}
     return held + [c for c in cells if c.get("cell_id") not in known]
 
 
 def _write_record(sweep_dir: Path, record: dict, run: dict | None = None) -> None:
-    """Write sweep.json, keeping the ``runs`` every process of this folder recorded (and
-    appending ``run``, this process's: what it launched, what another ran)."""
+    """Write sweep.json, keeping the cells and the ``runs`` every process of this folder
+    recorded (and appending ``run``, this process's: what it launched, what another ran).
+    The file is read again under the lock, so the cells a concurrent extension of the
+    folder added since this process read it stay listed; ``record["cells"]`` is updated."""
     with claims.claims_lock(sweep_dir):
         try:
-            runs = read_json(SweepDir(sweep_dir).record).get("runs", [])
+            held = read_json(SweepDir(sweep_dir).record)
         except (OSError, ValueError):
-            runs = []
+            held = {}
+        record["cells"] = _union(held.get("cells", []), record["cells"])
         write_json(SweepDir(sweep_dir).record,
-                           record | {"runs": runs + ([run] if run else [])})
+                           record | {"runs": held.get("runs", []) + ([run] if run else [])})
