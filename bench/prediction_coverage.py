@@ -27,7 +27,8 @@ interval's. Before it, a report printed the sigmoid's own interval (its paramete
 uncertainty), whose coverage is printed as ``before``.
 
 Usage: ``python bench/prediction_coverage.py [--bank PATH ...]`` (default: the committed
-banks ``curve_bank.json.gz``, ``curve_bank_v3.json.gz``, ``curve_bank_v3_4x.json.gz``).
+banks ``curve_bank.json.gz``, ``curve_bank_v3.json.gz``, ``curve_bank_v3_4x.json.gz``,
+``curve_bank_v4.json.gz``).
 Last line: ``coverage_90=... before=... width=... cells=...``: the ladder's coverage on the
 check half of every bank, the sigmoid's own interval's on every cell, the mean width of
 the interval, and the check half's cells with a prediction.
@@ -53,7 +54,7 @@ from race.core.rungs import DEFAULT_RUNGS
 from race.core.specs import RunSpec
 
 BANKS = [DATA / "curve_bank.json.gz", DATA / "curve_bank_v3.json.gz",
-         DATA / "curve_bank_v3_4x.json.gz"]
+         DATA / "curve_bank_v3_4x.json.gz", DATA / "curve_bank_v4.json.gz"]
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunSpec)}
 TARGET = _DEFAULTS["select_target"]  # what selection reads and the report predicts
 PROBLEMS = _DEFAULTS["select_examples"]  # problems a pilot scores on it

@@ -278,7 +278,7 @@ def test_the_interval_at_the_full_budget_grows_with_the_decades_extrapolated():
     assert lo <= fit.prediction <= hi
     far = fit_curve(flops, sigmoid(flops, **truth), predict_at=10 * FULL)
     lo, hi = full_budget_interval(far, 10 * FULL)  # a decade further: a decade wider
-    assert (lo, hi) == pytest.approx((far.prediction + low * (decades + 1),
+    assert (lo, hi) == pytest.approx((max(0.0, far.prediction + low * (decades + 1)),
                                       min(1.0, far.prediction + high * (decades + 1))))
     near = fit_curve(flops, sigmoid(flops, **truth), predict_at=flops[-1])
     assert full_budget_interval(near, flops[-1]) == pytest.approx((near.prediction,) * 2)
