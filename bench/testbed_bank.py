@@ -8,7 +8,9 @@ so that the best allocation has room to change with budget, size, reward and tar
   3 seeds; to F = 3.5e12 FLOPs with 12 checkpoints (F/96 ... F), scored on ``val`` (500
   problems), ``test`` and ``ood`` (200 each). lr stays fixed per size (the default 3e-4).
 - prompts per step in {4, 16} (the grid's 8 is the middle) at each size and reward's
-  leading (G, mu), the one with the best seed-mean ``val`` at F in the first stages.
+  leading (G, mu), the one with the best seed-mean ``val`` at F in the first stages, with
+  8 run again beside them: the stage has its own folder, and every value of the axis runs
+  on one machine (runs from one warm start part across machines, docs/pilots.md).
   Priced with ``race plan`` and measured: the F grid alone is 144 pilots of 4-25 minutes
   each on one core (G2 is the slowest: 16 completions a step), far above the 6 hours the
   bank was planned at, so the prompts-per-step axis runs at the leading configs only.
@@ -22,10 +24,15 @@ bank had finished; nothing in the task, targets or grid changes after its result
 
 Stages run in this order (seed-major, so a bank stopped early is balanced across configs):
 F seed 0, F seed 1, F seed 2, prompts per step, 4F. Each stage is one or more
-``race sweep`` commands into ``results/curve-bank-v4`` (``-4x`` for 4F) with
+``race sweep`` commands into ``results/curve-bank-v4`` (``-prompts`` for prompts per
+step, ``-4x`` for 4F) with
 ``sweep.extend=true``: a rerun skips every ok cell (and every command whose cells are all
 ok) and resumes the rest, so ``run`` continues where a stopped session left it. A later
 stage's commands (3 seeds each) run two at a time with one slot each, so no core waits.
+The F grid's export (``bench/data/curve_bank_v4.json.gz``) stands for its folder's cells
+where this machine has not got them: its cells count as done, and the later stages'
+configs are picked from it, so a checkout whose tarball lacks some F cells does not run
+them again.
 
 Usage::
 
@@ -45,6 +52,8 @@ resumes from the same weights: warm starts are deterministic on one machine only
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 import os
 import statistics
 import sys
@@ -60,6 +69,9 @@ from race.store.cell import CellDir, cell_dirs
 RESULTS = REPO / "results"
 BANK = "curve-bank-v4"
 BANK_4X = "curve-bank-v4-4x"
+BANK_PROMPTS = "curve-bank-v4-prompts"
+# a results/ folder's cells exported: they count as done where the folder lacks them
+EXPORTS = {BANK: DATA / "curve_bank_v4.json.gz"}
 TARBALL = DATA / "curve-bank-v4-cells.tar.gz"
 WARM_STARTS = DATA / "curve-bank-v4-warmstarts.tar.gz"
 F_FLOPS = 3.5e12
@@ -70,15 +82,17 @@ COMMON = ("selection.policy=flat", "pilot.fraction=1", f"pilot.checkpoints={CHEC
           "pilot.eval_targets=[val,test,ood]", "pilot.select_examples=500",
           "pilot.eval_examples=200", "sweep.extend=true")
 SIZES, REWARDS = ("tiny-m", "tiny-l"), ("rule", "prm-tiny-s")
-GROUPS, EPOCHS, PROMPTS, SEEDS = (2, 4, 8, 16), (1, 2, 4), (4, 16), (0, 1, 2)
 DEFAULT_PROMPTS = 8
+GROUPS, EPOCHS, PROMPTS, SEEDS = (2, 4, 8, 16), (1, 2, 4), (4, DEFAULT_PROMPTS, 16), (0, 1, 2)
 SELECT = "val"
 FRACTIONS = tuple(float(x) for x in CHECKPOINTS.strip("[]").split(","))
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One bank cell by its knobs (what ``spec.json`` says), budget in FLOPs."""
+    """One bank cell by its knobs (what ``spec.json`` says), budget in FLOPs, and the
+    bank folder it is run in (the prompts-per-step stage runs the F grid's 8 again in its
+    own)."""
 
     model: str
     reward: str
@@ -87,6 +101,7 @@ class Cell:
     prompts_per_step: int
     seed: int
     budget_flops: float
+    folder: str = BANK
 
     @property
     def config(self) -> tuple:
@@ -106,10 +121,44 @@ class Stage:
         return tuple(c for _, cells in self.commands for c in cells)
 
 
-def cell_of(spec: dict) -> Cell:
+def cell_of(spec: dict, folder: str = BANK) -> Cell:
     return Cell(spec["model"], spec["reward"]["name"], spec["group_size"],
                 spec["update_epochs"], spec["prompts_per_step"], spec["seed"],
-                float(spec["budget_flops"]))
+                float(spec["budget_flops"]), folder)
+
+
+def exported(folder: Path) -> list[dict]:
+    """The cells of ``folder``'s export (``bench/curve_bank.py``'s cell dicts: knobs at
+    the top, ``evals`` rows); none where it has none, or lies outside ``results/`` (a
+    bank built elsewhere, such as ``--quick``'s, is not the exported one)."""
+    path = EXPORTS.get(folder.name)
+    if path is None or not path.exists() or folder.parent.resolve() != RESULTS.resolve():
+        return []
+    with gzip.open(path, "rt") as f:
+        return json.load(f)["cells"]
+
+
+def export_cell(curves: dict, folder: str = BANK) -> Cell:
+    return Cell(curves["model"], curves["reward"], curves["group_size"],
+                curves["update_epochs"], curves.get("prompts_per_step") or DEFAULT_PROMPTS,
+                curves["seed"], float(curves["budget_flops"]), folder)
+
+
+def ok_cells(folder: Path) -> dict[str, tuple[Cell, list[dict], float | None]]:
+    """cell id -> (cell, its eval rows, wall seconds) for each ok cell of ``folder``, and
+    of its export where the folder lacks the cell (wall seconds unknown: None)."""
+    out = {}
+    for path in cell_dirs(folder) if folder.is_dir() else []:
+        if CellDir(path).is_ok():
+            spec = results.read_json(path / "spec.json")
+            rows = [r for r in results.read_jsonl(path / "metrics.jsonl") if r["kind"] == "eval"]
+            summary = results.read_json(path / "summary.json")
+            out[path.name] = (cell_of(spec, folder.name), rows,
+                              sum(summary.get("wall_s", {}).values()))
+    for curves in exported(folder):
+        out.setdefault(curves["cell_id"], (export_cell(curves, folder.name),
+                                           curves["evals"], None))
+    return out
 
 
 def f_stage(seed: int) -> Stage:
@@ -126,12 +175,9 @@ def seed_means(folder: Path, seeds: int = len(SEEDS)) -> dict[float, dict[tuple,
     ``seeds`` seeds ok: all 3 by default; 1: the provisional means ``status`` prices the
     later stages with), read in one pass over the folder."""
     by: dict[float, dict[tuple, list[float]]] = {}
-    for path in cell_dirs(folder):
-        if not CellDir(path).is_ok():
-            continue
-        cell = cell_of(results.read_json(path / "spec.json"))
-        for row in results.read_jsonl(path / "metrics.jsonl"):
-            if row["kind"] == "eval" and row["target"] == SELECT:
+    for cell, rows, _ in ok_cells(folder).values():
+        for row in rows:
+            if row["target"] == SELECT:
                 at = by.setdefault(round(row["checkpoint"], 6), {})
                 at.setdefault(cell.config, []).append(row["accuracy"])
     return {f: {k: statistics.mean(v) for k, v in at.items() if len(v) >= seeds}
@@ -155,7 +201,7 @@ def leaders(means: dict[tuple, float]) -> dict[tuple[str, str], tuple[int, int]]
 def later_stages(folder: Path, seeds: int = len(SEEDS)) -> list[Stage] | None:
     """The prompts-per-step and 4F stages, from the F grid's leaders (None until known):
     on every config's 3 seeds, or (``seeds=1``) provisionally on the seeds done so far."""
-    means = seed_means(folder, seeds) if folder.is_dir() else {}
+    means = seed_means(folder, seeds)
     at_f = leaders(means.get(1.0, {}))
     if at_f is None:
         return None
@@ -163,7 +209,8 @@ def later_stages(folder: Path, seeds: int = len(SEEDS)) -> list[Stage] | None:
                  f"grid.group_size={g}", f"grid.update_epochs={mu}",
                  f"grid.prompts_per_step={','.join(map(str, PROMPTS))}",
                  f"pilot.seed={','.join(map(str, SEEDS))}"),
-                tuple(Cell(m, r, g, mu, p, s, F_FLOPS) for p in PROMPTS for s in SEEDS))
+                tuple(Cell(m, r, g, mu, p, s, F_FLOPS, BANK_PROMPTS)
+                      for p in PROMPTS for s in SEEDS))
                for (m, r), (g, mu) in sorted(at_f.items())]
     wide = []
     for model in SIZES:
@@ -174,9 +221,9 @@ def later_stages(folder: Path, seeds: int = len(SEEDS)) -> list[Stage] | None:
             wide.append(((*COMMON, f"budget={4 * F_FLOPS:g}", f"model={model}",
                           "reward=rule", f"grid.group_size={g}", f"grid.update_epochs={mu}",
                           f"pilot.seed={','.join(map(str, SEEDS))}"),
-                         tuple(Cell(model, "rule", g, mu, DEFAULT_PROMPTS, s, 4 * F_FLOPS)
-                               for s in SEEDS)))
-    return [Stage("prompts per step", BANK, tuple(prompts)),
+                         tuple(Cell(model, "rule", g, mu, DEFAULT_PROMPTS, s, 4 * F_FLOPS,
+                                    BANK_4X) for s in SEEDS)))
+    return [Stage("prompts per step", BANK_PROMPTS, tuple(prompts)),
             Stage("4F", BANK_4X, tuple(wide))]
 
 
@@ -187,23 +234,24 @@ def stages(root: Path) -> tuple[list[Stage], bool]:
     return first + (later or []), later is not None
 
 
+FOLDERS = (BANK, BANK_PROMPTS, BANK_4X)
+
+
 @dataclass
 class Progress:
-    done: dict[Cell, float]       # ok cells -> wall seconds
-    running: dict[Cell, float]    # started cells -> share of the budget spent
+    done: dict[Cell, float | None]  # ok cells -> wall seconds (None: known from an export)
+    running: dict[Cell, float]      # started cells -> share of the budget spent
 
 
 def progress(root: Path) -> Progress:
     out = Progress({}, {})
-    for name in (BANK, BANK_4X):
+    for name in FOLDERS:
+        out.done.update({cell: wall for cell, _, wall in ok_cells(root / name).values()})
         for path in cell_dirs(root / name) if (root / name).is_dir() else []:
-            if not (path / "spec.json").is_file():
+            if not (path / "spec.json").is_file() or CellDir(path).is_ok():
                 continue
-            cell = cell_of(results.read_json(path / "spec.json"))
-            if CellDir(path).is_ok():
-                summary = results.read_json(path / "summary.json")
-                out.done[cell] = sum(summary.get("wall_s", {}).values())
-            elif (path / "metrics.jsonl").is_file():
+            cell = cell_of(results.read_json(path / "spec.json"), name)
+            if (path / "metrics.jsonl").is_file():
                 rows = [r for r in results.read_jsonl(path / "metrics.jsonl")
                         if r["kind"] == "step"]
                 spent = rows[-1].get("charged_flops", 0.0) if rows else 0.0
@@ -219,7 +267,7 @@ def seconds_per_cell(cell: Cell, done: dict[Cell, float]) -> float | None:
                 cell.model, cell.group_size, cell.prompts_per_step),
             lambda c: c.model == cell.model, lambda c: True]
     for rule in like:
-        rates = [s / c.budget_flops for c, s in done.items() if rule(c)]
+        rates = [s / c.budget_flops for c, s in done.items() if s is not None and rule(c)]
         if rates:
             return statistics.median(rates) * cell.budget_flops
     return None
@@ -233,7 +281,8 @@ def status_line(root: Path) -> str:
     estimates = [seconds_per_cell(c, state.done) for c in left]
     known_s = [e * (1 - state.running.get(c, 0.0)) for c, e in zip(left, estimates) if e]
     hours = (f"{sum(known_s) / WORKERS / 3600:.1f} h left at the measured rate "
-             f"({WORKERS} at once)" if state.done else "no cell finished yet: no rate")
+             f"({WORKERS} at once)" if any(s is not None for s in state.done.values())
+             else "no cell finished yet: no rate")
     per_stage = ", ".join(f"{s.name} {sum(c in state.done for c in s.cells)}/{len(s.cells)}"
                           for s in all_stages)
     tail = "" if known else "; prompts-per-step and 4F stages: after the F grid's 3 seeds"
@@ -304,7 +353,7 @@ def pack(root: Path, out: Path = TARBALL, starts: Path = WARM_STARTS) -> None:
     into ``starts`` once (they do not change while the bank is built, so later packs
     leave that file, and the repository's history, as they are)."""
     members: list[tuple[Path, str]] = []
-    for name in (BANK, BANK_4X):
+    for name in FOLDERS:
         folder = root / name
         for path in cell_dirs(folder) if folder.is_dir() else []:
             if CellDir(path).is_ok():

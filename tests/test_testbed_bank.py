@@ -36,12 +36,15 @@ def test_the_later_stages_run_the_leaders_at_f_and_below_plus_the_largest_search
     monkeypatch.setattr(bank, "seed_means", lambda folder, seeds=3: means_where(leader_at))
     (tmp_path / bank.BANK).mkdir()
     prompts, wide = bank.later_stages(tmp_path / bank.BANK)
-    # prompts per step 4 and 16 at each (size, reward)'s leader at F, 3 seeds each
+    # prompts per step 4, 8 (again) and 16 at each (size, reward)'s leader at F, 3 seeds
+    # each, in the stage's own folder
     assert {(c.model, c.reward, c.group_size, c.update_epochs) for c in prompts.cells} == {
         ("tiny-m", "rule", 4, 2), ("tiny-m", "prm-tiny-s", 8, 4),
         ("tiny-l", "rule", 8, 4), ("tiny-l", "prm-tiny-s", 8, 4)}
-    assert len(prompts.cells) == 4 * 2 * 3
-    assert {c.prompts_per_step for c in prompts.cells} == set(bank.PROMPTS)
+    assert len(prompts.cells) == 4 * 3 * 3
+    assert {c.prompts_per_step for c in prompts.cells} == {4, 8, 16}
+    assert prompts.folder == bank.BANK_PROMPTS
+    assert {c.folder for c in prompts.cells} == {bank.BANK_PROMPTS}
     # 4F, rule only: the leader at F, every smaller checkpoint's leader, and G16 mu1
     picks = {(c.model, c.group_size, c.update_epochs) for c in wide.cells}
     assert picks == {("tiny-m", 4, 2), ("tiny-m", 2, 1), ("tiny-m", 16, 1),
@@ -149,3 +152,33 @@ def test_run_sweeps_a_stages_commands_two_at_a_time_with_one_slot_each(monkeypat
     bank.run(tmp_path)
     assert len(swept) == 1 and "grid.group_size=16" in swept[0]
     assert not any(a.startswith("launcher.") for a in swept[0])
+
+
+def test_the_f_grids_export_stands_for_its_cells_this_machine_lacks(monkeypatch, tmp_path):
+    """A checkout with part of the F grid's cells: the export's cells count as done (its
+    wall time unknown), the folder's own cell wins over the export's of the same id, and
+    the prompts stage's 8 (another folder) is not done by the F grid's cell."""
+    import gzip
+
+    monkeypatch.setattr(bank, "RESULTS", tmp_path)
+    write_cell(tmp_path / bank.BANK, "a", 0, 0.2)
+    (tmp_path / bank.BANK / "cells" / "a" / "summary.json").write_text(
+        json.dumps({"status": "ok", "wall_s": {"rollout": 50.0, "learning": 10.0}}))
+    curves = {"model": "tiny-m", "reward": "rule", "group_size": 2, "update_epochs": 1,
+              "prompts_per_step": 8, "budget_flops": bank.F_FLOPS,
+              "evals": [{"target": "val", "checkpoint": 1.0, "accuracy": 0.6}]}
+    export = tmp_path / "bank.json.gz"
+    with gzip.open(export, "wt") as f:
+        json.dump({"cells": [curves | {"cell_id": "a", "seed": 0},
+                             curves | {"cell_id": "b", "seed": 1}]}, f)
+    monkeypatch.setitem(bank.EXPORTS, bank.BANK, export)
+    done = bank.progress(tmp_path).done
+    here, there = (bank.Cell("tiny-m", "rule", 2, 1, 8, s, bank.F_FLOPS) for s in (0, 1))
+    assert done == {here: 60.0, there: None}
+    assert bank.seed_means(tmp_path / bank.BANK, seeds=2) == {
+        1.0: {here.config: pytest.approx(0.4)}}
+    assert bank.Cell("tiny-m", "rule", 2, 1, 8, 0, bank.F_FLOPS, bank.BANK_PROMPTS) not in done
+    # a bank outside results/ (another --root) has no export
+    other = tmp_path / "elsewhere"
+    write_cell(other / bank.BANK, "a", 0, 0.2)
+    assert set(bank.progress(other).done) == {here}
