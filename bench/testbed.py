@@ -69,6 +69,8 @@ from race.store.cell import cell_dirs
 
 DEFAULT_BANK = Path(__file__).parent / "data" / "curve_bank_v4.json.gz"
 LARGER_BANK = Path(__file__).parent / "data" / "curve_bank_v4_4x.json.gz"  # 4F, read if there
+# prompts per step 4, 8, 16 at each size and reward's leading (G, mu) at F, read if there
+PROMPTS_BANK = Path(__file__).parent / "data" / "curve_bank_v4_prompts.json.gz"
 Z90 = 1.645
 SELECT = "val"  # the target configs are compared on; test and ood are reported beside it
 DIMS = {"size": 0, "reward": 1, "target": 2, "budget": 3}  # index in a condition
@@ -198,12 +200,15 @@ def budgets(cells: list[dict]) -> dict[float, tuple[float, float]]:
 
 def ranked(cells: list[dict], where: tuple, views: dict) -> list[tuple[str, dict]]:
     """The allocations (name, score) of ``where = (size, reward, target, budget)`` with
-    cells at that budget, best first."""
+    cells at that budget, best first. A cell's ``axis`` names it where one axis alone is
+    compared (``P4``: the prompts-per-step bank, whose (G, mu) is fixed per size and
+    reward), so that its best value can change with the size or reward too."""
     size, reward, target, budget = where
     full, f = views[budget]
     groups = configs([c for c in cells if c["model"] == size and c["reward"] == reward
                       and c["budget_flops"] == full])
-    scored = [(allocation(g[0], with_reward=False), s) for g in groups.values()
+    scored = [(g[0].get("axis") or allocation(g[0], with_reward=False), s)
+              for g in groups.values()
               if (s := score(g, target, f)) is not None]
     return sorted(scored, key=lambda x: -x[1]["mean"])
 
@@ -213,6 +218,9 @@ def main() -> None:
     parser.add_argument("--bank", type=Path, action="append",
                         help=f"a bank (repeat for several budgets; default {DEFAULT_BANK.name}"
                              f", with {LARGER_BANK.name} where it exists)")
+    parser.add_argument("--prompts-bank", type=Path, default=None,
+                        help=f"the prompts-per-step bank (a bank or sweep folder; default "
+                             f"{PROMPTS_BANK.name} where it exists)")
     add_quick(parser, f"{DEFAULT_BANK.name} alone")
     args = parser.parse_args()
     paths = args.bank or [p for p in (DEFAULT_BANK, LARGER_BANK)
@@ -294,6 +302,10 @@ def main() -> None:
           + ", ".join(f"{s} {z:.1f}" for s, z in spreads.items()))
     print(f"conditions that change the best allocation: {changed or 'none'}")
     held = held_out(cells, views, conditions)
+    prompts = args.prompts_bank or (PROMPTS_BANK if PROMPTS_BANK.exists() and not args.bank
+                                    and not args.quick else None)
+    if prompts:
+        _prompts(prompts, full)
     print(f"min_gain_se={min(gains.values(), default=0):.1f} "
           f"within_size_spread_se={min(spreads.values(), default=0):.1f} "
           f"conditional_changes={len(changed)} "
@@ -394,6 +406,63 @@ def _by_budget(cells: list[dict], views: dict, sizes: list[str], rewards: list[s
                     print(f"  at F, {size} {reward} {name}: the {full / fulls[0]:.3g}F bank's "
                           f"run {reruns[name]['mean']:.3f}, the F bank's {first['mean']:.3f}, "
                           f"difference {diff:+.3f} (SE {se:.3f})")
+
+
+def _prompts(path: Path, grid: list[dict]) -> None:
+    """The prompts-per-step bank (its own runs, one machine): per size and reward, each
+    value's ``SELECT`` score by budget, the best with its lead's 90% interval, the grid's
+    8 against the F bank's run of the same config at F, and the conditions (budget, size,
+    reward, target) that change the best prompts per step, retested on a held-out seed."""
+    loaded = load(path)
+    if not loaded:
+        print(f"\nprompts per step: {path} has no ok cell yet")
+        return
+    cells = [c | {"axis": f"P{c.get('prompts_per_step') or GRID_PROMPTS}"}
+             for c in at_full_budget(loaded)]
+    views = budgets(cells)
+    sizes = sorted({c["model"] for c in cells}, key=size_order)
+    rewards = sorted({c["reward"] for c in cells})
+    targets = sorted({r["target"] for c in cells for r in c["evals"]})
+    print(f"\nprompts per step ({path.name}: {len(cells)} cells, seeds "
+          f"{sorted({c['seed'] for c in cells})}; each size and reward's leading (G, mu) at "
+          f"F), {SELECT} mean (SE) by budget; best, lead over the runner-up, 90% interval")
+    for size in sizes:
+        for reward in rewards:
+            mine = [c for c in cells if c["model"] == size and c["reward"] == reward]
+            if not mine:
+                continue
+            print(f"  {size} {reward} {allocation(mine[0], with_reward=False).split(' P')[0]}")
+            for b in views:
+                found = ranked(cells, (size, reward, SELECT, b), views)
+                if len(found) < 2:
+                    continue
+                (top, s1), (runner, s2) = found[:2]
+                lead, se = paired(s1, s2)
+                row = "  ".join(f"{n} {s['mean']:.3f} ({s['se']:.3f})"
+                                for n, s in sorted(found, key=lambda x: int(x[0][1:])))
+                print(f"    F x {b:<8.4g}{row}   best {top} {lead:+.3f} "
+                      f"[{lead - Z90 * se:+.3f}, {lead + Z90 * se:+.3f}]")
+            rerun = score([c for c in mine if c["axis"] == f"P{GRID_PROMPTS}"], SELECT, 1.0)
+            (g, mu), p8 = (mine[0]["group_size"], mine[0]["update_epochs"]), GRID_PROMPTS
+            first = [c for c in grid if (c["model"], c["reward"], c["group_size"],
+                                         c["update_epochs"]) == (size, reward, g, mu)
+                     and (c.get("prompts_per_step") or p8) == p8]
+            first = score(first, SELECT, 1.0) if first else None
+            if rerun and first:
+                diff, se = paired(rerun, first)
+                print(f"    P{GRID_PROMPTS} at F here {rerun['mean']:.3f}, in the F bank "
+                      f"{first['mean']:.3f}: difference {diff:+.3f} (SE {se:.3f})")
+    conditions = [(size, reward, target, b) for size in sizes for reward in rewards
+                  for target in targets for b in views]
+    best = leaders(cells, conditions, views)
+    changes = [pairs[0] for pairs in find_changes(cells, views, best).values()]
+    for dim, a, b, name_a, name_b in changes:
+        print(f"  prompts per step conditional on {dim}: {name_a} at {_label(a)} but "
+              f"{name_b} at {_label(b)} (each leads the other, 90% intervals excluding 0)")
+    held = held_out(cells, views, conditions)
+    print(f"prompts per step: conditions that change the best value: "
+          f"{sorted({c[0] for c in changes}) or 'none'}; holding on the held-out seed: "
+          f"{'n/a' if held is None else held or 'none'}")
 
 
 def _targets_at_f(full: list[dict], sizes: list[str], targets: list[str]) -> None:

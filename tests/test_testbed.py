@@ -207,3 +207,31 @@ def test_the_held_out_lead_adds_the_seed_variance_of_the_other_seeds():
     widened = testbed._with_seed_variance(one, others)
     assert math.isclose(widened["se"] ** 2, one["se"] ** 2 + 0.02)
     assert testbed._with_seed_variance(one, one) == one  # one seed shows no seed variance
+
+
+def test_the_prompts_bank_names_each_value_and_finds_where_the_best_one_changes(tmp_path):
+    """P4 leads at F/2 (16 right against 10 and 8) and P16 at F (18 against 10 and 12):
+    the table names each value, the change by budget counts and holds on seed 1 (which
+    repeats seed 0), and the grid's 8 here is set against the F bank's run of G4 mu1."""
+    curves = {4: {0.5: first(16), 1.0: first(10)}, 8: {0.5: first(10), 1.0: first(12)},
+              16: {0.5: first(8), 1.0: first(18)}}
+    cells = [cell(F, 4, seed, curve) | {"cell_id": f"p{p}-{seed}", "config": f"p{p}",
+                                        "prompts_per_step": p}
+             for p, curve in curves.items() for seed in (0, 1)]
+    with gzip.open(tmp_path / "p.json.gz", "wt") as f:
+        json.dump({"budget_flops": F, "cells": cells}, f)
+    out = subprocess.run([sys.executable, str(SCRIPT), "--bank", str(f_bank(tmp_path)),
+                          "--prompts-bank", str(tmp_path / "p.json.gz")], check=True,
+                         capture_output=True, text=True).stdout.splitlines()
+    at = out.index("  m rule G4 mu1")
+    assert out[at + 1].startswith("    F x 0.5     P4 0.800 (0.092)  P8 0.500 (0.115)  "
+                                  "P16 0.400 (0.112)   best P4 +0.300 [")
+    assert out[at + 2].startswith("    F x 1       P4 0.500 (0.115)  P8 0.600 (0.112)  "
+                                  "P16 0.900 (0.069)   best P16 +0.300 [")
+    # the F bank's G4 mu1 reads 10 of 20 at F, the rerun of P8 here 12
+    assert out[at + 3] == ("    P8 at F here 0.600, in the F bank 0.500: difference +0.100 "
+                           "(SE 0.069)")
+    assert ("  prompts per step conditional on budget: P4 at m/rule/val/F x 0.5 but P16 at "
+            "m/rule/val/F x 1 (each leads the other, 90% intervals excluding 0)") in out
+    assert out[-2] == ("prompts per step: conditions that change the best value: ['budget']; "
+                       "holding on the held-out seed: ['budget']")
