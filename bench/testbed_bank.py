@@ -28,7 +28,9 @@ F seed 0, F seed 1, F seed 2, prompts per step, 4F. Each stage is one or more
 step, ``-4x`` for 4F) with
 ``sweep.extend=true``: a rerun skips every ok cell (and every command whose cells are all
 ok) and resumes the rest, so ``run`` continues where a stopped session left it. A later
-stage's commands (3 seeds each) run two at a time with one slot each, so no core waits.
+stage has one command per config and seed (prompts per step: the seed's 4, 8 and 16 in
+one command, so they run side by side), run seed by seed, two at a time with one slot
+each: a stage stopped early is balanced across its configs too, and no core waits.
 The F grid's export (``bench/data/curve_bank_v4.json.gz``) stands for its folder's cells
 where this machine has not got them: its cells count as done, and the later stages'
 configs are picked from it, so a checkout whose tarball lacks some F cells does not run
@@ -207,22 +209,19 @@ def later_stages(folder: Path, seeds: int = len(SEEDS)) -> list[Stage] | None:
         return None
     prompts = [((*COMMON, f"budget={F_FLOPS:g}", f"model={m}", f"reward={r}",
                  f"grid.group_size={g}", f"grid.update_epochs={mu}",
-                 f"grid.prompts_per_step={','.join(map(str, PROMPTS))}",
-                 f"pilot.seed={','.join(map(str, SEEDS))}"),
-                tuple(Cell(m, r, g, mu, p, s, F_FLOPS, BANK_PROMPTS)
-                      for p in PROMPTS for s in SEEDS))
-               for (m, r), (g, mu) in sorted(at_f.items())]
+                 f"grid.prompts_per_step={','.join(map(str, PROMPTS))}", f"pilot.seed={s}"),
+                tuple(Cell(m, r, g, mu, p, s, F_FLOPS, BANK_PROMPTS) for p in PROMPTS))
+               for s in SEEDS for (m, r), (g, mu) in sorted(at_f.items())]
     wide = []
     for model in SIZES:
         picks = {at_f[(model, "rule")], (max(GROUPS), 1)}
         for f in FRACTIONS:
             picks.add(leaders(means[round(f, 6)])[(model, "rule")])
-        for g, mu in sorted(picks):
-            wide.append(((*COMMON, f"budget={4 * F_FLOPS:g}", f"model={model}",
-                          "reward=rule", f"grid.group_size={g}", f"grid.update_epochs={mu}",
-                          f"pilot.seed={','.join(map(str, SEEDS))}"),
-                         tuple(Cell(model, "rule", g, mu, DEFAULT_PROMPTS, s, 4 * F_FLOPS,
-                                    BANK_4X) for s in SEEDS)))
+        wide += [((*COMMON, f"budget={4 * F_FLOPS:g}", f"model={model}", "reward=rule",
+                   f"grid.group_size={g}", f"grid.update_epochs={mu}", f"pilot.seed={s}"),
+                  (Cell(model, "rule", g, mu, DEFAULT_PROMPTS, s, 4 * F_FLOPS, BANK_4X),))
+                 for g, mu in sorted(picks) for s in SEEDS]
+    wide.sort(key=lambda command: command[1][0].seed)
     return [Stage("prompts per step", BANK_PROMPTS, tuple(prompts)),
             Stage("4F", BANK_4X, tuple(wide))]
 
@@ -328,9 +327,10 @@ def run(root: Path, extra: tuple[str, ...] = (), through: str | None = None) -> 
 def run_commands(commands: list[tuple[tuple[str, ...], tuple[Cell, ...]]], folder: str,
                  root: Path, extra: tuple[str, ...] = ()) -> None:
     """``race sweep`` of each command into ``root/folder``: one command with every slot;
-    several (a later stage's, 3 seeds each) ``WORKERS`` at a time with one slot and one
-    thread each, longest first, so that a command's odd third seed does not leave a core
-    idle. Concurrent sweeps of one folder are safe: cells are claimed, and ``sweep.json``
+    several (a later stage's, one per config and seed) ``WORKERS`` at a time with one slot
+    and one thread each, seed by seed and within a seed longest first, so that a stop
+    leaves the configs with equal seeds and no core idles on a command's last cell.
+    Concurrent sweeps of one folder are safe: cells are claimed, and ``sweep.json``
     keeps both commands' cells. A cell's spec (its id) does not hold the launcher's slots,
     and one thread a pilot is what ``slots=0`` gives on this bank's 2 cores."""
     def sweep(command: tuple[str, ...], *more: str) -> None:
@@ -341,8 +341,8 @@ def run_commands(commands: list[tuple[tuple[str, ...], tuple[Cell, ...]]], folde
         sweep(commands[0][0])
         return
     done = progress(root).done
-    order = sorted(commands, key=lambda cc: -sum(seconds_per_cell(c, done) or 0.0
-                                                 for c in cc[1]))
+    order = sorted(commands, key=lambda cc: (min(c.seed for c in cc[1]), -sum(
+        seconds_per_cell(c, done) or 0.0 for c in cc[1])))
     with ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(lambda cc: sweep(cc[0], "launcher.slots=1",
                                        "launcher.threads_per_pilot=1"), order))

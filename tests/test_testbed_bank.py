@@ -51,6 +51,13 @@ def test_the_later_stages_run_the_leaders_at_f_and_below_plus_the_largest_search
                      ("tiny-l", 8, 4), ("tiny-l", 16, 1)}
     assert all(c.reward == "rule" and c.budget_flops == 4 * bank.F_FLOPS for c in wide.cells)
     assert len(wide.cells) == 5 * 3 and wide.folder == bank.BANK_4X
+    # one command per config and seed, seed by seed: a stage stopped early is balanced
+    assert [{c.seed for c in cells} for _, cells in prompts.commands] == [
+        {s} for s in bank.SEEDS for _ in range(4)]
+    assert [len(cells) for _, cells in prompts.commands] == [3] * 12
+    assert [cells[0].seed for _, cells in wide.commands] == [s for s in bank.SEEDS
+                                                             for _ in range(5)]
+    assert all(f"pilot.seed={cells[0].seed}" in command for command, cells in wide.commands)
 
 
 def test_the_later_stages_wait_for_every_f_grid_config(monkeypatch, tmp_path):
@@ -182,3 +189,22 @@ def test_the_f_grids_export_stands_for_its_cells_this_machine_lacks(monkeypatch,
     other = tmp_path / "elsewhere"
     write_cell(other / bank.BANK, "a", 0, 0.2)
     assert set(bank.progress(other).done) == {here}
+
+
+def test_run_sweeps_a_stage_seed_by_seed(monkeypatch, tmp_path):
+    """A stage's seed-0 commands start before its seed-1 ones, whatever their length."""
+    later = bank.Stage("4F", bank.BANK_4X, tuple(
+        ((f"grid.group_size={g}", f"pilot.seed={s}"),
+         (bank.Cell("tiny-m", "rule", g, 1, 8, s, 4 * bank.F_FLOPS),))
+        for s, g in ((1, 2), (0, 16), (0, 4))))
+    done = {c: 60.0 for s in map(bank.f_stage, bank.SEEDS) for c in s.cells}
+    monkeypatch.setattr(bank, "later_stages", lambda folder, seeds=3: [later])
+    monkeypatch.setattr(bank, "progress", lambda root: bank.Progress(dict(done), {}))
+    swept = []
+
+    def sweep(*args, **_):
+        swept.append(args)
+        done.update(dict.fromkeys(later.cells, 60.0))
+    monkeypatch.setattr(bank, "race", sweep)
+    bank.run(tmp_path)
+    assert swept[-1][:3] == ("sweep", "grid.group_size=2", "pilot.seed=1")
