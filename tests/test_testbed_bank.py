@@ -92,13 +92,10 @@ def test_seed_means_averages_val_over_ok_seeds_and_waits_for_three(tmp_path: Pat
     assert bank.seed_means(tmp_path) == {1.0: {config: pytest.approx(0.4)}}
 
 
-def test_run_through_a_stage_stops_before_the_next_one_starts(monkeypatch, tmp_path):
-    """The F grid done: ``--through 'F seed 2'`` returns without a sweep of the later
-    stages; without it, the next stage's sweep starts."""
+def fake_sweeps(monkeypatch, later: bank.Stage) -> list[tuple]:
+    """The F grid done and ``later`` the only later stage; ``race sweep`` recorded (the
+    list returned) and marking every cell of ``later`` done."""
     done = {c: 60.0 for s in map(bank.f_stage, bank.SEEDS) for c in s.cells}
-    later = bank.Stage("prompts per step", bank.BANK, (
-        (("model=tiny-m",), (bank.Cell("tiny-m", "rule", 2, 1, 4, 0, bank.F_FLOPS),)),
-        (("model=tiny-l",), (bank.Cell("tiny-l", "rule", 2, 1, 4, 0, bank.F_FLOPS),))))
     monkeypatch.setattr(bank, "later_stages", lambda folder, seeds=3: [later])
     monkeypatch.setattr(bank, "progress", lambda root: bank.Progress(dict(done), {}))
     swept = []
@@ -107,6 +104,16 @@ def test_run_through_a_stage_stops_before_the_next_one_starts(monkeypatch, tmp_p
         swept.append(args)
         done.update(dict.fromkeys(later.cells, 60.0))
     monkeypatch.setattr(bank, "race", sweep)
+    return swept
+
+
+def test_run_through_a_stage_stops_before_the_next_one_starts(monkeypatch, tmp_path):
+    """The F grid done: ``--through 'F seed 2'`` returns without a sweep of the later
+    stages; without it, the next stage's sweep starts."""
+    later = bank.Stage("prompts per step", bank.BANK, (
+        (("model=tiny-m",), (bank.Cell("tiny-m", "rule", 2, 1, 4, 0, bank.F_FLOPS),)),
+        (("model=tiny-l",), (bank.Cell("tiny-l", "rule", 2, 1, 4, 0, bank.F_FLOPS),))))
+    swept = fake_sweeps(monkeypatch, later)
     bank.run(tmp_path, through="F seed 2")
     assert swept == []
     bank.run(tmp_path)
@@ -197,14 +204,6 @@ def test_run_sweeps_a_stage_seed_by_seed(monkeypatch, tmp_path):
         ((f"grid.group_size={g}", f"pilot.seed={s}"),
          (bank.Cell("tiny-m", "rule", g, 1, 8, s, 4 * bank.F_FLOPS),))
         for s, g in ((1, 2), (0, 16), (0, 4))))
-    done = {c: 60.0 for s in map(bank.f_stage, bank.SEEDS) for c in s.cells}
-    monkeypatch.setattr(bank, "later_stages", lambda folder, seeds=3: [later])
-    monkeypatch.setattr(bank, "progress", lambda root: bank.Progress(dict(done), {}))
-    swept = []
-
-    def sweep(*args, **_):
-        swept.append(args)
-        done.update(dict.fromkeys(later.cells, 60.0))
-    monkeypatch.setattr(bank, "race", sweep)
+    swept = fake_sweeps(monkeypatch, later)
     bank.run(tmp_path)
     assert swept[-1][:3] == ("sweep", "grid.group_size=2", "pilot.seed=1")
