@@ -342,7 +342,7 @@ def run_commands(commands: list[tuple[tuple[str, ...], tuple[Cell, ...]]], folde
         return
     done = progress(root).done
     order = sorted(commands, key=lambda cc: (min(c.seed for c in cc[1]), -sum(
-        seconds_per_cell(c, done) or 0.0 for c in cc[1])))
+        seconds_per_cell(c, done) or 0.0 for c in cc[1] if c not in done)))
     with ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(lambda cc: sweep(cc[0], "launcher.slots=1",
                                        "launcher.threads_per_pilot=1"), order))
