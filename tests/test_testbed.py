@@ -220,6 +220,14 @@ def test_the_prompts_bank_names_each_value_and_finds_where_the_best_one_changes(
              for p, curve in curves.items() for seed in (0, 1)]
     with gzip.open(tmp_path / "p.json.gz", "wt") as f:
         json.dump({"budget_flops": F, "cells": cells}, f)
+    # the figure script draws it beside the grid's figure
+    figure = subprocess.run([sys.executable, str(SCRIPT.with_name("testbed_figure.py")),
+                             "--bank", str(f_bank(tmp_path)), "--prompts-bank",
+                             str(tmp_path / "p.json.gz"), "--out", str(tmp_path / "g.png")],
+                            check=True, capture_output=True, text=True).stdout
+    assert figure.splitlines() == [f"wrote {tmp_path / 'g.png'}",
+                                   f"wrote {tmp_path / 'testbed_prompts.png'}"]
+    assert (tmp_path / "testbed_prompts.png").stat().st_size > 0
     out = subprocess.run([sys.executable, str(SCRIPT), "--bank", str(f_bank(tmp_path)),
                           "--prompts-bank", str(tmp_path / "p.json.gz")], check=True,
                          capture_output=True, text=True).stdout.splitlines()
