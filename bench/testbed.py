@@ -427,8 +427,8 @@ def _prompts(path: Path, grid: list[dict]) -> None:
           f"{sorted({c['seed'] for c in cells})}; each size and reward's leading (G, mu) at "
           f"F), {SELECT} mean (SE) by budget; best, lead over the runner-up, 90% interval")
     if left := missing_cells(path):
-        print(f"  PARTIAL: {path.name} lacks {left} cell(s) of its commands (a stage still "
-              f"being built: python -m bench.testbed_bank status); read with care")
+        print(f"  PARTIAL: {path.name} lacks {left} cell(s) of the commands run so far (a "
+              f"stage still being built: python -m bench.testbed_bank status); read with care")
     for size in sizes:
         for reward in rewards:
             mine = [c for c in cells if c["model"] == size and c["reward"] == reward]
