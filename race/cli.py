@@ -223,7 +223,7 @@ def _sweep_one(plan, overrides: Overrides, sweep_dir: Path) -> int:
     else:
         write_failures(sweep_dir, frame)
         print(failures_table(frame))
-    print(f"\n{outcome['ok']} ok, {outcome['failed']} failed ({outcome['skipped']} already "
+    print(f"\n{outcome['counts']} ({outcome['skipped']} already "
           f"done before this run); launch wall {outcome['wall_s']:.0f} s; results in "
           f"{sweep_dir}")
     if outcome["by_other"]:

@@ -523,6 +523,8 @@ def test_a_reused_sweep_name_with_another_plan_is_refused_and_the_same_plan_resu
     assert (f"1 cell(s) of {tmp_path / 's'} outside this command are not ok "
             f"({added['cell_id']} missing): this command does not run them" in resumed.stderr)
     assert f"failed {added['cell_id']}" not in resumed.stderr
+    # the closing line counts cells by status: the unfinished one is missing, not failed
+    assert "\n1 ok, 0 failed, 1 missing (1 already done before this run)" in resumed.stdout
     assert not (tmp_path / "s" / "cells" / added["cell_id"] / "summary.json").exists()
 
 
