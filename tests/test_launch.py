@@ -407,3 +407,35 @@ def test_a_job_that_stopped_on_a_full_disk_is_named_before_any_summary_is_writte
         raise_no_space(Job({"status": NO_SPACE, "path": "cells/abc/summary.json"}))
     raise_no_space(Job({"status": "ok"}))  # anything else: nothing to say
     raise_no_space(None)
+
+
+def test_a_log_file_gets_a_progress_line_while_a_long_pilot_runs(tmp_path, monkeypatch,
+                                                                capsys):
+    """Not a terminal: a line per finished pilot, and between them one per LOG_EVERY_S in
+    which the running pilot's charged FLOPs moved (none while they stand still)."""
+    from race.run import cells
+    from race.store.cell import CellDir
+
+    metrics = CellDir.of(tmp_path, "a").metrics
+    metrics.parent.mkdir(parents=True)
+    clock = [0.0]
+    monkeypatch.setattr(cells.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    progress = cells.SweepProgress(tmp_path, ["a"], 1e12, done_before=0)
+
+    def step(flops: float, at: float) -> None:
+        with open(metrics, "a") as f:
+            f.write(json.dumps({"kind": "step", "charged_flops": flops}) + "\n")
+        clock[0] = at
+        progress(Counts(total=1, running=1))
+
+    step(1e11, 1.0)     # the first call: a line
+    step(2e11, 60.0)    # within LOG_EVERY_S of it: none
+    step(3e11, 1 + cells.LOG_EVERY_S)  # a period later, FLOPs moved: a line
+    clock[0] = 2 + 2 * cells.LOG_EVERY_S
+    progress(Counts(total=1, running=1))  # a period later, FLOPs still: none
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["[sweep] 0/1 done, 1 running, 0 failed; FLOPs spent 1.00e+11 of "
+                     "1.00e+12; 0m01s",
+                     "[sweep] 0/1 done, 1 running, 0 failed; FLOPs spent 3.00e+11 of "
+                     f"1.00e+12; {int(1 + cells.LOG_EVERY_S) // 60}m01s"]

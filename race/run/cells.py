@@ -109,9 +109,15 @@ def warm_start(specs, workers: int, command: str = "race sweep") -> list[str]:
     return policies + prms
 
 
+LOG_EVERY_S = 300.0  # a log file's status line, between finished pilots, while FLOPs move
+
+
 class SweepProgress:
     """One status line on stderr: cells done/running/failed and FLOPs spent, headed by
-    the command's name (``[sweep]``, ``[validate]``) and the batch's label."""
+    the command's name (``[sweep]``, ``[validate]``) and the batch's label. On a terminal
+    the line is redrawn; in a log file a line is written per finished pilot and, while
+    pilots run, one every :data:`LOG_EVERY_S` seconds in which their FLOPs moved (a
+    pilot of an hour is not a silent hour)."""
 
     def __init__(self, sweep_dir: Path, cell_ids: list[str], budget_flops: float,
                  done_before: int, elsewhere: int = 0, label: str = "",
@@ -122,7 +128,7 @@ class SweepProgress:
         self.prefix = f"[{name} {label}]" if label else f"[{name}]"
         self.start = time.perf_counter()
         self.tty = sys.stderr.isatty()
-        self.last, self.shown = None, 0.0
+        self.last, self.shown, self.logged_flops = None, 0.0, None
         self.finished_flops: dict[str, float] = {}
 
     def spent_flops(self) -> float:
@@ -149,14 +155,17 @@ class SweepProgress:
         now = time.perf_counter()
         if self.tty and now - self.shown < 1.0 and finished == self.last:
             return  # at most one redraw a second: reading results costs CPU pilots need
-        if not self.tty and finished == self.last:
-            return  # a log file gets one line per finished pilot
-        self.shown, self.last = now, finished
+        if not self.tty and finished == self.last and now - self.shown < LOG_EVERY_S:
+            return  # a log file: a line per finished pilot, else one per LOG_EVERY_S
+        spent = self.spent_flops()
+        if not self.tty and finished == self.last and spent == self.logged_flops:
+            return  # ... and only where the running pilots got further
+        self.shown, self.last, self.logged_flops = now, finished, spent
         elapsed = now - self.start
         total = counts.total + self.done_before + self.elsewhere
         line = (f"{self.prefix} {counts.done + self.done_before}/{total} "
                 f"done, {counts.running} running, {counts.failed} failed; FLOPs spent "
-                f"{fmt_flops(self.spent_flops())} of {fmt_flops(self.budget)}; "
+                f"{fmt_flops(spent)} of {fmt_flops(self.budget)}; "
                 f"{int(elapsed) // 60}m{int(elapsed) % 60:02d}s")
         print(f"\r{line}" if self.tty else line, end="" if self.tty else "\n",
               file=sys.stderr, flush=True)
