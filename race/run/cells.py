@@ -153,14 +153,14 @@ class SweepProgress:
     def __call__(self, counts) -> None:
         finished = (counts.done, counts.failed, counts.running)
         now = time.perf_counter()
-        if self.tty and now - self.shown < 1.0 and finished == self.last:
-            return  # at most one redraw a second: reading results costs CPU pilots need
-        if not self.tty and finished == self.last and now - self.shown < LOG_EVERY_S:
-            return  # a log file: a line per finished pilot, else one per LOG_EVERY_S
-        spent = self.spent_flops()
+        # a terminal: at most one redraw a second (reading results costs CPU pilots need);
+        # a log file: a line per finished pilot, else at most one per LOG_EVERY_S
+        if finished == self.last and now - self.shown < (1.0 if self.tty else LOG_EVERY_S):
+            return
+        spent, self.shown = self.spent_flops(), now
         if not self.tty and finished == self.last and spent == self.logged_flops:
             return  # ... and only where the running pilots got further
-        self.shown, self.last, self.logged_flops = now, finished, spent
+        self.last, self.logged_flops = finished, spent
         elapsed = now - self.start
         total = counts.total + self.done_before + self.elsewhere
         line = (f"{self.prefix} {counts.done + self.done_before}/{total} "

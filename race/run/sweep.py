@@ -34,7 +34,7 @@ from race.run.launch.launcher_base import launcher_for
 from race.run.prefetch import check_needs, hub_needs
 from race.store import claims
 from race.store.io import SWEEP_JSON_FIX, read_json, read_result, write_csv, write_json
-from race.store.pilots import counts_text, pilots_frame
+from race.store.pilots import counts_text, pilots_frame, status_counts
 from race.store.sweep_files import SweepDir, set_aside
 from race.warmstart.policies import check_cache_writable
 
@@ -234,9 +234,8 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
     pilot is seen too), is not launched again but waited for, so no two processes ever
     run one cell or write one cell folder at once.
 
-    Returns ``{"ok", "failed", "counts", "skipped", "ran", "wall_s", "by_other"}``
-    (``failed``: the cells not ok, whatever their status; ``counts``: the folder's cells
-    by status, :func:`race.store.pilots.counts_text`); ``by_other`` maps the cells
+    Returns ``{"ok", "counts", "skipped", "ran", "wall_s", "by_other"}`` (``counts``: the
+    folder's cells by status, :func:`race.store.pilots.counts_text`); ``by_other`` maps the cells
     another process ran to that process (pid, host, command). Bad launcher input has been
     refused before this is called; a failed pilot never stops the others.
     """
@@ -257,15 +256,15 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
     frame = with_update_fractions(pilots_frame(sweep_dir), record["cells"])
     write_csv(SweepDir(sweep_dir).pilots, frame)
     status = list(frame["status"]) if len(frame) else []
+    ok = status_counts(status)["ok"]
     record |= {"finished": time.time(), "launch_wall_s": outcome["wall_s"],
-               "ok": status.count("ok"), "failed": len(status) - status.count("ok")}
+               "ok": ok, "failed": len(status) - ok}
     this_run = {"pid": me["pid"], "host": me["host"], "started": started,
                 "finished": record["finished"], "launched": outcome["launched"],
                 "by_other": outcome["by_other"]}
     _write_record(sweep_dir, record, this_run)
-    return {"ok": record["ok"], "failed": record["failed"], "counts": counts_text(status),
-            "skipped": outcome["skipped"], "ran": outcome["ran"],
-            "wall_s": outcome["wall_s"], "by_other": outcome["by_other"]}
+    return {"ok": ok, "counts": counts_text(status), "skipped": outcome["skipped"],
+            "ran": outcome["ran"], "wall_s": outcome["wall_s"], "by_other": outcome["by_other"]}
 
 
 def _set_aside_if_damaged(sweep_dir: Path) -> None:
