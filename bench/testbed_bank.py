@@ -38,8 +38,8 @@ them again.
 
 Usage::
 
-    python -m bench.testbed_bank status     # cells done / total, hours left (later
-                                            # stages priced provisionally until known)
+    python -m bench.testbed_bank status     # cells done / total, running / paused, hours
+                                            # left (later stages provisional until known)
     python -m bench.testbed_bank run        # the next stages, in order (resumes)
     python -m bench.testbed_bank run --through "F seed 2"   # ... stopping after the F grid
     python -m bench.testbed_bank pack       # ok cells + warm starts -> bench/data tarball
@@ -61,12 +61,13 @@ import statistics
 import sys
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import DATA, REPO, USER_CACHE, add_quick, race, scratch, use_scratch_cache
 from race.store import io as results
 from race.store.cell import CellDir, cell_dirs
+from race.store.claims import running_pilot
 
 RESULTS = REPO / "results"
 BANK = "curve-bank-v4"
@@ -240,6 +241,7 @@ FOLDERS = (BANK, BANK_PROMPTS, BANK_4X)
 class Progress:
     done: dict[Cell, float | None]  # ok cells -> wall seconds (None: known from an export)
     running: dict[Cell, float]      # started cells -> share of the budget spent
+    live: set[Cell] = field(default_factory=set)  # started cells whose pilot runs now
 
 
 def progress(root: Path) -> Progress:
@@ -255,6 +257,8 @@ def progress(root: Path) -> Progress:
                         if r["kind"] == "step"]
                 spent = rows[-1].get("charged_flops", 0.0) if rows else 0.0
                 out.running[cell] = min(1.0, spent / cell.budget_flops)
+            if running_pilot(path) is not None:
+                out.live.add(cell)
     return out
 
 
@@ -291,8 +295,9 @@ def status_line(root: Path) -> str:
         seconds = sum(seconds_per_cell(c, state.done) or 0.0 for c in cells)
         tail += (f" (about {len(cells)} cells, {seconds / WORKERS / 3600:.1f} h, from the "
                  f"leaders on the seeds done so far)")
+    paused = len(set(state.running) - state.live)  # stopped mid-pilot: a rerun resumes them
     return (f"bank v4: {len(planned) - len(left)}/{len(planned)} cells done, "
-            f"{len(state.running)} running; {hours}; {per_stage}{tail}")
+            f"{len(state.live)} running, {paused} paused; {hours}; {per_stage}{tail}")
 
 
 STAGE_NAMES = tuple(f_stage(s).name for s in SEEDS) + ("prompts per step", "4F")

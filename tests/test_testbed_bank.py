@@ -207,3 +207,28 @@ def test_run_sweeps_a_stage_seed_by_seed(monkeypatch, tmp_path):
     swept = fake_sweeps(monkeypatch, later)
     bank.run(tmp_path)
     assert swept[-1][:3] == ("sweep", "grid.group_size=2", "pilot.seed=1")
+
+
+def test_progress_counts_a_cell_running_only_while_its_pilot_holds_the_run_lock(tmp_path):
+    # two started cells of the 4F folder: one with its pilot alive (lock held), one whose
+    # driver was stopped mid-pilot (saved progress, no lock): running 1, paused 1
+    from race.store.claims import cell_lock
+
+    def started(cell_id, seed):
+        path = tmp_path / bank.BANK_4X / "cells" / cell_id
+        path.mkdir(parents=True)
+        spec = {"model": "tiny-m", "reward": {"name": "rule"}, "group_size": 2,
+                "update_epochs": 1, "prompts_per_step": 8, "seed": seed,
+                "budget_flops": 1.0e13}
+        (path / "spec.json").write_text(json.dumps(spec))
+        (path / "metrics.jsonl").write_text(
+            json.dumps({"kind": "step", "charged_flops": 2.5e12}) + "\n")
+        return path
+
+    alive = started("a" * 12, 0)
+    started("b" * 12, 1)
+    with cell_lock(alive):
+        state = bank.progress(tmp_path)
+    assert {c.seed: share for c, share in state.running.items()} == {0: 0.25, 1: 0.25}
+    assert [c.seed for c in state.live] == [0]
+    assert bank.progress(tmp_path).live == set()  # lock released: both paused
