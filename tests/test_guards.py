@@ -53,7 +53,25 @@ def test_reward_hacking_stays_quiet_when_both_rise_or_the_proxy_is_flat():
     assert not guards.reward_hacking([0.5, 0.6, 0.7, 0.8, 0.85], RISING, N).fired
     # a rule reward: the proxy is the accuracy itself, so it cannot rise while it falls
     assert not guards.reward_hacking(COLLAPSE, COLLAPSE, N).fired
-    assert not guards.reward_hacking([0.5, 0.9], [0.5, 0.1], N).fired  # too few points
+    assert not guards.reward_hacking([0.9], [0.1], N).fired  # one checkpoint: nothing to compare
+
+
+def test_reward_hacking_sees_a_collapse_that_came_before_its_window():
+    # a PRM-trained tiny-l seed of the testbed bank (val, 500 problems): accuracy peaks at
+    # 0.696, falls to 0 by the next checkpoint but one and stays there, while the PRM's
+    # score jumps and stays flat: over the window nothing moves, from the best it all did
+    proxy = [0.479, 0.526, 0.552, 0.569, 0.565, 0.613, 0.596, 0.623, 0.621, 0.622, 0.888,
+             0.893, 0.887]
+    accuracy = [0.416, 0.504, 0.566, 0.586, 0.592, 0.676, 0.6, 0.618, 0.696, 0.688, 0.0,
+                0.0, 0.0]
+    verdict = guards.reward_hacking(proxy, accuracy, 500)
+    assert verdict.fired
+    assert verdict.evidence.startswith("from its best accuracy (checkpoint 8)")
+    assert "0.621 -> 0.887" in verdict.evidence and "0.696 -> 0.000" in verdict.evidence
+    # the same curve with accuracy back at its best: no fall, no verdict, from either anchor
+    assert not guards.reward_hacking(proxy, accuracy[:-1] + [0.70], 500).fired
+    # and a drop the proxy did not pay for is a drawdown, not reward hacking
+    assert not guards.reward_hacking(proxy[:10] + [0.62] * 3, accuracy, 500).fired
 
 
 def test_precursors():

@@ -285,11 +285,12 @@ class SweepConfig:
 class GuardConfig:
     # drawdown: the smallest drop below the running best that counts, accuracy points
     floor: float = guards.DEFAULT.floor
-    # drawdown: the drop must also exceed this many standard errors of the best
+    # drawdown: the drop must also exceed this many standard errors of the difference
     z: float = guards.DEFAULT.z
     # reward hacking: the proxy reward's rise over the window, reward points
     reward_rise: float = guards.DEFAULT.reward_rise
-    # reward hacking: checkpoints compared (the last one against this many before it)
+    # reward hacking: the last checkpoint is compared with this many before it (and with
+    # the checkpoint of best accuracy)
     window: int = guards.DEFAULT.window
     # entropy collapse: last step's sampled-token NLL below this share of the first's
     entropy_floor: float = guards.DEFAULT.entropy_floor

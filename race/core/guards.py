@@ -14,9 +14,10 @@ and not preferred for validation, when
   the best of several noisy checkpoints sits above the truth, which is why ``z`` is large
   (3.5: on flat curves with binomial noise at the default sweep's checkpoints, problem
   counts and 16 configs, it fires in about 1% of sweeps, ``tests/test_guards.py``);
-- **reward hacking**: over its last checkpoints the proxy reward on held-out prompts
-  (the reward system's own score, e.g. a PRM's) rose by at least ``reward_rise`` while the
-  verifier's accuracy on the same prompts fell by more than the drawdown margin;
+- **reward hacking**: the proxy reward on held-out prompts (the reward system's own score,
+  e.g. a PRM's) rose by at least ``reward_rise`` while the verifier's accuracy on the same
+  prompts fell by more than the drawdown margin, from ``window`` checkpoints before the
+  last or from the checkpoint of best accuracy (a collapse that came earlier and stayed);
 - **entropy collapse** (a precursor): the mean negative log-likelihood of the sampled
   tokens, an estimate of the policy's entropy, fell below ``entropy_floor`` of its value
   at the first step (both precursors read the steps at the full generation cap:
@@ -47,7 +48,8 @@ class GuardThresholds:
     z: float = 3.5
     # reward hacking: the proxy reward's rise over the window, reward points
     reward_rise: float = 0.05
-    # reward hacking: checkpoints compared (the last one against this many before it)
+    # reward hacking: the last checkpoint is compared with this many before it (and with
+    # the checkpoint of best accuracy)
     window: int = 2
     # entropy collapse: last step's sampled-token NLL below this share of the first step's
     entropy_floor: float = 0.2
@@ -107,25 +109,39 @@ def reward_hacking(proxy_reward: Sequence[float], accuracy: Sequence[float],
                    n_problems: int | Sequence[int], t: GuardThresholds = DEFAULT) -> Verdict:
     """Fires when the proxy reward rose while the verifier's accuracy fell (same prompts).
 
+    The last checkpoint is compared with two earlier ones: ``window`` checkpoints before it
+    (a slide under way), and the one where accuracy was best (a collapse that happened
+    before the window and then stayed: the proxy is flat and the accuracy at 0 over the
+    window itself). It fires when either shows a proxy rise of at least ``reward_rise``
+    and an accuracy fall beyond the drawdown margin; the evidence quotes the one that fired
+    (else the window's).
+
     Args:
         proxy_reward: the reward system's mean score on the held-out prompts, per
             checkpoint (for a rule reward it is the accuracy itself: never fires).
         accuracy: the verifier's accuracy on those prompts, per checkpoint.
         n_problems: problems each checkpoint was scored on.
     """
-    if len(accuracy) <= t.window or len(proxy_reward) != len(accuracy):
-        return Verdict("reward_hacking", False, f"fewer than {t.window + 1} checkpoints")
-    rise = proxy_reward[-1] - proxy_reward[-1 - t.window]
-    fall = accuracy[-1 - t.window] - accuracy[-1]
-    margin = _margin(accuracy[-1 - t.window], _n_at(n_problems, len(accuracy) - 1 - t.window),
-                     accuracy[-1], _n_at(n_problems, len(accuracy) - 1), t)
-    fired = rise >= t.reward_rise and fall > margin
-    return Verdict("reward_hacking", fired,
-                   f"over the last {t.window} checkpoints the proxy reward went "
-                   f"{proxy_reward[-1 - t.window]:.3f} -> {proxy_reward[-1]:.3f} (rise "
-                   f"{rise:+.3f}, threshold {t.reward_rise}) while accuracy went "
-                   f"{accuracy[-1 - t.window]:.3f} -> {accuracy[-1]:.3f} (fall {fall:+.3f}, "
-                   f"margin {margin:.3f})")
+    if len(accuracy) < 2 or len(proxy_reward) != len(accuracy):
+        return Verdict("reward_hacking", False, "fewer than 2 checkpoints")
+    last = len(accuracy) - 1
+    best_at = max(range(last), key=lambda i: (accuracy[i], -i))
+    anchors = [(max(0, last - t.window), f"over the last {min(t.window, last)} checkpoints"),
+               (best_at, f"from its best accuracy (checkpoint {best_at})")]
+    verdicts = []
+    for at, span in anchors:
+        rise = proxy_reward[last] - proxy_reward[at]
+        fall = accuracy[at] - accuracy[last]
+        margin = _margin(accuracy[at], _n_at(n_problems, at), accuracy[last],
+                         _n_at(n_problems, last), t)
+        fired = rise >= t.reward_rise and fall > margin
+        verdicts.append(Verdict(
+            "reward_hacking", fired,
+            f"{span} the proxy reward went {proxy_reward[at]:.3f} -> {proxy_reward[last]:.3f} "
+            f"(rise {rise:+.3f}, threshold {t.reward_rise}) while accuracy went "
+            f"{accuracy[at]:.3f} -> {accuracy[last]:.3f} (fall {fall:+.3f}, margin "
+            f"{margin:.3f})"))
+    return next((v for v in verdicts if v.fired), verdicts[0])
 
 
 def entropy_collapse(entropy: Sequence[float], t: GuardThresholds = DEFAULT
