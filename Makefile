@@ -35,7 +35,7 @@ demo: install
 
 test: install-test
 	$(VENV)/bin/ruff check race tests bench examples
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 lint: install
 	$(VENV)/bin/ruff check race tests bench examples
