@@ -153,7 +153,7 @@ def mismatch(old: dict, record: dict) -> str | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", type=Path, nargs="?", help="the sweep folder to export")
     parser.add_argument("--out", type=Path, default=None, help=f"the bank (default {DEFAULT_OUT})")
     parser.add_argument("--previous", type=Path, default=None,

@@ -250,7 +250,7 @@ def markdown(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", "--quick", action="store_true",
                         help="CPU, a miniature shape and tiny budgets (what CI runs)")
     parser.add_argument("--perf", action="store_true",

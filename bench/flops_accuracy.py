@@ -94,7 +94,7 @@ def rows_for(name: str, shape: ModelShape, device: str = "cpu"):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     add_quick(parser, "tiny-s on the meta device only")
     args = parser.parse_args()

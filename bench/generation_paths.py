@@ -118,7 +118,7 @@ def compare(name: str, model, tokenizer, shape, *, group: int, max_new_tokens: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="G=4, 24 new tokens, 3 repetitions (a smoke run)")
     parser.add_argument("--repeats", type=int, default=0, help="timed repetitions per path")

@@ -155,7 +155,7 @@ def equality(folder: Path) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a miniature batch, one repeat")
     parser.add_argument("--repeats", type=int, default=None,
                         help="fresh processes per variant (default 3, 1 with --quick)")

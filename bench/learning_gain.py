@@ -20,7 +20,7 @@ from race.pilot.loop import run_pilot
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--budget", type=float, default=4.5e12)  # README figures
     parser.add_argument("--eval-examples", type=int, default=256)

@@ -91,7 +91,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)  # tiny models run best on one thread, beside other work
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--fraction", type=float, default=1 / 6)
     parser.add_argument("--models", default="tiny-m,tiny-l")

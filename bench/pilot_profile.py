@@ -37,7 +37,7 @@ def matmul_peak_flops(size: int = 1024, repeats: int = 7) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--budget", type=float, default=4.5e12)  # README figures
     add_quick(parser, "a 2-step tiny-s pilot on a 4-step warm start")

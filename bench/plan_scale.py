@@ -27,7 +27,7 @@ QUICK_GRID = ["budget=1e18", "model=qwen2.5-0.5b,qwen2.5-1.5b", "grid.group_size
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     add_quick(parser, "one repeat of a 16-cell grid")
     args = parser.parse_args()

@@ -186,7 +186,7 @@ def one_bank(path: Path, quick: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bank", type=Path, action="append",
                         help="a curve bank (repeat for several; default: the committed "
                              + ", ".join(p.name for p in BANKS) + ")")

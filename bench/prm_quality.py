@@ -65,7 +65,7 @@ def auc_of(prm: TinyPRM, rows: list[tuple]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_quick(parser, "prm-tiny-s of 2 steps on a 4-step tiny-m, 16 problems")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -159,7 +159,7 @@ def plot(both: pd.DataFrame, summary: dict, path: Path, target: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", type=float, default=2.8e11,
                         help="full-run budget, FLOPs (each exhaustive cell spends it)")
     parser.add_argument("--fraction", type=float, default=0.25, help="pilot.fraction")

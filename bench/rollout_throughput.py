@@ -42,7 +42,7 @@ def tokens_per_s(backend, repeats: int) -> float:
 def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     add_quick(parser, "tiny-l of a 4-step warm start, one thread, one repeat")
     args = parser.parse_args()

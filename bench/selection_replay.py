@@ -360,7 +360,7 @@ def tuned_and_held_out(configs: dict, exported, *, most: int, boot: int,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bank", type=Path, default=REPLAY_BANK)
     parser.add_argument("--boot", type=int, default=2000)
     parser.add_argument("--replicates", type=int, default=REPLICATES,

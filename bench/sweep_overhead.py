@@ -75,7 +75,7 @@ def slurm_latency(repeats: int = 5) -> list[float] | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cells", type=int, default=2)
     add_quick(parser, "one sweep of one 2-step pilot, one SLURM job")

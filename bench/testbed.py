@@ -214,7 +214,7 @@ def ranked(cells: list[dict], where: tuple, views: dict) -> list[tuple[str, dict
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bank", type=Path, action="append",
                         help=f"a bank (repeat for several budgets; default {DEFAULT_BANK.name}"
                              f", with {LARGER_BANK.name} where it exists)")

@@ -405,7 +405,7 @@ def unpack(root: Path, tarball: Path = TARBALL, starts: Path = WARM_STARTS) -> N
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("status", "run", "pack", "unpack"), nargs="?",
                         default="status")
     parser.add_argument("--root", type=Path, default=RESULTS, help="the results folder")

@@ -96,8 +96,10 @@ def panel(ax, cells: list[dict], views: dict, where: tuple, colour, key: str = "
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bank", type=Path, action="append", default=None)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bank", type=Path, action="append", default=None,
+                        help=f"a bank (repeat for several budgets; default {DEFAULT_BANK.name}"
+                             f", with {LARGER_BANK.name} where it exists)")
     parser.add_argument("--out", type=Path, default=None, help=f"the figure (default {OUT})")
     parser.add_argument("--targets", default="val,ood", help="panel rows (default val,ood)")
     parser.add_argument("--prompts-bank", type=Path, default=None,

@@ -159,7 +159,7 @@ def seed_mean(per_seed: list[list[int]]) -> tuple[float, float, list[float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/race-validate-default"))
     parser.add_argument("--name", default=SWEEP_NAME,
                         help="the sweep's folder name under --out (an existing default "

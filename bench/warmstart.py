@@ -47,7 +47,7 @@ def quick_build(name: str, rebuild: bool = False) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cached", action="store_true", help="reuse cached builds")
     add_quick(parser, "4-step builds of each size, scored on 8 problems, in this process")
     args = parser.parse_args()

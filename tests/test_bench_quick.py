@@ -141,3 +141,18 @@ def test_a_shared_scratch_cache_is_used_but_never_the_users_or_the_repositorys(
         with pytest.raises(SystemExit, match=common.SHARED_CACHE):
             common.use_scratch_cache()
     assert not (common.DATA / "cache").exists()
+
+
+def test_every_bench_cli_describes_itself_with_its_docstrings_whole_first_paragraph():
+    # `--help` shows the docstring's first paragraph: it must be whole sentences, not a
+    # first line cut mid-phrase (as testbed_figure's "... per size, reward system and" was)
+    import ast
+
+    scripts = [p for p in sorted((ROOT / "bench").glob("*.py"))
+               if "ArgumentParser(" in p.read_text()]
+    assert len(scripts) >= 15
+    for path in scripts:
+        source = path.read_text()
+        assert 'ArgumentParser(description=__doc__.split("\\n\\n")[0])' in source, path.name
+        summary = ast.get_docstring(ast.parse(source)).split("\n\n")[0].strip()
+        assert summary[-1] in ".?", (path.name, summary[-40:])
