@@ -44,11 +44,47 @@ condition's strongest change there is retested once on the held-out seed (``held
 ``held_out_changes`` counts the conditions whose change holds on a seed that did not pick
 it.
 
+Both tests flatter or miss, so a third asks each condition once, on a fixed grid, with
+every seed held out in turn: the *interaction* test (``interaction``). Only the configs of
+``INTERACTION_GRID`` (G in {2, 4, 8, 16} x mu in {1, 2} at the grid's 8 prompts per step:
+the grid both worlds run; world 1's mu 4 is left out) take part, on ``val``, from a world's
+F bank alone. For a condition's two values a and b (size tiny-m vs tiny-l per reward at F;
+reward rule vs prm-tiny-s per size at F; budget F/8 vs F per size and reward: 8 tests), each
+seed s in turn is held out: the leaders La at a and Lb at b are the best seed-mean configs
+on the other seeds; if La == Lb the rotation finds no change (I_s = 0), else I_s = [x(La) -
+x(Lb)] at a - [x(La) - x(Lb)] at b on seed s alone, paired per problem within each side,
+se_s^2 = se_a^2 + se_b^2 (the sides taken as independent; for budget they are two
+checkpoints of one run). Over the k rotations: mean I, SE = max(sqrt(var(I_s) / k),
+sqrt(sum se_s^2) / k) (the seed spread floored by the problem noise), 90% interval mean +-
+1.645 SE. The condition *changes* the best allocation when the interval lies above 0: each
+value's own leader does relatively better under its own value.
+
+The null (``null_cells``): each size, reward and budget F/8, F/4, F/2, F split into a
+pseudo-condition whose value A is every cell on the first half of the problems and B the
+same cell on the second half with its seed relabelled to the next seed (so in a rotation A
+and B are different runs on disjoint problems, and the true interaction is 0). The same
+test runs on it; ``false_change_rate`` is the share of these tests found to change.
+
+The default-grid rule (``default_grid_check``, frozen before world 2 runs): the default grid,
+G in {2, 8} x mu in {1, 2} (conf/grid/default.yaml), loses nothing material: in each (size,
+reward), its best config's seed-mean val at F is below the best config of the interaction
+grid by less than 0.02, or the 90% interval of that gap (``paired``) includes 0.
+
+Worlds (``WORLDS``): world 1 is bank v4 (``curve_bank_v4.json.gz``); world 2 is a second
+testbed whose bank is ``curve_bank_w2.json.gz`` (printed as "no bank yet" and skipped while
+it is missing). Everything above the interactions section is world 1's (or the ``--bank``
+banks', then one world named "given"); the interactions section, the null and the
+default-grid check are given for each world with a bank.
+
 Usage: ``python bench/testbed.py [--bank bench/data/curve_bank_v4.json.gz --bank
 bench/data/curve_bank_v4_4x.json.gz]`` (the default: both, the second where it exists;
 ``--bank`` may also name a bank's sweep folder, to read the cells finished so far).
-Last line: ``min_gain_se=... within_size_spread_se=... conditional_changes=...
-held_out_changes=...``.
+Last line: ``worlds=... min_gain_se=... within_size_spread_se=... interactions_both=...
+false_change_rate=... conditional_changes=... held_out_changes=...``: ``worlds`` counts
+the worlds with a bank; ``min_gain_se`` and ``within_size_spread_se`` are the minimum over
+them (and the banks read above); ``interactions_both`` counts the 8 interaction tests that
+change the best allocation in every world with a bank (with one, in that world);
+``false_change_rate`` is the null's, pooled over the worlds.
 """
 
 from __future__ import annotations
@@ -61,10 +97,14 @@ import math
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from bench.common import add_quick
 from bench.curve_bank import GRID_PROMPTS, cell_curves
+from bench.worlds import WORLDS as ALL_WORLDS
 from race.store.cell import cell_dirs
 
 DEFAULT_BANK = Path(__file__).parent / "data" / "curve_bank_v4.json.gz"
@@ -245,34 +285,7 @@ def main() -> None:
               f"{sorted({c['seed'] for c in bank})}, full budget "
               f"{bank[0]['budget_flops'] / budget:.3g}F={bank[0]['budget_flops']:.3g} FLOPs")
 
-    print(f"\n{'size':<8}{'reward':<12}{'warm start':>16}{'best at F':>16}{'gain (SE)':>18}"
-          f"{'worst at F':>16}  best / worst config")
-    gains, spreads = {}, {}
-    for size in sizes:
-        mine = [c for c in full if c["model"] == size]
-        start = score(mine[:1], SELECT, 0.0)
-        by_size = []
-        for reward in rewards:
-            groups = configs([c for c in mine if c["reward"] == reward])
-            scored = sorted(((s, cells) for cells in groups.values()
-                             if (s := score(cells, SELECT, 1.0)) is not None),
-                            key=lambda x: -x[0]["mean"])
-            if not scored or start is None:
-                continue
-            by_size += scored
-            (best, bcells), (worst, wcells) = scored[0], scored[-1]
-            gain, gain_se = paired(best, start)
-            print(f"{size:<8}{reward:<12}{start['mean']:>9.3f} ({start['se']:.3f})"
-                  f"{best['mean']:>9.3f} ({best['se']:.3f}){gain:>+10.3f} ({gain_se:.3f})"
-                  f"{worst['mean']:>9.3f} ({worst['se']:.3f})  {allocation(bcells[0])} / "
-                  f"{allocation(wcells[0])}")
-        if not by_size:
-            continue
-        by_size.sort(key=lambda x: -x[0]["mean"])
-        gain, gain_se = paired(by_size[0][0], start)
-        gains[size] = gain / gain_se
-        spread, spread_se = paired(by_size[0][0], by_size[-1][0])
-        spreads[size] = spread / spread_se
+    gains, spreads = _table_at_f(full, sizes, rewards)
 
     _targets_at_f(full, sizes, targets)
 
@@ -306,10 +319,45 @@ def main() -> None:
                                     and not args.quick else None)
     if prompts:
         _prompts(prompts, full)
-    print(f"min_gain_se={min(gains.values(), default=0):.1f} "
-          f"within_size_spread_se={min(spreads.values(), default=0):.1f} "
-          f"conditional_changes={len(changed)} "
-          f"held_out_changes={'n/a' if held is None else len(held)}")
+    found = _interactions([("given", args.bank)] if args.bank else WORLDS)
+    print(_last_line(found, gains, spreads, changed, held))
+
+
+
+def _table_at_f(full: list[dict], sizes: list[str], rewards: list[str], echo=print
+                ) -> tuple[dict[str, float], dict[str, float]]:
+    """Per size and reward, the warm start and the best and worst config at F (printed
+    through ``echo``); returns per size the best config's gain over its warm start and the
+    best-minus-worst spread, each in units of its SE."""
+    echo(f"\n{'size':<8}{'reward':<12}{'warm start':>16}{'best at F':>16}{'gain (SE)':>18}"
+         f"{'worst at F':>16}  best / worst config")
+    gains, spreads = {}, {}
+    for size in sizes:
+        mine = [c for c in full if c["model"] == size]
+        start = score(mine[:1], SELECT, 0.0)
+        by_size = []
+        for reward in rewards:
+            groups = configs([c for c in mine if c["reward"] == reward])
+            scored = sorted(((s, cells) for cells in groups.values()
+                             if (s := score(cells, SELECT, 1.0)) is not None),
+                            key=lambda x: -x[0]["mean"])
+            if not scored or start is None:
+                continue
+            by_size += scored
+            (best, bcells), (worst, wcells) = scored[0], scored[-1]
+            gain, gain_se = paired(best, start)
+            echo(f"{size:<8}{reward:<12}{start['mean']:>9.3f} ({start['se']:.3f})"
+                 f"{best['mean']:>9.3f} ({best['se']:.3f}){gain:>+10.3f} ({gain_se:.3f})"
+                 f"{worst['mean']:>9.3f} ({worst['se']:.3f})  {allocation(bcells[0])} / "
+                 f"{allocation(wcells[0])}")
+        if not by_size:
+            continue
+        by_size.sort(key=lambda x: -x[0]["mean"])
+        gain, gain_se = paired(by_size[0][0], start)
+        gains[size] = gain / gain_se
+        spread, spread_se = paired(by_size[0][0], by_size[-1][0])
+        spreads[size] = spread / spread_se
+    return gains, spreads
 
 
 def leaders(cells: list[dict], conditions: list[tuple], views: dict
@@ -577,6 +625,299 @@ def _beats(cells: list[dict], views: dict, where: tuple, winner: str, loser: str
 def _label(where: tuple) -> str:
     size, reward, target, f = where
     return f"{size}/{reward}/{target}/F x {f:.4g}"
+
+
+# --- interactions: does a condition change the best allocation? -------------------------
+
+# the grid both worlds run at F: G x mu at the grid's prompts per step (world 1's mu 4 is
+# left out, so that the two worlds test the same configs)
+INTERACTION_GRID = frozenset((g, mu, GRID_PROMPTS) for g in (2, 4, 8, 16) for mu in (1, 2))
+DEFAULT_GRID_YAML = Path(__file__).resolve().parents[1] / "conf" / "grid" / "default.yaml"
+DEFAULT_TOLERANCE = 0.02  # a default grid's loss below this is not material (val accuracy)
+NULL_BUDGETS = (0.125, 0.25, 0.5, 1.0)
+# (name, banks): a world is one warm-start draw (bench/worlds.py); its interaction tests
+# read its F bank alone
+WORLDS = [(w.name, [w.f_bank]) for w in ALL_WORLDS.values()]
+W2_BANK = ALL_WORLDS[2].f_bank
+W2_HINT = "python -m bench.testbed_bank --world 2 run"
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """One leave-one-seed-out rotation: the leaders at a and b found on the other seeds,
+    and ``value`` = I_s on ``seed`` alone with its problem-level ``se`` (0 and 0 for the
+    same leader; None when the held-out seed lacks a leader's cell)."""
+
+    seed: int
+    lead_a: str | None
+    lead_b: str | None
+    value: float | None
+    se: float
+
+    @property
+    def z(self) -> float:
+        return self.value / self.se if self.value and self.se > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Interaction:
+    """A condition's interaction test: the rotations, their mean, SE, 90% interval and the
+    verdict (``changes``, ``no change``, ``reversed``, ``same leader`` or ``untested``)."""
+
+    dim: str
+    a: tuple
+    b: tuple
+    rotations: tuple[Rotation, ...]
+    mean: float
+    se: float
+    lo: float
+    hi: float
+    verdict: str
+
+
+def grid_cells(cells: list[dict], grid: frozenset = INTERACTION_GRID) -> list[dict]:
+    """The cells of ``grid``'s (group size, update epochs, prompts per step) configs."""
+    return [c for c in cells if (c["group_size"], c["update_epochs"],
+                                 c.get("prompts_per_step") or GRID_PROMPTS) in grid]
+
+
+def _rotation(cells: list[dict], seed: int, a: tuple, b: tuple, views: dict) -> Rotation:
+    """Leaders at ``a`` and ``b`` on every seed but ``seed``; on ``seed`` alone, I_s =
+    [x(La) - x(Lb)] at a - [x(La) - x(Lb)] at b, each side paired on its problems
+    (se_a^2 = var(diffs) / n), the sides independent: se_s^2 = se_a^2 + se_b^2."""
+    others = [c for c in cells if c["seed"] != seed]
+    tops = [ranked(others, where, views) for where in (a, b)]
+    if not all(tops):
+        return Rotation(seed, None, None, None, 0.0)
+    lead_a, lead_b = tops[0][0][0], tops[1][0][0]
+    if lead_a == lead_b:
+        return Rotation(seed, lead_a, lead_b, 0.0, 0.0)
+    mine = [c for c in cells if c["seed"] == seed]
+    sides = [dict(ranked(mine, where, views)) for where in (a, b)]
+    if any(name not in side for side in sides for name in (lead_a, lead_b)):
+        return Rotation(seed, lead_a, lead_b, None, 0.0)
+    (d_a, se_a), (d_b, se_b) = (paired(side[lead_a], side[lead_b]) for side in sides)
+    return Rotation(seed, lead_a, lead_b, d_a - d_b, math.hypot(se_a, se_b))
+
+
+def interaction(cells: list[dict], dim: str, a: tuple, b: tuple, views: dict) -> Interaction:
+    """Does ``dim`` (``a`` and ``b``: two conditions (size, reward, target, budget) that
+    differ in it alone) change the best allocation among ``INTERACTION_GRID``'s configs?
+
+    Leave one seed out: for each seed s, the leaders La at a and Lb at b are the best
+    seed-mean configs on the other seeds (``ranked``); if La == Lb the rotation finds no
+    change and its I_s is 0; else I_s = [x(La) - x(Lb)] at a - [x(La) - x(Lb)] at b on
+    seed s alone, paired per problem within each side (``_rotation``). So the leaders are
+    picked on seeds that do not score them (no winner's curse). Over the k rotations: mean
+    I, SE = max(sqrt(var(I_s) / k), sqrt(sum se_s^2) / k) (the seed-level spread, floored
+    by the problem noise), 90% interval mean +- 1.645 SE. ``changes`` when the interval
+    lies above 0: each value's own leader does relatively better under its own value."""
+    if dim not in DIMS or any(a[i] != b[i] for i in range(4) if i != DIMS[dim]):
+        raise ValueError(f"interaction(dim={dim!r}): a={a} and b={b} must differ in "
+                         f"{sorted(DIMS)}'s {dim!r} alone; pass two such conditions")
+    cells = grid_cells(cells)
+    seeds = sorted({c["seed"] for c in cells})
+    rotations = tuple(_rotation(cells, s, a, b, views) for s in seeds
+                      if len(seeds) > 1 and a[3] in views and b[3] in views)
+    values = [r.value for r in rotations if r.value is not None]
+    k = len(values)
+    if not k:
+        return Interaction(dim, a, b, rotations, math.nan, math.nan, math.nan, math.nan,
+                           "untested")
+    mean = sum(values) / k
+    spread = math.sqrt(statistics.variance(values) / k) if k > 1 else 0.0
+    noise = math.sqrt(sum(r.se ** 2 for r in rotations if r.value is not None)) / k
+    se = max(spread, noise)
+    lo, hi = mean - Z90 * se, mean + Z90 * se
+    if all(r.lead_a == r.lead_b for r in rotations if r.value is not None):
+        verdict = "same leader"
+    else:
+        verdict = "changes" if lo > 0 else "reversed" if hi < 0 else "no change"
+    return Interaction(dim, a, b, rotations, mean, se, lo, hi, verdict)
+
+
+def interaction_tests(cells: list[dict]) -> list[tuple[str, Interaction]]:
+    """The 8 interaction tests of a world on ``SELECT``, from its F bank's ``cells``:
+    size (tiny-m vs tiny-l) per reward at F; reward (rule vs prm-tiny-s) per size at F;
+    budget (F/8 vs F: checkpoints 0.125 and 1) per size and reward. (label, result)."""
+    views = budgets(cells)
+    sizes, rewards = ("tiny-m", "tiny-l"), ("rule", "prm-tiny-s")
+    tests = [("size", (sizes[0], r, SELECT, 1.0), (sizes[1], r, SELECT, 1.0),
+              f"size {'|'.join(sizes)} at {r}, F") for r in rewards]
+    tests += [("reward", (s, rewards[0], SELECT, 1.0), (s, rewards[1], SELECT, 1.0),
+               f"reward {'|'.join(rewards)} at {s}, F") for s in sizes]
+    tests += [("budget", (s, r, SELECT, 0.125), (s, r, SELECT, 1.0),
+               f"budget F/8|F at {s} {r}") for s in sizes for r in rewards]
+    return [(label, interaction(cells, dim, a, b, views)) for dim, a, b, label in tests]
+
+
+def _half(row: dict, second: bool) -> dict:
+    """An eval row scored on the first half of its problems [0, n/2) or the second
+    [n/2, n), its accuracy recomputed."""
+    if "correct" not in row:
+        return row
+    half = len(row["correct"]) // 2
+    part = row["correct"][half:] if second else row["correct"][:half]
+    return row | {"correct": part, "accuracy": part.count("1") / len(part)}
+
+
+def null_cells(cells: list[dict]) -> list[dict]:
+    """Cells of a pseudo-condition with no true interaction, as two values of the reward
+    (``<reward>|A`` and ``<reward>|B``): A is each cell on problems [0, n/2), its seed as
+    it is; B the same cell on problems [n/2, n), its seed relabelled to the next (seeds
+    sorted, the last to the first). In a rotation, A's and B's held-out runs are then
+    different runs scored on disjoint problems, as two real conditions' are."""
+    seeds = sorted({c["seed"] for c in cells})
+    after = {s: seeds[(i + 1) % len(seeds)] for i, s in enumerate(seeds)}
+    return [c | {"reward": f"{c['reward']}|{side}", "seed": seed,
+                 "evals": [_half(r, second) for r in c["evals"]]}
+            for c in cells
+            for side, seed, second in (("A", c["seed"], False), ("B", after[c["seed"]], True))]
+
+
+def null_interactions(cells: list[dict]) -> list[tuple[str, Interaction]]:
+    """The interaction test on ``null_cells`` (true interaction 0) for each size and reward
+    and each budget of ``NULL_BUDGETS`` that the bank has: (label, result). The false
+    change rate is the share of them whose verdict is ``changes`` (``false_changes``)."""
+    null = null_cells(grid_cells(cells))
+    views = budgets(null)
+    pairs = sorted({(c["model"], c["reward"]) for c in cells},
+                   key=lambda p: (size_order(p[0]), p[1]))
+    return [(f"null {size} {reward} F x {b:g}",
+             interaction(null, "reward", (size, f"{reward}|A", SELECT, b),
+                         (size, f"{reward}|B", SELECT, b), views))
+            for size, reward in pairs for b in NULL_BUDGETS if b in views]
+
+
+def false_changes(results: list[tuple[str, Interaction]]) -> tuple[int, int]:
+    """(tests whose interval lies above 0, tests run) among ``results``."""
+    tested = [r for _, r in results if r.verdict != "untested"]
+    return sum(r.verdict == "changes" for r in tested), len(tested)
+
+
+def default_grid(path: Path = DEFAULT_GRID_YAML) -> frozenset:
+    """The default grid's (G, mu, prompts per step), read from ``conf/grid/default.yaml``'s
+    ``axes`` (its prompts per step is RunSpec's default, the grid's 8)."""
+    axes = yaml.safe_load(path.read_text())["axes"]
+    return frozenset((g, mu, GRID_PROMPTS) for g in axes["grid.group_size"]
+                     for mu in axes["grid.update_epochs"])
+
+
+def default_grid_rows(cells: list[dict], grid: frozenset | None = None) -> list[dict]:
+    """Per size and reward, the best config of ``INTERACTION_GRID`` and of the default
+    grid on ``SELECT`` at F (seed means), the gap between them with its 90% interval
+    (``paired``: problems and seeds) and whether the rule of ``default_grid_check`` holds."""
+    grid = default_grid() if grid is None else grid
+    mine = grid_cells(cells)
+    views = budgets(mine)
+    names = {f"G{g} mu{mu}" for g, mu, _ in grid}
+    rows = []
+    for size, reward in sorted({(c["model"], c["reward"]) for c in mine},
+                               key=lambda p: (size_order(p[0]), p[1])):
+        found = ranked(mine, (size, reward, SELECT, 1.0), views)
+        default = next(((n, s) for n, s in found if n in names), None)
+        if not found or default is None:
+            continue
+        gap, se = paired(found[0][1], default[1])
+        lo, hi = gap - Z90 * se, gap + Z90 * se
+        rows.append({"size": size, "reward": reward, "best": found[0][0],
+                     "best_mean": found[0][1]["mean"], "default": default[0],
+                     "default_mean": default[1]["mean"], "gap": gap, "lo": lo, "hi": hi,
+                     "holds": gap < DEFAULT_TOLERANCE or lo <= 0 <= hi})
+    return rows
+
+
+def default_grid_check(cells: list[dict], grid: frozenset | None = None) -> bool:
+    """The rule, frozen before world 2 runs: the default grid, G in {2, 8} x mu in {1, 2}
+    (conf/grid/default.yaml), loses nothing material: in each (size, reward), its best
+    config's seed-mean val at F is below the best config of INTERACTION_GRID by less than
+    0.02, or the 90% interval of that gap (paired, problems and seeds: ``paired``)
+    includes 0. Prints one line per size and reward; True when it holds in every one (and
+    there is at least one)."""
+    rows = default_grid_rows(cells, grid)
+    for r in rows:
+        print(f"    {r['size']:<7}{r['reward']:<12}best {r['best']:<8}{r['best_mean']:.3f}  "
+              f"default's best {r['default']:<8}{r['default_mean']:.3f}  gap {r['gap']:+.3f} "
+              f"[{r['lo']:+.3f}, {r['hi']:+.3f}]  {'holds' if r['holds'] else 'FAILS'}")
+    return bool(rows) and all(r["holds"] for r in rows)
+
+
+def _print_interaction(label: str, result: Interaction) -> None:
+    if result.verdict == "untested":
+        print(f"  {label:<36}untested (no leader or no held-out cell)")
+        return
+    print(f"  {label:<36}{result.mean:+.3f} [{result.lo:+.3f}, {result.hi:+.3f}]  "
+          f"{result.verdict}")
+    print("      " + "; ".join(
+        f"seed {r.seed}: " + ("untested" if r.value is None and r.lead_a is None else
+                              f"same leader {r.lead_a}" if r.lead_a == r.lead_b else
+                              f"{r.lead_a}|{r.lead_b} untested" if r.value is None else
+                              f"{r.lead_a}|{r.lead_b} {r.value:+.3f} (z {r.z:.1f})")
+        for r in result.rotations))
+
+
+def _interactions(worlds: list[tuple[str, list[Path]]]) -> dict:
+    """The interaction section for every world with a bank: its 8 tests, the null's false
+    change rate, the default-grid check. Returns, per world with a bank, its F bank's cells
+    and the tests' results (``{"cells": ..., "tests": ..., "null": ...}``)."""
+    print(f"\ninteractions (leave-one-seed-out, 90% intervals): on {SELECT}, configs G2-G16 "
+          f"x mu1-2 at P{GRID_PROMPTS}; I = [La - Lb] at a - [La - Lb] at b on the held-out "
+          f"seed, La and Lb picked on the others; > 0: each value's own leader does better "
+          f"under it")
+    found = {}
+    for name, paths in worlds:
+        if not all(p.exists() for p in paths):
+            print(f"{name}: no bank yet ({W2_HINT})" if name == "world 2" else
+                  f"{name}: no bank yet ({', '.join(str(p) for p in paths)} missing)")
+            continue
+        cells = load_banks(paths)[0][1]
+        mine = grid_cells(cells)
+        print(f"{name} ({paths[0].name}: {len(mine)} cells of the interaction grid, seeds "
+              f"{sorted({c['seed'] for c in mine})}):")
+        tests = interaction_tests(cells)
+        for label, result in tests:
+            _print_interaction(label, result)
+        found[name] = {"cells": cells, "tests": tests, "null": null_interactions(cells)}
+    print("\nnull (problems halved, the second half's seeds rotated: no true interaction): "
+          "tests whose interval lies above 0")
+    for name, world in found.items():
+        false, of = false_changes(world["null"])
+        print(f"  {name}: {false} of {of}")
+    print(f"\ndefault grid check (G x mu of {DEFAULT_GRID_YAML.name}: its best config within "
+          f"{DEFAULT_TOLERANCE} of the interaction grid's best at F, or the gap's 90% "
+          f"interval holds 0)")
+    for name, world in found.items():
+        print(f"  {name}:")
+        world["default_holds"] = default_grid_check(world["cells"])
+        verdict = "loses nothing material" if world["default_holds"] else "LOSES somewhere"
+        print(f"  {name}: the default grid {verdict}")
+    return found
+
+
+def _last_line(found: dict, gains: dict, spreads: dict, changed: list, held: list | None
+               ) -> str:
+    """The summary line. ``min_gain_se`` and ``within_size_spread_se``: the minimum over
+    the worlds with a bank (and the banks read above); ``interactions_both``: the tests
+    whose verdict is ``changes`` in every world with a bank; ``false_change_rate``: the
+    null's, pooled over those worlds."""
+    gain_z, spread_z = list(gains.values()), list(spreads.values())
+    for world in found.values():
+        cells = world["cells"]
+        more = _table_at_f(cells, sorted({c["model"] for c in cells}, key=size_order),
+                           sorted({c["reward"] for c in cells}), echo=lambda *_: None)
+        gain_z += more[0].values()
+        spread_z += more[1].values()
+    labels = [label for label, _ in next(iter(found.values()))["tests"]] if found else []
+    both = sum(all(dict(world["tests"])[label].verdict == "changes"
+                   for world in found.values()) for label in labels)
+    counts = [false_changes(world["null"]) for world in found.values()]
+    tests = sum(of for _, of in counts)
+    rate = f"{sum(f for f, _ in counts) / tests:.2f}" if tests else "n/a"
+    return (f"worlds={len(found)} min_gain_se={min(gains.values(), default=0):.1f} "
+            f"within_size_spread_se={min(spreads.values(), default=0):.1f} "
+            f"interactions_both={both} false_change_rate={rate} "
+            f"conditional_changes={len(changed)} "
+            f"held_out_changes={'n/a' if held is None else len(held)}")
 
 
 if __name__ == "__main__":

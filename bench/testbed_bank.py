@@ -45,10 +45,12 @@ Usage::
     python -m bench.testbed_bank pack       # ok cells + warm starts -> bench/data tarball
     python -m bench.testbed_bank unpack     # a fresh checkout: the tarball back in place
 
-``pack`` keeps the warm starts the cells started from (the model cache's folders, a few
-MB, in their own tarball, written once), so that a later session on another machine
-resumes from the same weights: warm starts are deterministic on one machine only
-(docs/pilots.md, determinism). On a fresh checkout: ``unpack``, then ``run``.
+The warm starts the cells start from ship with RACE (``race/warmstart/shipped.py``: the
+v4 bank's are ``warmstart.seed=0``, world 2's ``warmstart.seed=1``), so a later session on
+another machine resumes from the same weights (a build is deterministic on one machine
+only). ``pack`` can still keep a bank's warm starts in a tarball of their own (``starts``)
+for a bank whose warm starts are not shipped. On a fresh checkout: ``unpack``, then
+``run``; ``--world 2`` for world 2's bank (``bench/worlds.py``).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import DATA, REPO, USER_CACHE, add_quick, race, scratch, use_scratch_cache
+from bench.worlds import WORLDS, World
 from race.store import io as results
 from race.store.cell import CellDir, cell_dirs
 from race.store.claims import running_pilot
@@ -73,10 +76,11 @@ RESULTS = REPO / "results"
 BANK = "curve-bank-v4"
 BANK_4X = "curve-bank-v4-4x"
 BANK_PROMPTS = "curve-bank-v4-prompts"
+BANK_W2 = "curve-bank-w2"
 # a results/ folder's cells exported: they count as done where the folder lacks them
-EXPORTS = {BANK: DATA / "curve_bank_v4.json.gz"}
+EXPORTS = {BANK: WORLDS[1].f_bank, BANK_W2: WORLDS[2].f_bank}
 TARBALL = DATA / "curve-bank-v4-cells.tar.gz"
-WARM_STARTS = DATA / "curve-bank-v4-warmstarts.tar.gz"
+WARM_STARTS = None  # the v4 bank's warm starts ship with RACE (race/warmstart/shipped.py)
 F_FLOPS = 3.5e12
 WORKERS = 2  # pilots at once (launcher=local: one per core here)
 CHECKPOINTS = ("[0.0104166667,0.0208333333,0.0416666667,0.0625,0.0833333333,0.125,"
@@ -89,6 +93,47 @@ DEFAULT_PROMPTS = 8
 GROUPS, EPOCHS, PROMPTS, SEEDS = (2, 4, 8, 16), (1, 2, 4), (4, DEFAULT_PROMPTS, 16), (0, 1, 2)
 SELECT = "val"
 FRACTIONS = tuple(float(x) for x in CHECKPOINTS.strip("[]").split(","))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One world's bank: its F grid's folder and axes, whether the prompts-per-step and
+    4F stages follow it, and where its cells (and warm starts) are packed."""
+
+    world: World
+    bank: str
+    groups: tuple[int, ...]
+    epochs: tuple[int, ...]
+    later: bool  # the prompts-per-step and 4F stages (world 1's v4 bank)
+    tarball: Path
+    warm_starts: Path | None  # None: the world's warm starts ship with RACE
+
+    @property
+    def common(self) -> tuple[str, ...]:
+        seed = self.world.warmstart_seed
+        return COMMON + ((f"warmstart.seed={seed}",) if seed else ())
+
+    @property
+    def folders(self) -> tuple[str, ...]:
+        return (self.bank, BANK_PROMPTS, BANK_4X) if self.later else (self.bank,)
+
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        return tuple(f"F seed {s}" for s in SEEDS) + (
+            ("prompts per step", "4F") if self.later else ())
+
+    @property
+    def label(self) -> str:
+        return f"bank {self.bank.removeprefix('curve-bank-')} ({self.world.name})"
+
+
+# World 2's bank (priced with race plan, 2026-12-07: 96 pilots to F): G 2-16 x mu 1, 2
+# holds six default-shaped grids per size and reward for the replay, and the configs of
+# world 1's size x reward interaction (G8 mu1 against G2 mu1); 3 seeds, F only.
+PLANS = {1: Plan(WORLDS[1], BANK, GROUPS, EPOCHS, True, TARBALL, WARM_STARTS),
+         2: Plan(WORLDS[2], BANK_W2, (2, 4, 8, 16), (1, 2), False,
+                 DATA / "curve-bank-w2-cells.tar.gz", None)}
+V4 = PLANS[1]
 
 
 @dataclass(frozen=True)
@@ -164,13 +209,14 @@ def ok_cells(folder: Path) -> dict[str, tuple[Cell, list[dict], float | None]]:
     return out
 
 
-def f_stage(seed: int) -> Stage:
+def f_stage(seed: int, plan: Plan = V4) -> Stage:
     grid = (f"model={','.join(SIZES)}", f"reward={','.join(REWARDS)}",
-            f"grid.group_size={','.join(map(str, GROUPS))}",
-            f"grid.update_epochs={','.join(map(str, EPOCHS))}", f"pilot.seed={seed}")
-    cells = tuple(Cell(m, r, g, mu, DEFAULT_PROMPTS, seed, F_FLOPS) for m in SIZES
-                  for r in REWARDS for g in GROUPS for mu in EPOCHS)
-    return Stage(f"F seed {seed}", BANK, (((*COMMON, f"budget={F_FLOPS:g}", *grid), cells),))
+            f"grid.group_size={','.join(map(str, plan.groups))}",
+            f"grid.update_epochs={','.join(map(str, plan.epochs))}", f"pilot.seed={seed}")
+    cells = tuple(Cell(m, r, g, mu, DEFAULT_PROMPTS, seed, F_FLOPS, plan.bank) for m in SIZES
+                  for r in REWARDS for g in plan.groups for mu in plan.epochs)
+    return Stage(f"F seed {seed}", plan.bank,
+                 (((*plan.common, f"budget={F_FLOPS:g}", *grid), cells),))
 
 
 def seed_means(folder: Path, seeds: int = len(SEEDS)) -> dict[float, dict[tuple, float]]:
@@ -227,14 +273,13 @@ def later_stages(folder: Path, seeds: int = len(SEEDS)) -> list[Stage] | None:
             Stage("4F", BANK_4X, tuple(wide))]
 
 
-def stages(root: Path) -> tuple[list[Stage], bool]:
+def stages(root: Path, plan: Plan = V4) -> tuple[list[Stage], bool]:
     """Every stage known so far, and whether the later ones are (they wait on the F grid)."""
-    first = [f_stage(s) for s in SEEDS]
+    first = [f_stage(s, plan) for s in SEEDS]
+    if not plan.later:
+        return first, True
     later = later_stages(root / BANK)
     return first + (later or []), later is not None
-
-
-FOLDERS = (BANK, BANK_PROMPTS, BANK_4X)
 
 
 @dataclass
@@ -244,9 +289,9 @@ class Progress:
     live: set[Cell] = field(default_factory=set)  # started cells whose pilot runs now
 
 
-def progress(root: Path) -> Progress:
+def progress(root: Path, plan: Plan = V4) -> Progress:
     out = Progress({}, {})
-    for name in FOLDERS:
+    for name in plan.folders:
         out.done.update({cell: wall for cell, _, wall in ok_cells(root / name).values()})
         for path in cell_dirs(root / name) if (root / name).is_dir() else []:
             if not (path / "spec.json").is_file() or CellDir(path).is_ok():
@@ -276,9 +321,9 @@ def seconds_per_cell(cell: Cell, done: dict[Cell, float]) -> float | None:
     return None
 
 
-def status_line(root: Path) -> str:
-    all_stages, known = stages(root)
-    state = progress(root)
+def status_line(root: Path, plan: Plan = V4) -> str:
+    all_stages, known = stages(root, plan)
+    state = progress(root, plan)
     planned = [c for s in all_stages for c in s.cells]
     left = [c for c in planned if c not in state.done]
     estimates = [seconds_per_cell(c, state.done) for c in left]
@@ -296,41 +341,44 @@ def status_line(root: Path) -> str:
         tail += (f" (about {len(cells)} cells, {seconds / WORKERS / 3600:.1f} h, from the "
                  f"leaders on the seeds done so far)")
     paused = len(set(state.running) - state.live)  # stopped mid-pilot: a rerun resumes them
-    return (f"bank v4: {len(planned) - len(left)}/{len(planned)} cells done, "
+    return (f"{plan.label}: {len(planned) - len(left)}/{len(planned)} cells done, "
             f"{len(state.live)} running, {paused} paused; {hours}; {per_stage}{tail}")
 
 
-STAGE_NAMES = tuple(f_stage(s).name for s in SEEDS) + ("prompts per step", "4F")
+STAGE_NAMES = V4.stage_names
 
 
-def run(root: Path, extra: tuple[str, ...] = (), through: str | None = None) -> None:
+def run(root: Path, extra: tuple[str, ...] = (), through: str | None = None,
+        plan: Plan = V4) -> None:
     """Each stage's sweeps in order; a stage whose cells are all ok is skipped. With
     ``through`` (a stage's name), stop once that stage and those before it are done (for
     an export of the F grid before the later stages add cells to its folder)."""
-    last = STAGE_NAMES.index(through) + 1 if through else len(STAGE_NAMES)
+    names = plan.stage_names
+    last = names.index(through) + 1 if through else len(names)
     while True:
-        all_stages, known = stages(root)
-        state = progress(root)
+        all_stages, known = stages(root, plan)
+        state = progress(root, plan)
         todo = [s for s in all_stages if any(c not in state.done for c in s.cells)]
-        if todo and STAGE_NAMES.index(todo[0].name) >= last:
-            print(f"stages through {through} done: " + status_line(root))
+        if todo and names.index(todo[0].name) >= last:
+            print(f"stages through {through} done: " + status_line(root, plan))
             return
         if not todo:
-            print(status_line(root) + ("" if known else "; waiting on nothing: done"))
+            print(status_line(root, plan) + ("" if known else "; waiting on nothing: done"))
             return
         stage = todo[0]
-        print(f"stage {stage.name}: " + status_line(root), flush=True)
+        print(f"stage {stage.name}: " + status_line(root, plan), flush=True)
         # a command whose cells are all ok is not rerun
         run_commands([(command, cells) for command, cells in stage.commands
-                      if any(c not in state.done for c in cells)], stage.folder, root, extra)
-        if all(c in progress(root).done for c in stage.cells):
+                      if any(c not in state.done for c in cells)], stage.folder, root, extra,
+                     plan)
+        if all(c in progress(root, plan).done for c in stage.cells):
             continue
         sys.exit(f"stage {stage.name}: some cells failed; read {root / stage.folder}/"
                  f"pilots.csv, then rerun (it resumes)")
 
 
 def run_commands(commands: list[tuple[tuple[str, ...], tuple[Cell, ...]]], folder: str,
-                 root: Path, extra: tuple[str, ...] = ()) -> None:
+                 root: Path, extra: tuple[str, ...] = (), plan: Plan = V4) -> None:
     """``race sweep`` of each command into ``root/folder``: one command with every slot;
     several (a later stage's, one per config and seed) ``WORKERS`` at a time with one slot
     and one thread each, seed by seed and within a seed longest first, so that a stop
@@ -345,7 +393,7 @@ def run_commands(commands: list[tuple[tuple[str, ...], tuple[Cell, ...]]], folde
     if len(commands) == 1:
         sweep(commands[0][0])
         return
-    done = progress(root).done
+    done = progress(root, plan).done
     order = sorted(commands, key=lambda cc: (min(c.seed for c in cc[1]), -sum(
         seconds_per_cell(c, done) or 0.0 for c in cc[1] if c not in done)))
     with ThreadPoolExecutor(WORKERS) as pool:
@@ -353,12 +401,14 @@ def run_commands(commands: list[tuple[tuple[str, ...], tuple[Cell, ...]]], folde
                                        "launcher.threads_per_pilot=1"), order))
 
 
-def pack(root: Path, out: Path = TARBALL, starts: Path = WARM_STARTS) -> None:
+def pack(root: Path, out: Path = TARBALL, starts: Path | None = WARM_STARTS,
+         plan: Plan = V4) -> None:
     """Every ok cell's spec, summary and metrics into ``out``; the warm starts they used
     into ``starts`` once (they do not change while the bank is built, so later packs
-    leave that file, and the repository's history, as they are)."""
+    leave that file, and the repository's history, as they are; None: the world's warm
+    starts ship with RACE)."""
     members: list[tuple[Path, str]] = []
-    for name in FOLDERS:
+    for name in plan.folders:
         folder = root / name
         for path in cell_dirs(folder) if folder.is_dir() else []:
             if CellDir(path).is_ok():
@@ -367,7 +417,7 @@ def pack(root: Path, out: Path = TARBALL, starts: Path = WARM_STARTS) -> None:
     _write_tar(out, members)
     cells = sum(a.endswith("summary.json") for _, a in members)
     print(f"wrote {out}: {cells} ok cells ({out.stat().st_size / 1e6:.1f} MB)")
-    if starts.exists():
+    if starts is None or starts.exists():
         return
     cache = Path(os.environ.get("RACE_CACHE_DIR", USER_CACHE))
     models = [(f, f"cache/{kind}/{model.name}/{f.name}") for kind in ("policies", "prms")
@@ -386,12 +436,12 @@ def _write_tar(out: Path, members: list[tuple[Path, str]]) -> None:
     tmp.replace(out)
 
 
-def unpack(root: Path, tarball: Path = TARBALL, starts: Path = WARM_STARTS) -> None:
+def unpack(root: Path, tarball: Path = TARBALL, starts: Path | None = WARM_STARTS) -> None:
     """The cells under ``root`` and the warm starts into the model cache (an existing file
     is kept: a cache or cell already here wins)."""
     cache = Path(os.environ.get("RACE_CACHE_DIR", USER_CACHE))
     for path in (tarball, starts):
-        if not path.exists():
+        if path is None or not path.exists():
             continue
         with tarfile.open(path) as tar:
             for member in tar.getmembers():
@@ -411,14 +461,18 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=RESULTS, help="the results folder")
     parser.add_argument("--through", choices=STAGE_NAMES, default=None,
                         help="run: stop once this stage is done (default: run them all)")
+    parser.add_argument("--world", type=int, choices=sorted(PLANS), default=1,
+                        help="whose bank (bench/worlds.py): 1, the v4 bank (default), or 2")
     add_quick(parser, "status, pack and unpack of a one-cell bank of a 2-step tiny-s pilot")
     args = parser.parse_args()
     if args.quick:
         quick()
         return
-    {"status": lambda: print(status_line(args.root)),
-     "run": lambda: run(args.root, through=args.through),
-     "pack": lambda: pack(args.root), "unpack": lambda: unpack(args.root)}[args.action]()
+    plan = PLANS[args.world]
+    {"status": lambda: print(status_line(args.root, plan)),
+     "run": lambda: run(args.root, through=args.through, plan=plan),
+     "pack": lambda: pack(args.root, plan.tarball, plan.warm_starts, plan),
+     "unpack": lambda: unpack(args.root, plan.tarball, plan.warm_starts)}[args.action]()
 
 
 def quick() -> None:

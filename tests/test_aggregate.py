@@ -273,8 +273,8 @@ def test_the_interval_at_the_full_budget_grows_with_the_decades_extrapolated():
     low, high = EXTRAPOLATION_ERROR  # accuracy per decade of FLOPs past the last point
     decades = math.log10(FULL / flops[-1])
     lo, hi = full_budget_interval(fit, FULL)
-    assert (lo, hi) == pytest.approx((fit.prediction + low * decades,
-                                      fit.prediction + high * decades))
+    assert (lo, hi) == pytest.approx((max(0.0, fit.prediction + low * decades),
+                                      min(1.0, fit.prediction + high * decades)))
     assert lo <= fit.prediction <= hi
     far = fit_curve(flops, sigmoid(flops, **truth), predict_at=10 * FULL)
     lo, hi = full_budget_interval(far, 10 * FULL)  # a decade further: a decade wider

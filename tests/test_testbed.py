@@ -8,9 +8,12 @@ and each SE is the problem part alone): ``first(k)`` is right on problems 0..k-1
 import gzip
 import json
 import math
+import random
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from bench import testbed
 
@@ -63,6 +66,23 @@ def run(*banks: Path) -> list[str]:
     return out.stdout.splitlines()
 
 
+def above_interactions(lines: list[str]) -> list[str]:
+    """The lines above the interactions section (and the blank line before it): the output
+    of the testbed before the interaction test was added, less its last line."""
+    at = next(i for i, line in enumerate(lines)
+              if line.startswith("interactions (leave-one-seed-out"))
+    return lines[:at - 1]
+
+
+# every world-1 bank here is f_bank (or one like it) on model m: the 8 interaction tests
+# name tiny-m and tiny-l and go untested; the null runs at F on m rule, where G4 and G8 are
+# both right on every problem of the first half (first(k), k >= 10), so the first half's
+# leader is a tie broken by order (G4) and the second half's G8: a spurious change, as the
+# halves of first(k) are not exchangeable (a real bank's problems are)
+LAST = ("worlds=1 min_gain_se=5.9 within_size_spread_se=3.6 interactions_both=0 "
+        "false_change_rate=1.00 ")
+
+
 def test_a_larger_banks_checkpoints_are_budgets_in_units_of_f_read_above_f_only():
     cells = [cell(F, 4, 0, {0.0: "1", 0.5: "1", 1.0: "1"}),
              cell(4 * F, 4, 0, {0.0: "1", 0.125: "1", 0.25: "1", 0.5: "1", 1.0: "1"})]
@@ -110,13 +130,13 @@ def test_budgets_above_f_appear_and_a_swap_with_separate_intervals_counts(tmp_pa
         "+0.350 (SE 0.109)"]
     # seed 1 repeats seed 0, so the change found on seed 0 holds on seed 1; of its two
     # pairs (F with 2F, F with 4F) the stronger is retested: F with 4F, both leads 0.4
-    assert lines[-4:] == [
+    assert above_interactions(lines)[-3:] == [
         "held-out seed: leaders and changes found on seeds [0], each condition's strongest "
         "change retested on seed 1 alone (90% intervals):",
         "  budget: G8 mu1 at m/rule/val/F x 1 but G4 mu1 at m/rule/val/F x 4: holds "
         "(+0.400 [+0.215, +0.585] and +0.400 [+0.215, +0.585])",
-        "conditions whose change holds on the held-out seed: ['budget']",
-        "min_gain_se=5.9 within_size_spread_se=3.6 conditional_changes=1 held_out_changes=1"]
+        "conditions whose change holds on the held-out seed: ['budget']"]
+    assert lines[-1] == LAST + "conditional_changes=1 held_out_changes=1"
     assert "conditions that change the best allocation: ['budget']" in lines
 
 
@@ -126,7 +146,7 @@ def test_a_swap_whose_intervals_overlap_does_not_count(tmp_path):
     assert [line for line in lines if "lead over G" in line][1:] == [
         f"  m      rule        val  F x {b:<7} G4 mu1    0.550  lead over G8 mu1: +0.050 "
         "[-0.032, +0.132]" for b in (2, 4)]
-    assert lines[-5:-1] == [
+    assert above_interactions(lines)[-4:] == [
         "conditions that change the best allocation: none",
         "",
         "held-out seed: leaders and changes found on seeds [0], each condition's strongest "
@@ -138,7 +158,7 @@ def test_a_swap_whose_intervals_overlap_does_not_count(tmp_path):
 def test_a_single_bank_prints_what_it_printed_before_and_its_lines_stay_with_a_second(
         tmp_path):
     alone = run(f_bank(tmp_path))
-    assert alone == [
+    assert above_interactions(alone) + alone[-1:] == [
         "bank f.json.gz: 4 cells, 2 configs, seeds [0, 1], full budget F=1e+09 FLOPs; "
         "scores on val unless named",
         "",
@@ -166,8 +186,7 @@ def test_a_single_bank_prints_what_it_printed_before_and_its_lines_stay_with_a_s
         "held-out seed: leaders and changes found on seeds [0], each condition's strongest "
         "change retested on seed 1 alone (90% intervals):",
         "conditions whose change holds on the held-out seed: none",
-        "min_gain_se=5.9 within_size_spread_se=3.6 conditional_changes=0 "
-        "held_out_changes=0"]
+        LAST + "conditional_changes=0 held_out_changes=0"]
     both = iter(run(f_bank(tmp_path), four_f_bank(tmp_path, 11, 11)))
     assert all(line in both for line in alone)  # in order, among the added lines
 
@@ -189,7 +208,7 @@ def test_a_change_the_held_out_seed_does_not_repeat_is_found_but_does_not_hold(t
         json.dump({"budget_flops": F, "cells": cells}, f)
     lines = run(path)
     assert "conditions that change the best allocation: ['budget']" in lines
-    assert lines[-4:-1] == [
+    assert above_interactions(lines)[-3:] == [
         "held-out seed: leaders and changes found on seeds [0, 1], each condition's "
         "strongest change retested on seed 2 alone (90% intervals):",
         "  budget: G8 mu1 at m/rule/val/F x 0.5 but G4 mu1 at m/rule/val/F x 1: does not "
@@ -241,5 +260,148 @@ def test_the_prompts_bank_names_each_value_and_finds_where_the_best_one_changes(
                            "(SE 0.069)")
     assert ("  prompts per step conditional on budget: P4 at m/rule/val/F x 0.5 but P16 at "
             "m/rule/val/F x 1 (each leads the other, 90% intervals excluding 0)") in out
-    assert out[-2] == ("prompts per step: conditions that change the best value: ['budget']; "
-                       "holding on the held-out seed: ['budget']")
+    assert above_interactions(out)[-1] == (
+        "prompts per step: conditions that change the best value: ['budget']; holding on the "
+        "held-out seed: ['budget']")
+
+
+# --- the interaction test, its null and the default-grid check, on hand-made F banks -----
+
+def grid_cell(model: str, g: int, mu: int, seed: int, correct: str | dict[float, str],
+              reward: str = "rule") -> dict:
+    """A cell of the interaction grid (P8), scored on val at F (or at each checkpoint of a
+    ``{checkpoint: correct}`` curve)."""
+    curve = correct if isinstance(correct, dict) else {1.0: correct}
+    return {"cell_id": f"{model}-{reward}-{g}-{mu}-{seed}", "config": f"{model}-{reward}-{g}-{mu}",
+            "model": model, "reward": reward, "group_size": g, "update_epochs": mu,
+            "prompts_per_step": 8, "seed": seed, "budget_flops": F,
+            "evals": [{"checkpoint": c, "target": "val", "correct": x,
+                       "accuracy": x.count("1") / len(x)} for c, x in curve.items()]}
+
+
+def right(k: int, n: int = 40) -> str:
+    return "1" * k + "0" * (n - k)
+
+
+def planted(seeds=(0, 1, 2)) -> list[dict]:
+    """G2 mu1 right on 36 of 40 problems at tiny-m and 16 at tiny-l, G4 mu1 the reverse, on
+    every seed; G8 mu1 right on 10 at both."""
+    scores = {(2, 1): (36, 16), (4, 1): (16, 36), (8, 1): (10, 10)}
+    return [grid_cell(model, g, mu, seed, right(ks[i]))
+            for (g, mu), ks in scores.items() for i, model in enumerate(("tiny-m", "tiny-l"))
+            for seed in seeds]
+
+
+SIZE = ("size", ("tiny-m", "rule", "val", 1.0), ("tiny-l", "rule", "val", 1.0))
+
+
+def test_a_planted_interaction_is_found_with_its_interval_above_zero():
+    cells = planted()
+    result = testbed.interaction(cells, *SIZE, testbed.budgets(cells))
+    # each rotation: G2 mu1 leads at tiny-m, G4 mu1 at tiny-l; on the held-out seed
+    # G2 - G4 is +0.5 at tiny-m and -0.5 at tiny-l, so I_s = 1.0; each side's diffs are 1
+    # on 20 problems and 0 on 20: var = 0.25 * 40 / 39, se_side^2 = var / 40
+    assert [(r.seed, r.lead_a, r.lead_b, r.value) for r in result.rotations] == [
+        (s, "G2 mu1", "G4 mu1", 1.0) for s in (0, 1, 2)]
+    se_s = math.sqrt(2 * 0.25 / 39)
+    assert math.isclose(result.rotations[0].se, se_s)
+    # the seeds agree (spread 0), so the SE is the problem floor sqrt(3 se_s^2) / 3
+    assert math.isclose(result.se, se_s / math.sqrt(3))
+    assert result.mean == 1.0 and result.lo > 0 and result.verdict == "changes"
+    labels = dict(testbed.interaction_tests(cells))
+    assert labels["size tiny-m|tiny-l at rule, F"].verdict == "changes"
+    assert labels["reward rule|prm-tiny-s at tiny-m, F"].verdict == "untested"
+
+
+def test_no_planted_effect_gives_an_interval_that_holds_zero():
+    """Four configs right on each of 100 problems with probability 0.6, independently per
+    size and seed (RNG seed 0): the leaders differ by noise alone."""
+    rng = random.Random(0)
+    cells = [grid_cell(model, g, 1, seed, "".join(
+                 "1" if rng.random() < 0.6 else "0" for _ in range(100)))
+             for model in ("tiny-m", "tiny-l") for g in (2, 4, 8, 16) for seed in (0, 1, 2)]
+    result = testbed.interaction(cells, *SIZE, testbed.budgets(cells))
+    assert len(result.rotations) == 3
+    assert result.lo <= 0 <= result.hi and result.verdict in ("no change", "same leader")
+
+
+def test_the_interaction_test_needs_two_conditions_that_differ_in_its_dimension_alone():
+    with pytest.raises(ValueError, match="'size' alone"):
+        testbed.interaction([], "size", ("tiny-m", "rule", "val", 1.0),
+                            ("tiny-l", "prm-tiny-s", "val", 1.0), {})
+
+
+def test_the_null_halves_the_problems_and_rotates_the_second_halfs_seeds():
+    cells = [grid_cell("m", 2, 1, seed, {0.5: "1100", 1.0: "1110"}) for seed in (0, 1, 2)]
+    null = testbed.null_cells(cells)
+    a = [c for c in null if c["reward"] == "rule|A"]
+    b = [c for c in null if c["reward"] == "rule|B"]
+    assert [c["seed"] for c in a] == [0, 1, 2] and [c["seed"] for c in b] == [1, 2, 0]
+    assert [(r["correct"], r["accuracy"]) for r in a[0]["evals"]] == [("11", 1.0), ("11", 1.0)]
+    assert [(r["correct"], r["accuracy"]) for r in b[0]["evals"]] == [("00", 0.0), ("10", 0.5)]
+    assert cells[0]["evals"][0]["correct"] == "1100"  # the bank's cells are left as they are
+
+
+def test_the_null_on_a_bank_without_interaction_finds_no_change():
+    """Every config right on the same 24 of 40 problems (their order shuffled, so the two
+    halves are alike) on every seed but for one problem flipped per config: the halves'
+    leaders differ by noise alone, and no null test changes."""
+    rng = random.Random(0)
+    base = list(right(24))
+    rng.shuffle(base)
+    cells = []
+    for g, seed in ((g, s) for g in (2, 4, 8, 16) for s in (0, 1, 2)):
+        flip = list(base)
+        i = rng.randrange(40)
+        flip[i] = "1" if flip[i] == "0" else "0"
+        cells.append(grid_cell("tiny-m", g, 1, seed, "".join(flip)))
+    results = testbed.null_interactions(cells)
+    assert [label for label, _ in results] == ["null tiny-m rule F x 1"]
+    assert testbed.false_changes(results) == (0, 1)
+
+
+def test_the_default_grid_is_read_from_its_yaml_and_lies_in_the_interaction_grid():
+    assert testbed.default_grid() == {(2, 1, 8), (2, 2, 8), (8, 1, 8), (8, 2, 8)}
+    assert testbed.default_grid() <= testbed.INTERACTION_GRID
+
+
+def default_bank(best: tuple[int, int]) -> list[dict]:
+    """``best`` right on 36 of 40 problems on every seed; G2 mu1, G8 mu2 and G4 mu1 on 20."""
+    configs = {(2, 1), (8, 2), (4, 1), best}
+    return [grid_cell("tiny-m", g, mu, seed, right(36 if (g, mu) == best else 20))
+            for g, mu in sorted(configs) for seed in (0, 1, 2)]
+
+
+def test_the_default_grid_check_fails_when_a_config_off_it_is_far_ahead(capsys):
+    assert not testbed.default_grid_check(default_bank(best=(16, 1)))
+    (row,) = testbed.default_grid_rows(default_bank(best=(16, 1)))
+    assert (row["best"], row["default"], row["gap"]) == ("G16 mu1", "G2 mu1", 0.4)
+    assert row["lo"] > 0 and not row["holds"]
+    assert capsys.readouterr().out.rstrip().endswith("FAILS")
+
+
+def test_the_default_grid_check_holds_when_the_defaults_best_is_the_best():
+    assert testbed.default_grid_check(default_bank(best=(8, 2)))
+    (row,) = testbed.default_grid_rows(default_bank(best=(8, 2)))
+    assert (row["best"], row["default"], row["gap"], row["holds"]) == (
+        "G8 mu2", "G8 mu2", 0.0, True)
+
+
+def test_worlds_each_run_the_tests_and_a_missing_bank_is_skipped(tmp_path, capsys):
+    """Two worlds with the planted bank: the size test at rule changes in both; a world
+    whose bank is missing is named and left out of the count."""
+    paths = []
+    for name in ("one", "two"):
+        paths.append(tmp_path / f"{name}.json.gz")
+        with gzip.open(paths[-1], "wt") as f:
+            json.dump({"budget_flops": F, "cells": planted()}, f)
+    found = testbed._interactions([("world 1", paths[:1]), ("world 2", paths[1:]),
+                                   ("world 3", [tmp_path / "none.json.gz"])])
+    out = capsys.readouterr().out.splitlines()
+    assert "world 3: no bank yet (" + str(tmp_path / "none.json.gz") + " missing)" in out
+    assert testbed._last_line(found, {}, {}, [], None).startswith(
+        "worlds=2 min_gain_se=")
+    assert "interactions_both=1 " in testbed._last_line(found, {}, {}, [], None)
+    testbed._interactions([("world 2", [tmp_path / "none.json.gz"])])
+    assert ("world 2: no bank yet (python -m bench.testbed_bank --world 2 run)"
+            in capsys.readouterr().out.splitlines())

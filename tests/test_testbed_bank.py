@@ -97,7 +97,8 @@ def fake_sweeps(monkeypatch, later: bank.Stage) -> list[tuple]:
     list returned) and marking every cell of ``later`` done."""
     done = {c: 60.0 for s in map(bank.f_stage, bank.SEEDS) for c in s.cells}
     monkeypatch.setattr(bank, "later_stages", lambda folder, seeds=3: [later])
-    monkeypatch.setattr(bank, "progress", lambda root: bank.Progress(dict(done), {}))
+    monkeypatch.setattr(bank, "progress",
+                        lambda root, plan=None: bank.Progress(dict(done), {}))
     swept = []
 
     def sweep(*args, **_):
@@ -129,7 +130,8 @@ def test_run_skips_a_stage_command_whose_cells_are_all_done(monkeypatch, tmp_pat
     later = bank.Stage("prompts per step", bank.BANK, (
         (("model=tiny-m",), (first,)), (("model=tiny-l",), (second,))))
     monkeypatch.setattr(bank, "later_stages", lambda folder, seeds=3: [later])
-    monkeypatch.setattr(bank, "progress", lambda root: bank.Progress(dict(done), {}))
+    monkeypatch.setattr(bank, "progress",
+                        lambda root, plan=None: bank.Progress(dict(done), {}))
     swept = []
 
     def sweep(*args, **_):
@@ -148,7 +150,8 @@ def test_run_sweeps_a_stages_commands_two_at_a_time_with_one_slot_each(monkeypat
     later = bank.Stage("4F", bank.BANK_4X, tuple(
         ((f"grid.group_size={c.group_size}",), (c,)) for c in cells))
     monkeypatch.setattr(bank, "later_stages", lambda folder, seeds=3: [later])
-    monkeypatch.setattr(bank, "progress", lambda root: bank.Progress(dict(done), {}))
+    monkeypatch.setattr(bank, "progress",
+                        lambda root, plan=None: bank.Progress(dict(done), {}))
     swept = []
 
     def sweep(*args, **kwargs):
@@ -232,3 +235,19 @@ def test_progress_counts_a_cell_running_only_while_its_pilot_holds_the_run_lock(
     assert {c.seed: share for c, share in state.running.items()} == {0: 0.25, 1: 0.25}
     assert [c.seed for c in state.live] == [0]
     assert bank.progress(tmp_path).live == set()  # lock released: both paused
+
+
+def test_world_2s_bank_is_the_f_grid_alone_from_its_own_warm_start(tmp_path):
+    """World 2 (bench/worlds.py): G 2-16 x mu 1, 2, both sizes and rewards, 3 seeds,
+    every command with warmstart.seed=1, in its own folder; no later stages."""
+    plan = bank.PLANS[2]
+    all_stages, known = bank.stages(tmp_path, plan)
+    assert known and [s.name for s in all_stages] == ["F seed 0", "F seed 1", "F seed 2"]
+    assert sum(len(s.cells) for s in all_stages) == 96
+    for stage in all_stages:
+        (command, cells), = stage.commands
+        assert "warmstart.seed=1" in command and stage.folder == "curve-bank-w2"
+        assert "grid.group_size=2,4,8,16" in command and "grid.update_epochs=1,2" in command
+        assert {c.folder for c in cells} == {"curve-bank-w2"}
+    assert "warmstart.seed" not in " ".join(bank.f_stage(0).commands[0][0])
+    assert bank.status_line(tmp_path, plan).startswith("bank w2 (world 2): 0/96 cells done")

@@ -14,6 +14,8 @@ pre-training and never charged to a post-training budget).
 Builds are deterministic for a recipe on one machine (another CPU's floating point can
 give another build) and cached under ``$RACE_CACHE_DIR`` (default
 ``~/.cache/race``) in a folder keyed by a hash of the recipe: a second call loads it.
+The default recipes' weights ship with RACE (:mod:`race.warmstart.shipped`): they are
+installed, not trained, so every machine starts from the same weights.
 
 torch, transformers and race.nn.measure (torch) are imported inside the functions that
 build or evaluate a model (heavy: a cached warm start needs none of them).
@@ -29,6 +31,7 @@ import math
 import os
 import random
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -43,6 +46,7 @@ from race.errors import UsageError
 from race.store.umask import share_like_umask
 from race.tasks.arith import ArithTask, step_labels
 from race.tasks.task_base import Example
+from race.warmstart import shipped
 from race.warmstart.tokenizer import (
     FAMILY,
     build_char_tokenizer,
@@ -146,20 +150,34 @@ def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], di
                  rebuild: bool = False) -> Path:
     """``cache_dir()/kind/name-<hash of payload>``, built once by ``build(staging)``.
 
-    ``build`` trains into a staging folder, on one torch thread, and returns the build
-    info; the folder is renamed into place only when complete, so a crash never leaves a
-    half-built model.
+    A folder RACE ships (:mod:`race.warmstart.shipped`: the recipes the docs ran from) is
+    installed from its archive and checked, never trained, unless ``rebuild`` asks for a
+    local build (then marked ``local_build``, and warned about at each load). Any other
+    recipe is built on this machine, saying so. ``build`` trains into a staging folder, on
+    one torch thread, and returns the build info; the folder is renamed into place only
+    when complete, so a crash never leaves a half-built model.
     """
     key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
     folder = cache_dir() / kind / f"{name}-{key}"
+    shipped_name = f"{kind}/{name}-{key}"
+    if shipped.archive_of(shipped_name) and not rebuild:
+        with _cache_writes(folder.parent):
+            return shipped.install(shipped_name, folder)
     if (folder / "build_info.json").is_file() and not rebuild:
         return folder
+    print(f"warm start {name}-{key}: " + (
+        "rebuilt on this machine at your request" if shipped.archive_of(shipped_name) else
+        "not a warm start RACE ships (the warmstart.* knobs or the task differ from a "
+        "shipped one's), built on this machine") + "; results from it will differ from "
+        "the docs", file=sys.stderr, flush=True)
     with _cache_writes(folder.parent):
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
         with single_thread():
             info = build(staging) | {"cache_key": key}
+        if shipped.archive_of(shipped_name):
+            info["local_build"] = True  # not the shipped weights: say so at each load
         (staging / "build_info.json").write_text(json.dumps(info, indent=2))
         share_like_umask(staging)  # mkdtemp's 0700, safetensors' 0600 files
         if folder.exists():
