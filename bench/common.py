@@ -128,3 +128,27 @@ def median_seconds(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
         result = fn()
         seconds.append(time.perf_counter() - start)
     return statistics.median(seconds), result
+
+
+def select_best_cell(sweep: Path) -> dict:
+    """Rewrite a flat sweep's ``selection.json`` to select its best cell on the selection
+    target, as the report of a sweep that learned would. Miniature sweeps (``--quick``,
+    the tests' stand-ins) learn nothing in a few steps, so their reports rightly select
+    none; this lets what comes after a selection (``race validate``) run on them. Returns
+    the selected record."""
+    from race.core.specs import RunSpec
+
+    sweep = Path(sweep)
+    selection = json.loads((sweep / "selection.json").read_text())
+    reads = []
+    for path in sorted((sweep / "cells").glob("*/summary.json")):
+        summary = json.loads(path.read_text())
+        spec = json.loads((path.parent / "spec.json").read_text())
+        reads.append((summary["final_eval"][selection["target"]]["accuracy"],
+                      path.parent.name, spec))
+    score, cell_id, spec = max(reads, key=lambda r: (r[0], r[1]))
+    record = {"config_id": RunSpec.from_dict(spec).config_id, "cell_ids": [cell_id],
+              "score": score, "lo": None, "hi": None}
+    selection["selected"] = [record]
+    (sweep / "selection.json").write_text(json.dumps(selection))
+    return record

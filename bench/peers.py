@@ -1,10 +1,10 @@
 """The field's multi-fidelity schedulers, replayed on one replicate of the curve bank.
 
-A replicate is a one-seed sweep (``bench/selection_replay.py``): each config's curve from
-its drawn seed, cut from the bank's Syne Tune blackbox (``bench/blackbox.py``,
-``one_seed``). Each peer runs on it until a budget is spent and returns its ranking
-(best first), the charged FLOPs it spent and the eval FLOPs of the ``val`` problems it
-scored, as shares of one full run F.
+A replicate is a one-seed sweep (``bench/selection_replay.py``, leave-one-seed-out): each
+config's curve from the replicate's read seed, cut from the bank's Syne Tune blackbox
+(``bench/blackbox.py``, ``one_seed``). Each peer runs on it until a budget is spent and
+returns its ranking (best first), the charged FLOPs it spent and the eval FLOPs of the
+``val`` problems it scored, as shares of one full run F.
 
 How a replay runs (``simulate``): ``workers`` workers (one per config: every config
 starts at once, as the ladder's first rung does), each running one trial at a time.

@@ -1,7 +1,8 @@
 """The curve bank as ``bench/selection_replay.py`` reads it: each cell's ``val`` curve
 (``Curve``: read on a pilot's problems, guarded as a sweep's guards read it), the configs
-with their truth at F, the replicates (one-seed sweeps), the tuning and held-out halves,
-and the best configs' order by window of the budget."""
+with their truth at F (over all seeds, and per read seed over the other seeds:
+``judged``), the leave-one-seed-out replicates, the tuning and held-out halves, and the
+best configs' order by window of the budget."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ from race.analysis.curves import fit_curve
 from race.core import guards
 from race.core.rungs import fmt_fraction
 
-# one-seed sweeps per table: at 512, the Monte Carlo SE of the ladder's regret minus the
-# best peer's (paired on the replicates) was 0.0016 on the testbed's bank, larger than
-# the difference itself; at 4,096 it is a third of that (paired_difference)
-REPLICATES = 4096
+# the truth a pick is scored against (selection_replay.py --truth): each config's val at F
+# averaged over the seeds the policy did not read (leave-one-seed-out), or over all of
+# them, the read seed included (flattering: the policy's own noise counts as signal)
+LOSO, ALL_SEEDS = "leave-one-seed-out", "all-seeds"
 TARGET = "val"
 FLAT = 1 / 16
 SIGMOID_MAX_WIDTH = 0.3
@@ -106,7 +107,9 @@ class Curve:
 
 def load_bank(path: Path, read_problems: int | None = None) -> tuple[dict, dict[str, dict]]:
     """The bank and its configs: config id -> knobs, seeds' curves (read by the policies
-    on their first ``read_problems`` ``val`` problems; None: all), truth at F (all).
+    on their first ``read_problems`` ``val`` problems; None: all), ``by_seed`` (seed ->
+    its val at F, test at F, warm-start val: on every problem) and the truth over all
+    seeds (``truth_over``; a replicate's own truth is ``judged``).
 
     A bank whose cells ran at several prompts per step (the v4 bank's later stage) is
     replayed at the grid's own (``GRID_PROMPTS``): the other cells are a probe of the
@@ -125,22 +128,52 @@ def load_bank(path: Path, read_problems: int | None = None) -> tuple[dict, dict[
             "group_size": cell["group_size"], "update_epochs": cell["update_epochs"],
             "label": f"{cell['model']}/{cell['reward']} G{cell['group_size']} "
                      f"mu{cell['update_epochs']}", "curves": {}})
-        config["curves"][cell["seed"]] = Curve(cell, full, read_problems)
-    tests = {}
-    for cell in bank["cells"]:
-        rows = [r for r in cell["evals"] if r["target"] == "test" and r["checkpoint"] == 1.0]
-        if rows:
-            tests.setdefault(cell["config"], []).append(rows[-1]["accuracy"])
+        curve = config["curves"][cell["seed"]] = Curve(cell, full, read_problems)
+        tests = [r["accuracy"] for r in cell["evals"]
+                 if r["target"] == "test" and r["checkpoint"] == 1.0]
+        # per seed: val at F on every problem, test at F, the warm start's val
+        config.setdefault("by_seed", {})[cell["seed"]] = (
+            float(curve.accuracy[-1]), tests[-1] if tests else math.nan,
+            float(curve.accuracy[0]))
     for config in configs.values():
-        config["truth_test"] = (float(np.mean(tests[config["config"]]))
-                                if config["config"] in tests else math.nan)
-        finals = [c.accuracy[-1] for c in config["curves"].values()]
-        starts = [c.accuracy[0] for c in config["curves"].values()]
-        config["truth"] = float(np.mean(finals))
-        config["truth_se"] = (float(np.std(finals, ddof=1) / math.sqrt(len(finals)))
-                              if len(finals) > 1 else 0.0)
-        config["start"] = float(np.mean(starts))
+        config |= truth_over(config, sorted(config["by_seed"]))
     return bank, configs
+
+
+def truth_over(config: dict, seeds: list) -> dict:
+    """``config``'s truth over ``seeds``: ``truth`` (mean ``val`` at F, every problem),
+    ``truth_se`` (their SE, 0 for one seed), ``truth_test`` (mean ``test`` at F over the
+    seeds that scored it, nan if none) and ``start`` (mean warm-start ``val``)."""
+    finals, tests, starts = (np.array([config["by_seed"][s][k] for s in seeds])
+                             for k in range(3))
+    tests = tests[~np.isnan(tests)]
+    return {"truth": float(np.mean(finals)),
+            "truth_se": float(np.std(finals, ddof=1) / math.sqrt(len(finals)))
+            if len(finals) > 1 else 0.0,
+            "truth_test": float(np.mean(tests)) if len(tests) else math.nan,
+            "start": float(np.mean(starts))}
+
+
+def judged(configs: dict, draw: dict, truth: str = LOSO) -> dict:
+    """The configs replicate ``draw`` sweeps (config id -> the seed its curve is read
+    from), each with the truth its pick is scored against: with ``LOSO``, over the
+    config's seeds other than the one read (``truth_over``; the read seed's noise is then
+    no part of the truth); with ``ALL_SEEDS``, over all of them."""
+    if truth == ALL_SEEDS:
+        return {c: configs[c] for c in draw}
+    out = {}
+    for c, seed in draw.items():
+        others = [s for s in sorted(configs[c]["by_seed"]) if s != seed]
+        if not others:
+            raise ValueError(f"config {c} has no seed but {seed}: leave-one-seed-out needs "
+                             "2 or more seeds a config; replay with --truth all-seeds")
+        out[c] = configs[c] | truth_over(configs[c], others)
+    return out
+
+
+def common_seeds(configs: dict) -> list:
+    """The seeds every config ran: those a leave-one-seed-out replicate can read."""
+    return sorted(set.intersection(*(set(c["curves"]) for c in configs.values())))
 
 
 def subgrids(configs: dict) -> list[list[str]] | None:
@@ -157,24 +190,13 @@ def subgrids(configs: dict) -> list[list[str]] | None:
     return grids if len(grids) > 1 else None
 
 
-def replicates(configs: dict, *, most: int = REPLICATES, seed: int = 0,
-               grids: list[list[str]] | None = None) -> list[dict]:
-    """One-seed sweeps to replay: each config's curve from one of its seeds, drawn
-    independently per config (the configs' runs are independent). Every combination when
-    there are at most ``most``, else ``most`` of them drawn at random (seeded).
-
-    With ``grids`` (``subgrids``), a replicate is a sweep of one of them: replicate ``i``
-    holds grid ``i % len(grids)``'s configs only (a policy reads those and picks among
-    them), each with a random seed, ``most`` in all."""
-    rng = np.random.default_rng(seed)
-    if grids:
-        return [{c: int(rng.choice(sorted(configs[c]["curves"]))) for c in grids[i % len(grids)]}
-                for i in range(most)]
-    ids = sorted(configs)
-    seeds = [sorted(configs[c]["curves"]) for c in ids]
-    if math.prod(map(len, seeds)) <= most:
-        return [dict(zip(ids, combo)) for combo in itertools.product(*seeds)]
-    return [{c: int(rng.choice(s)) for c, s in zip(ids, seeds)} for _ in range(most)]
+def loso_replicates(configs: dict, grids: list[list[str]] | None = None) -> list[dict]:
+    """The leave-one-seed-out replicates: one per (read seed, grid), seed-major: every
+    config of the grid read from that seed (a sweep run on one seed), its truth the other
+    seeds' (``judged``). The seeds are those every config ran (``common_seeds``); without
+    ``grids`` (``subgrids``), the one grid is the whole bank."""
+    grids = grids or [sorted(configs)]
+    return [{c: seed for c in grid} for seed in common_seeds(configs) for grid in grids]
 
 
 def eval_flops_per_problem(configs, draw) -> float:

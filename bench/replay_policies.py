@@ -5,14 +5,16 @@ run on the bank's Syne Tune blackbox (``bench/peers.py``)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
 import zlib
+from dataclasses import replace
 
 import numpy as np
 
 from bench import blackbox, peers
-from bench.replay_bank import FLAT, bank_full, eval_flops_per_problem
+from bench.replay_bank import FLAT, LOSO, bank_full, eval_flops_per_problem, judged
 from bench.replay_stats import (
     _within_size,
     bootstrap_within_size,
@@ -26,7 +28,7 @@ from race.core import guards
 from race.core.bank_source import BankSource, replayable
 from race.core.bank_source import bank_reads as read_checkpoints
 from race.core.climb import climb, fit_to_eval, ladder_eval_cost, pick_order, rung_eval_costs
-from race.core.rungs import plan_ladder
+from race.core.rungs import ladder_cost, plan_ladder
 
 BOOT_RANKINGS = 16  # replicates' rankings the bootstrap of Kendall/Spearman resamples
 DEFAULTS = SelectionConfig()  # the ladder `race sweep` runs
@@ -43,8 +45,6 @@ EVAL_PROBLEMS_PER_CHECKPOINT = SELECT_PROBLEMS + 2 * PilotConfig().eval_examples
 LADDER_EVALS = len(DEFAULTS.rung_checkpoints)
 FLAT_EVALS = len(PilotConfig().checkpoints)
 
-
-
 # ------------------------------------------------------------------ policies
 # Each takes the configs and a replicate (config id -> the seed whose curve it reads),
 # and returns (ranking best first, charged share, pilots run to each budget
@@ -60,15 +60,26 @@ def flat(configs, draw, *, sigmoid=False, **_):
 
 def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFAULTS.z,
            rungs=tuple(DEFAULTS.rungs), reduction=DEFAULTS.reduction, share=None,
-           fill=False, keep_sizes=DEFAULTS.keep_sizes, promote_by=DEFAULTS.promote_by, **_):
+           fill=False, keep_sizes=DEFAULTS.keep_sizes, promote_by=DEFAULTS.promote_by,
+           replicates=None, match=None, **_):
+    """RACE's ladder; ``replicates`` (config -> the other seeds it is read on at the last
+    rung, ``selection.replicates``) pools them there, paid for within the same compute.
+    ``match`` (a cost with eval, share of F): the rungs instead are the bank checkpoints
+    whose ladder costs the most without passing it (``matched_reads``)."""
+    k = 1 + len(next(iter(replicates.values()))) if replicates else 1
     share = len(configs) * FLAT if share is None else share
-    plan = ladder_plan(configs, rungs=rungs, reduction=reduction, share=share, fill=fill)
+    plan = ladder_plan(configs, rungs=rungs, reduction=reduction, share=share, fill=fill,
+                       replicates=k)
     # as race plan does: the rungs shrink until charged and eval fit selection.pilot_budget
-    plan = fit_to_eval(plan, pilot_eval_share(configs, draw, dict(zip(plan.rungs, plan.counts))),
+    plan = fit_to_eval(plan, pilot_eval_share(configs, draw, dict(zip(plan.rungs, plan.counts)),
+                                              replicates=k),
                        DEFAULTS.pilot_budget,
                        lambda room: ladder_plan(configs, rungs=rungs, reduction=reduction,
-                                                share=room, fill=fill))
+                                                share=room, fill=fill, replicates=k))
     read = bank_reads(configs, plan.rungs)
+    if match is not None:
+        read = matched_reads(configs, draw, plan, match)
+        plan = replace(plan, rungs=tuple(read))
     if not replayable(read):
         raise ValueError(f"rungs {plan.rungs} read the bank at {read}: a rung below the "
                          "bank's first checkpoint, or two rungs on one checkpoint")
@@ -78,9 +89,31 @@ def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFA
                         promote_by=promote_by,
                         guard=(lambda curve, fraction, reads: curve.guard(fraction, thresholds,
                                                                           reads))
-                        if use_guards else None)
+                        if use_guards else None,
+                        replicates={cid: [configs[cid]["curves"][s] for s in seeds]
+                                    for cid, seeds in replicates.items()} if replicates else None)
     rungs = climb(source, plan, list(configs), keep_sizes=keep_sizes)
     return pick_order(rungs), source.charged, source.pilots
+
+
+def matched_reads(configs, draw, plan, target: float) -> list[float]:
+    """The rungs, read on the bank's checkpoints, at which ``plan``'s ladder (its counts
+    and replicates) costs, with its eval, the most without passing ``target``: a shrunk
+    ladder's rungs fall between the bank's checkpoints and read the ones below, which
+    would spend less than the ladder it is compared with."""
+    checkpoints = next(iter(next(iter(configs.values()))["curves"].values())).fraction
+    points = [float(c) for c in checkpoints if c > 0]
+    eval_share = pilot_eval_share(configs, draw, dict(zip(range(len(plan.counts)),
+                                                          plan.counts)),
+                                  replicates=plan.replicates)
+    best, best_cost = None, -1.0
+    for reads in itertools.combinations(points, len(plan.counts)):
+        cost = ladder_cost(reads, plan.counts, 1, plan.replicates) + eval_share
+        if best_cost < cost <= target + 1e-9:
+            best, best_cost = list(reads), cost
+    if best is None:
+        raise ValueError(f"no rungs on the bank's checkpoints cost at most {target:.3f}")
+    return best
 
 
 def bank_reads(configs, rungs) -> list[float]:
@@ -90,10 +123,11 @@ def bank_reads(configs, rungs) -> list[float]:
     return read_checkpoints(checkpoints, rungs)
 
 
-def ladder_plan(configs, *, rungs, reduction, share, fill):
+def ladder_plan(configs, *, rungs, reduction, share, fill, replicates=1):
     """The ladder ``race.core.rungs.plan_ladder`` plans for ``configs`` (one cell each)."""
     return plan_ladder(len(configs), n_sizes=len({c["model"] for c in configs.values()}),
-                       rungs=rungs, reduction=reduction, share=share, fill=fill)
+                       rungs=rungs, reduction=reduction, share=share, fill=fill,
+                       replicates=replicates)
 
 
 def replicate_seed(draw: dict) -> int:
@@ -177,20 +211,23 @@ def sweep_of(configs: dict, draw: dict) -> dict:
     return configs if len(draw) == len(configs) else {c: configs[c] for c in draw}
 
 
-def bootstrap_by_grid(configs: dict, rankings: list[list[str]], boot: int) -> dict:
+def bootstrap_by_grid(views: list[dict], rankings: list[list[str]], boot: int) -> dict:
     """``bootstrap_within_size`` over a sample of the replicates' rankings
-    (``BOOT_RANKINGS`` per grid); with subgrids, each grid's configs resampled on their
-    own and a resample's value the mean over the grids."""
-    by_grid: dict[frozenset, list[list[str]]] = {}
-    for ranking in rankings:
-        by_grid.setdefault(frozenset(ranking), []).append(ranking)
-    if len(by_grid) == 1:
-        return bootstrap_within_size(configs, rankings[::max(1, len(rankings) // BOOT_RANKINGS)],
-                                     boot)
+    (``BOOT_RANKINGS`` per grid and truth); ``views[i]``: the configs ranking ``i`` ranks,
+    with the truth it is judged by (``judged``). With several grids or truths (subgrids,
+    leave-one-seed-out), each one's configs resampled on their own and a resample's value
+    the mean over them."""
+    groups: dict[tuple, tuple[dict, list[list[str]]]] = {}
+    for view, ranking in zip(views, rankings):
+        key = tuple(sorted((c, v["truth"]) for c, v in view.items()))
+        groups.setdefault(key, (view, []))[1].append(ranking)
+    if len(groups) == 1:
+        (view, some), = groups.values()
+        return bootstrap_within_size(view, some[::max(1, len(some) // BOOT_RANKINGS)], boot)
     values = [within_size_counts(
-        {c: configs[c] for c in sorted(grid)}, some[::max(1, len(some) // BOOT_RANKINGS)],
-        resample_counts(len(grid), boot, seed)) for seed, (grid, some) in enumerate(
-            sorted(by_grid.items(), key=lambda kv: sorted(kv[0])))]
+        {c: view[c] for c in sorted(view)}, some[::max(1, len(some) // BOOT_RANKINGS)],
+        resample_counts(len(view), boot, seed)) for seed, (_, (view, some)) in enumerate(
+            sorted(groups.items()))]
     out = {}
     for key in ("kendall", "spearman"):
         stacked = np.array([v[key] for v in values])
@@ -202,7 +239,7 @@ def bootstrap_by_grid(configs: dict, rankings: list[list[str]], boot: int) -> di
 
 
 def pilot_eval_share(configs, draw, pilots, evaluations: int = LADDER_EVALS, *,
-                     ladder: bool = True) -> float:
+                     ladder: bool = True, replicates: int = 1) -> float:
     """The eval compute (share of F) of RACE's pilot eval plan for ``pilots`` ({budget:
     pilots run to it}), ``evaluations`` checkpoints per pilot. Flat: every pilot scores
     its warm start and each checkpoint on ``EVAL_PROBLEMS_PER_CHECKPOINT``. A ladder (as
@@ -216,7 +253,8 @@ def pilot_eval_share(configs, draw, pilots, evaluations: int = LADDER_EVALS, *,
         costs = rung_eval_costs(len(pilots), evaluations, select_cost=SELECT_PROBLEMS,
                                 report_cost=EVAL_PROBLEMS_PER_CHECKPOINT)
         problems = ladder_eval_cost(list(pilots.values()), costs,
-                                    start_cost=EVAL_PROBLEMS_PER_CHECKPOINT * groups)
+                                    start_cost=EVAL_PROBLEMS_PER_CHECKPOINT * groups,
+                                    replicates=replicates)
     else:
         problems = EVAL_PROBLEMS_PER_CHECKPOINT * (
             sum(pilots.values()) * evaluations + pilots[min(pilots)])
@@ -224,22 +262,24 @@ def pilot_eval_share(configs, draw, pilots, evaluations: int = LADDER_EVALS, *,
 
 
 JOBS = 1  # processes a policy's replicates are spread over (selection_replay.py --jobs)
-_TASK: tuple = ()  # the replay the forked workers read: (name, configs, draws, kw)
+TRUTH = LOSO  # the truth picks are scored against (selection_replay.py --truth; judged)
+_TASK: tuple = ()  # the replay the forked workers read: (name, views, draws, kw)
 
 
 def _run_one(i: int) -> tuple:
-    name, configs, draws, kw = _TASK
-    return POLICIES[name](sweep_of(configs, draws[i]), draws[i], **kw)
+    name, views, draws, kw = _TASK
+    return POLICIES[name](views[i], draws[i], **kw)
 
 
-def run_policy(name, configs, draws, **kw) -> list[tuple]:
-    """``name`` run on each replicate: (ranking, charged, pilots, *eval spent) per draw,
-    over ``JOBS`` forked processes (a replicate's result depends on its draw alone:
-    every policy seeds what it draws from it, ``replicate_seed``)."""
+def run_policy(name, views, draws, **kw) -> list[tuple]:
+    """``name`` run on each replicate (``views[i]``: the configs replicate ``draws[i]``
+    sweeps, ``judged``): (ranking, charged, pilots, *eval spent) per draw, over ``JOBS``
+    forked processes (a replicate's result depends on its draw alone: every policy seeds
+    what it draws from it, ``replicate_seed``)."""
     global _TASK
     if JOBS < 2 or len(draws) < 4 * JOBS:
-        return [POLICIES[name](sweep_of(configs, d), d, **kw) for d in draws]
-    _TASK = (name, configs, draws, kw)
+        return [POLICIES[name](v, d, **kw) for v, d in zip(views, draws)]
+    _TASK = (name, views, draws, kw)
     try:
         with multiprocessing.get_context("fork").Pool(JOBS) as pool:
             return pool.map(_run_one, range(len(draws)),
@@ -248,20 +288,22 @@ def run_policy(name, configs, draws, **kw) -> list[tuple]:
         _TASK = ()
 
 
-def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
+def score_policy(name, configs, draws, *, boot=2000, truth=None, **kw) -> dict:
     """``name`` over the replicates ``draws``: each is a sweep of the configs it holds (all
     of ``configs``, or one of ``replay_bank.subgrids``), its pick scored against the best
-    of those configs."""
-    regrets, ses, kendalls, spearmans, catastrophes = [], [], [], [], []
+    of those configs by the truth ``truth`` (``TRUTH`` by default: leave-one-seed-out,
+    each config's val at F over the seeds the replicate did not read; ``judged``).
+    Regrets are per replicate (``regrets``); their SE over seeds and grids is
+    ``replay_stats.cluster_bootstrap_se``'s, taken over all policies at once."""
+    views = [judged(configs, d, truth or TRUTH) for d in draws]
+    regrets, kendalls, spearmans, catastrophes = [], [], [], []
     test_regrets = []
     charged_shares, eval_shares, rankings = [], [], []
-    for draw, (ranking, charged, pilots, *spent) in zip(
-            draws, run_policy(name, configs, draws, **kw)):
-        grid = sweep_of(configs, draw)
+    for grid, draw, (ranking, charged, pilots, *spent) in zip(
+            views, draws, run_policy(name, views, draws, **kw)):
         best = max(grid, key=lambda c: grid[c]["truth"])
         rankings.append(ranking)
         pick = grid[ranking[0]]
-        ses.append(math.hypot(grid[best]["truth_se"], pick["truth_se"]))
         if name == "random":  # a uniformly random pick, in expectation over the configs
             pick = {k: np.mean([c[k] for c in grid.values()]) for k in ("truth", "truth_test")}
             catastrophes.append(np.mean([c["truth"] < c["start"] for c in grid.values()]))
@@ -277,18 +319,16 @@ def score_policy(name, configs, draws, *, boot=2000, **kw) -> dict:
         eval_shares.append(charged + (spent[0] if spent else pilot_eval_share(
             grid, draw, pilots, FLAT_EVALS if flat_plan else LADDER_EVALS,
             ladder=not flat_plan)))
-    boots = bootstrap_by_grid(configs, rankings, boot)
+    boots = bootstrap_by_grid(views, rankings, boot)
     mean = lambda xs: float(np.mean([x for x in xs if x is not None])) if any(  # noqa: E731
         x is not None for x in xs) else float("nan")
     interval = {k: (np.percentile(v, [5, 95]) if v else (math.nan, math.nan))
                 for k, v in boots.items()}
     return {"policy": name, "top1_regret": float(np.mean(regrets)), "regrets": regrets,
-            "test_regret": float(np.mean(test_regrets)),
-            "se": float(np.mean(ses)), "kendall": mean(kendalls),
+            "test_regret": float(np.mean(test_regrets)), "kendall": mean(kendalls),
             "kendall_ci": tuple(map(float, interval["kendall"])), "spearman": mean(spearmans),
             "spearman_ci": tuple(map(float, interval["spearman"])),
             "catastrophes": float(np.mean(catastrophes)),
             "pilot_cost_share": float(np.mean(charged_shares)),
             "with_eval": float(np.mean(eval_shares)),
             "picks": [r[0] for r in rankings], "rankings": rankings}
-

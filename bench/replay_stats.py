@@ -118,3 +118,54 @@ def bootstrap_within_size(configs: dict, rankings: list[list[str]], boot: int,
     values = within_size_counts(configs, rankings, resample_counts(len(configs), boot, seed))
     return {key: [float(v) for v in value if not np.isnan(v)] for key, value in values.items()}
 
+
+
+def cluster_bootstrap_se(matrices, boot: int = 2000, seed: int = 0) -> np.ndarray:
+    """Standard errors of the means of (read seeds x grids) matrices by a two-way cluster
+    bootstrap: each of ``boot`` draws resamples the rows (seeds) with replacement and,
+    independently, the columns (grids) with replacement, and takes the mean over the
+    resampled cells (a row drawn twice counts twice); the SE is the standard deviation of
+    those means. Replicates that share a seed, or a grid, are not independent: resampling
+    the replicates alone would treat the bank's few seeds as fixed (Cameron, Gelbach and
+    Miller 2011, multiway clustering; Owen 2007, the pigeonhole bootstrap). Every matrix
+    of the stack is resampled with the same draws, so a stack of paired differences
+    gets the paired SE. A single seed or grid contributes no spread of its own.
+
+    Args:
+        matrices: (seeds, grids) or (k, seeds, grids) values, one per replicate.
+        boot: bootstrap draws. seed: the draws' RNG seed (fixed: the same draws per shape).
+
+    Returns:
+        () or (k,) standard errors.
+    """
+    values = np.asarray(matrices, float)
+    stack = values[None] if values.ndim == 2 else values
+    n_seeds, n_grids = stack.shape[-2:]
+    rng = np.random.default_rng(seed)
+    rows = np.arange(boot)[:, None]
+    seed_counts, grid_counts = np.zeros((boot, n_seeds)), np.zeros((boot, n_grids))
+    np.add.at(seed_counts, (rows, rng.integers(0, n_seeds, (boot, n_seeds))), 1)
+    np.add.at(grid_counts, (rows, rng.integers(0, n_grids, (boot, n_grids))), 1)
+    means = np.einsum("bs,ksg,bg->kb", seed_counts, stack, grid_counts) / (n_seeds * n_grids)
+    se = means.std(axis=1, ddof=1)
+    return se[0] if values.ndim == 2 else se
+
+
+def cell_matrix(values, draws: list[dict]) -> np.ndarray:
+    """Per-replicate ``values`` as a (read seeds x grids) matrix: a leave-one-seed-out
+    replicate (``replay_bank.loso_replicates``) reads one seed for every config of its
+    grid; seeds sorted, grids in the order they first appear."""
+    seeds, grids = [], []
+    for draw in draws:
+        read = set(draw.values())
+        assert len(read) == 1, f"not a one-seed replicate: reads seeds {sorted(read)}"
+        seeds += [s for s in read if s not in seeds]
+        grids += [g for g in [tuple(sorted(draw))] if g not in grids]
+    seeds.sort()
+    matrix = np.full((len(seeds), len(grids)), np.nan)
+    for value, draw in zip(values, draws):
+        i, j = seeds.index(next(iter(draw.values()))), grids.index(tuple(sorted(draw)))
+        assert np.isnan(matrix[i, j]), "two replicates of one (seed, grid) cell"
+        matrix[i, j] = value
+    assert not np.isnan(matrix).any(), "a (seed, grid) cell without a replicate"
+    return matrix

@@ -1,5 +1,6 @@
-"""The tables and summary lines ``bench/selection_replay.py`` prints, and the response
-surface's leave-one-config-out check beside the ladder's pick rate."""
+"""The tables, verdicts and summary lines ``bench/selection_replay.py`` prints (SEs by the
+two-way cluster bootstrap over read seeds and grids), and the response surface's
+leave-one-config-out check beside the ladder's pick rate."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from bench import peers
 from bench.replay_bank import FLAT
+from bench.replay_stats import cell_matrix, cluster_bootstrap_se
 from race.analysis.regime_check import regime_check
 from race.analysis.response import planned_update_fraction
 from race.core.rungs import fmt_fraction
@@ -28,31 +30,79 @@ def fmt_knobs(knobs: dict) -> str:
     return ", ".join(f"{k} {value(k, v)}" for k, v in knobs.items())
 
 
-def mc_se(values) -> float:
-    """The Monte Carlo SE of a mean over replicates: their spread over the root of their
-    count (how far another draw of as many replicates would move it; the truth's SE, a
-    row's ``se``, is how far the bank's own seeds could)."""
-    return float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 \
-        else math.nan
+REFERENCE = "ladder+guards"  # the policy every other is paired with: RACE's default
+TIE_Z = 1.645  # a peer ties the reference where its paired difference +- 1.645 SE (90%) holds 0
+
+
+def with_cluster_se(rows: list[dict], draws: list[dict], boot: int,
+                    name: str = REFERENCE) -> list[dict]:
+    """Each row with its regret's SE (``se``), and its regret minus ``name``'s, paired
+    replicate by replicate (``diff``), with that difference's SE (``diff_se``): both from
+    the two-way cluster bootstrap over the (read seed x grid) matrix of per-replicate
+    values (``replay_stats.cluster_bootstrap_se``), ``boot`` draws shared by every
+    policy."""
+    ref = next(r for r in rows if r["policy"] == name)
+    regrets = np.array([cell_matrix(r["regrets"], draws) for r in rows])
+    paired = regrets - cell_matrix(ref["regrets"], draws)
+    se, diff_se = cluster_bootstrap_se(regrets, boot), cluster_bootstrap_se(paired, boot)
+    return [r | {"se": float(s), "diff": float(np.mean(d)), "diff_se": float(ds)}
+            for r, s, d, ds in zip(rows, se, paired, diff_se)]
 
 
 def table(rows: list[dict], configs: dict) -> str:
-    """One line per policy: its mean regret with its Monte Carlo SE and the truth's SE,
-    then test regret, rank agreement, catastrophes, cost and picks."""
-    lines = [f"{'policy':<18}{'regret':>8}{'mc se':>8}{'truth se':>9}{'test':>8}"
+    """One line per policy: its mean regret with its SE, its regret minus ladder+guards'
+    (paired) with that SE (``with_cluster_se``), then test regret, rank agreement,
+    catastrophes, cost and picks."""
+    lines = [f"{'policy':<18}{'regret':>8}{'se':>8}{'- l+g':>9}{'se':>8}{'test':>8}"
              f"{'kendall [90% CI]':>24}"
              f"{'spearman [90% CI]':>24}{'catastr.':>10}{'cost':>7}{'+eval':>7}  picks"]
     for r in rows:
         counts = collections.Counter(configs[p]["label"] for p in r["picks"])
         picks = ", ".join(f"{label} {n / len(r['picks']):.0%}"
                           for label, n in counts.most_common())
-        lines.append(f"{r['policy']:<18}{r['top1_regret']:>8.4f}{mc_se(r['regrets']):>8.4f}"
-                     f"{r['se']:>9.4f}{r['test_regret']:>8.4f}"
+        lines.append(f"{r['policy']:<18}{r['top1_regret']:>8.4f}{r['se']:>8.4f}"
+                     f"{r['diff']:>+9.4f}{r['diff_se']:>8.4f}{r['test_regret']:>8.4f}"
                      f"{r['kendall']:>8.2f} [{r['kendall_ci'][0]:5.2f},{r['kendall_ci'][1]:5.2f}]"
                      f"{r['spearman']:>8.2f} [{r['spearman_ci'][0]:5.2f},"
                      f"{r['spearman_ci'][1]:5.2f}]{r['catastrophes']:>10.2f}"
                      f"{r['pilot_cost_share']:>7.3f}{r['with_eval']:>7.3f}  {picks}")
     return "\n".join(lines)
+
+
+def verdict(row: dict) -> str:
+    """``ties`` where the row's paired difference with the reference, +- ``TIE_Z`` SE,
+    holds 0; else ``above`` (more regret) or ``below`` (less)."""
+    if abs(row["diff"]) <= TIE_Z * row["diff_se"]:
+        return "ties"
+    return "above" if row["diff"] > 0 else "below"
+
+
+def verdict_lines(rows: list[dict], world: str, name: str = REFERENCE) -> str:
+    """Each peer's verdict against ``name`` on one world (``verdict``)."""
+    lines = [f"{world}: each peer's regret minus {name}' (paired, SE over seeds and "
+             f"grids); it ties {name} where +-{TIE_Z} SE holds 0:"]
+    for r in rows:
+        if r["policy"] in peers.PEERS:
+            v = verdict(r)
+            lines.append(f"  {r['policy']:<18}{r['diff']:+.4f} (se {r['diff_se']:.4f})  "
+                         + (f"ties {name}" if v == "ties" else f"{v} {name}"))
+    return "\n".join(lines)
+
+
+def default_verdict(rows: list[dict] | None, name: str = REFERENCE) -> str:
+    """What one world says of the default (``selection.policy=ladder``, replayed as
+    ``name``): it stays where no peer is below it (``verdict``); None: the world has no
+    replay."""
+    if rows is None:
+        return "no replay"
+    by = collections.defaultdict(list)
+    for r in rows:
+        if r["policy"] in peers.PEERS:
+            by[verdict(r)].append(r["policy"])
+    rest = "; ".join(f"{k}: {', '.join(by[k])}" for k in ("ties", "above") if by[k])
+    if by["below"]:
+        return f"a peer is below {name} ({', '.join(by['below'])}; {rest}): reconsider it"
+    return f"stays: no peer below {name} ({rest})"
 
 
 def best_peer(rows: list[dict], ladder_row: dict) -> dict | None:
@@ -73,59 +123,6 @@ def summary(rows: list[dict], name: str = "ladder+guards") -> str:
             f"cost_with_eval={row['with_eval']:.4f} "
             f"best_peer={peer['policy'] if peer else 'none'} "
             f"best_peer_regret={peer['top1_regret'] if peer else math.nan:.4f}")
-
-
-def paired(a: dict, b: dict) -> tuple[float, float]:
-    """``a``'s regret minus ``b``'s, replicate by replicate (the same replicates), and the
-    Monte Carlo SE of that mean over the replicates."""
-    diff = np.subtract(a["regrets"], b["regrets"])
-    return float(np.mean(diff)), mc_se(diff)
-
-
-def paired_difference(rows: list[dict], name: str = "ladder+guards") -> str:
-    """``name``'s regret minus the best peer's (``best_peer``), paired replicate by
-    replicate, with the Monte Carlo SE of that mean over the replicates."""
-    row = next(r for r in rows if r["policy"] == name)
-    peer = best_peer(rows, row)
-    if peer is None:
-        return f"{name}: no peer at equal or lower cost"
-    diff, diff_se = paired(row, peer)
-    return (f"{name} - {peer['policy']} (best peer): regret {diff:+.4f}, Monte Carlo "
-            f"SE {diff_se:.4f} over {len(row['regrets'])} replicates (paired); the truth's SE "
-            f"{row['se']:.4f}")
-
-
-BEATS_SE = 2.0  # a rule beats the default where it is lower by more than this many MC SE
-
-
-def default_verdict(rows: list[dict], held_rows: list[dict],
-                    name: str = "ladder+guards") -> str:
-    """Whether a rule should replace ``name`` as RACE's default: every other rule (not
-    the oracle, which reads the truth) at equal or lower cost with eval, its regret minus
-    ``name``'s paired on all configs and on the held-out half; it beats ``name`` where both
-    are below zero by more than ``BEATS_SE`` Monte Carlo SE."""
-    mine = {id(rs): next(r for r in rs if r["policy"] == name) for rs in (rows, held_rows)}
-    lines = [f"the default's test: each rule's regret minus the default's ({name}), paired "
-             f"(Monte Carlo SE), on all configs and held out; a rule beats the default where "
-             f"both are below 0 by more than {BEATS_SE:g} SE at no more cost with eval"]
-    winners = []
-    for row in rows:
-        held = next((r for r in held_rows if r["policy"] == row["policy"]), None)
-        if row["policy"] in (name, "oracle") or held is None:
-            continue
-        (d_all, se_all), (d_held, se_held) = paired(row, mine[id(rows)]), paired(
-            held, mine[id(held_rows)])
-        fair = all(r["with_eval"] <= mine[id(rs)]["with_eval"] + 1e-9
-                   for r, rs in ((row, rows), (held, held_rows)))
-        beats = fair and d_all < -BEATS_SE * se_all and d_held < -BEATS_SE * se_held
-        winners += [row["policy"]] if beats else []
-        lines.append(f"  {row['policy']:<18}{d_all:+.4f} ({se_all:.4f})   held out "
-                     f"{d_held:+.4f} ({se_held:.4f})   "
-                     + ("beats it" if beats else "costs more" if not fair else "does not"))
-    lines.append(f"verdict: {', '.join(winners)} beat{'s' if len(winners) == 1 else ''} "
-                 f"{name}: make the best of them RACE's default" if winners else
-                 f"verdict: no rule beats {name} on both: it stays RACE's default")
-    return "\n".join(lines)
 
 
 def planned_rho(config: dict, budget: float) -> float:
@@ -163,6 +160,7 @@ def regime_section(configs: dict, budget: float, ladder_row: dict) -> str:
                      + ", ".join(f"{configs[c]['label'].split(' ', 1)[1]} {rho[c]:.2f}"
                                  for c in ids)
                      + f"): {check.line().replace(check.best, configs[check.best]['label'])}; "
-                     f"ladder+guards pick rate {np.mean(picks):.2f}")
+                     f"ladder+guards pick rate "
+                     + (f"{np.mean(picks):.2f}" if picks else "n/a (in no replayed grid)"))
     return "\n".join(lines)
 

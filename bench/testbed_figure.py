@@ -1,5 +1,6 @@
-"""Where the testbed's best allocation changes, as one figure: per size, reward system and
-evaluation target, the best search setting (group size G) at every post-training budget.
+"""The testbed's allocations by budget, one figure per world: per size, reward system and
+evaluation target, the best config of each search setting (group size G) at every
+post-training budget, and which leads where (most leads are ties: the dots say which).
 
 Reads the curve banks ``bench/testbed.py`` reads (the grid at the full budget F, and the
 4F bank where it exists; each budget from the smallest bank that reaches it,
@@ -15,6 +16,9 @@ curse); the strip's intervals are the check.
 Where the prompts-per-step bank exists (``testbed.PROMPTS_BANK``, or ``--prompts-bank``), a
 second figure (``docs/testbed_prompts.png``) draws it the same way, one line per prompts
 per step (P4, P8, P16) at each size and reward's fixed (G, mu).
+
+World 1's banks (``bench/worlds.py``) draw ``docs/testbed_frontier.png``; world 2's F bank,
+where it exists, ``docs/testbed_frontier_w2.png`` beside it, the same way.
 
 Usage: ``python bench/testbed_figure.py [--bank PATH ...] [--out docs/testbed_frontier.png]
 [--targets val,ood] [--prompts-bank PATH]``.
@@ -46,6 +50,7 @@ from bench.testbed import (  # noqa: E402
     score,
     size_order,
 )
+from bench.worlds import WORLDS  # noqa: E402
 
 OUT = Path(__file__).parents[1] / "docs" / "testbed_frontier.png"
 PROMPTS_OUT = OUT.with_name("testbed_prompts.png")
@@ -110,8 +115,15 @@ def main() -> None:
     args.out = args.out or (scratch("testbed-figure") / OUT.name if args.quick else OUT)
     paths = args.bank or [DEFAULT_BANK] + ([LARGER_BANK] if LARGER_BANK.exists() else [])
     cells = [c for _, bank in load_banks(paths) for c in bank]
+    name = "given banks" if args.bank else "World 1 (warm-start seed 0)"
     draw(cells, args.targets.split(","), args.out, "G",
-         "Where the best allocation changes: each G's best config by budget")
+         f"{name}: each G's best config by budget")
+    second = WORLDS[2]
+    if not args.bank and not args.quick and second.f_bank.exists():
+        draw([c for _, bank in load_banks([second.f_bank]) for c in bank],
+             args.targets.split(","), args.out.with_name(f"{OUT.stem}_w2.png"), "G",
+             f"World 2 (warm-start seed {second.warmstart_seed}): each G's best config by "
+             f"budget")
     prompts = args.prompts_bank or (PROMPTS_BANK if PROMPTS_BANK.exists() and not args.bank
                                     and not args.quick else None)
     if prompts:
@@ -147,8 +159,8 @@ def draw(cells: list[dict], wanted: list[str], out: Path, key: str, title: str) 
                 for k in {c["config"] for c in cells})
     fig.suptitle(f"{title} ({len({c['config'] for c in cells})} configs, {seeds} seed(s) "
                  f"at most)\n"
-                 f"dots: the leader, filled where its lead's 90% interval clears the "
-                 f"runner-up", fontsize=9)
+                 f"dots: the leader; filled where its lead's 90% interval clears the "
+                 f"runner-up, open where it is a tie", fontsize=9)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

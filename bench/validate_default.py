@@ -31,7 +31,10 @@ Usage: ``python bench/validate_default.py [--out /tmp/race-validate-default]
 tiny-s configs (G2 mu1, G2 mu2) on a 4-step warm start with a full budget of four steps,
 validated on 16 problems, against a miniature bank (``--bank`` is ignored), both configs
 run at F with seed 1, the way ``bench/curve_bank.py``'s bank is run, and read from its
-sweep folder; ``--here`` reruns the bank's best config with its seed, as above.
+sweep folder; ``--here`` reruns the bank's best config with its seed, as above. Four steps
+teach nothing, so the miniature's report selects no config ("nothing learned"); ``--quick``
+selects its best cell as a learning sweep's report would (``common.select_best_cell``), to
+run the validation's code path.
 Last line: ``pick=... realized=R se=S bank_best=... bank_best_value=B bank_best_se=T
 here_best_value=H here_best_se=U here_seeds=... diff_se=D within_1se=yes|no
 warm_start=W gain=G gain_se=H above=yes|no`` (without ``--here``: ``diff_se`` and
@@ -54,6 +57,7 @@ from bench.common import (
     quick_policy,
     race,
     scratch,
+    select_best_cell,
     use_scratch_cache,
 )
 from bench.testbed import DEFAULT_BANK, allocation, configs, load, score
@@ -178,6 +182,8 @@ def main() -> None:
         sweep_knobs, validate_knobs = merged(runs, QUICK_SWEEP), QUICK_VALIDATE
     sweep = args.out / args.name
     race("sweep", *sweep_knobs, f"sweep.out_dir={args.out}", f"sweep.name={args.name}")
+    if args.quick:  # two-step configs learn nothing: their report rightly selects none
+        select_best_cell(sweep)
     race("validate", str(sweep), "validate.top_k=1", *validate_knobs)
     if args.quick:
         args.bank = quick_bank(args.out, runs)

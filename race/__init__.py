@@ -30,7 +30,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "catalog": ("core", "errors"),
     "store": ("core", "errors"),
     "tasks": ("catalog", "core", "errors"),
-    "preflight": ("catalog", "errors", "tasks"),
+    "preflight": ("catalog", "errors", "tasks", "warmstart"),
     "nn": ("core", "errors"),
     "warmstart": ("catalog", "core", "errors", "nn", "store", "tasks"),
     "rewards": ("catalog", "core", "errors", "nn", "preflight", "tasks", "warmstart"),

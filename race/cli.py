@@ -32,7 +32,6 @@ from race.core.fmt import fmt_flops
 from race.core.run_flops import cell_cards
 from race.errors import UsageError
 from race.integrations.trackers import log_sweep
-from race.pilot.budget import check_budget
 from race.pilot.loop import run_pilot
 from race.pilot.problems import plan_counts
 from race.report.budgets import write_budget_report
@@ -51,14 +50,14 @@ from race.report.validation import validation_section
 from race.report.write import write_failures, write_report
 from race.run.bounds import cap_given, cap_warning, length_warning
 from race.run.cells import held_text
-from race.run.full_runs import run_validation
+from race.run.full_runs import CONFIRM_ABOVE_H, plan_validation, run_validation
 from race.run.grid import plan_grid
 from race.run.launch.launcher_base import launcher_for, launchers
-from race.run.pilot_command import pilot_budget_key, pilot_multirun, pilot_spec
+from race.run.pilot_command import check_pilot, pilot_multirun, pilot_spec
 from race.run.prefetch import hub_needs, plan_needs_text, prefetch
 from race.run.sweep import plan_budget_sweeps, plan_sweep, run_sweep
 from race.store.cell import CELLS, CellDir
-from race.store.io import no_space
+from race.store.io import SWEEP_JSON_FIX, no_space, read_result
 from race.store.sweep_files import SWEEP_JSON, SweepDir
 
 USAGE_ERROR = 2
@@ -73,7 +72,9 @@ SUBCOMMANDS = {
              f"summarise",
     "pilot": "run one allocation cell as a budgeted GRPO pilot (pilot.fraction x budget)",
     "report": "rank regimes, fit curves, draw the frontier, write the compute card",
-    "validate": "run the selected cells at the full budget; report predicted vs realized",
+    "validate": "run the selected cells at the full budget (each a full run: it states "
+                "the runs, FLOPs and hours first, and asks before more than 1 h unless "
+                "--yes or validate.confirm=false); report predicted vs realized",
 }
 
 EPILOG = """\
@@ -103,6 +104,10 @@ def _parser() -> argparse.ArgumentParser:
         if name in ("report", "validate"):
             cmd.add_argument("sweep_dir", metavar="SWEEP_DIR",
                              help="a sweep folder, e.g. results/arith-3.5e12-1a2b3c4d")
+        if name == "validate":
+            cmd.add_argument("--yes", action="store_true",
+                             help="start without asking, whatever the runs cost (without a "
+                                  "terminal, race validate asks for this above 1 h)")
         if name == "pilot":
             cmd.add_argument("-m", "--multirun", action="store_true",
                              help="Hydra multirun: comma lists sweep, hydra/launcher=... "
@@ -232,7 +237,7 @@ def _sweep_one(plan, overrides: Overrides, sweep_dir: Path) -> int:
               f"{', '.join(sorted(outcome['by_other']))}", file=sys.stderr)
     # an extended folder holds other commands' cells: this command answers for its own
     not_ok = frame[frame["status"] != "ok"]
-    ours = not_ok["cell_id"].isin({c.spec.cell_id for c in plan.runnable})
+    ours = not_ok["cell_id"].isin(set(outcome["cells"]))  # every rung's, a ladder's
     for _, row in not_ok[ours].iterrows():
         print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
     if (~ours).any():
@@ -265,19 +270,57 @@ def cmd_report(sweep_dir: str, overrides: Overrides) -> int:
     folder = _sweep_folder(sweep_dir)
     cfg = compose_config(overrides)
     validate(cfg)
+    check_report_overrides(folder, overrides, cfg)
     _report(folder, cfg)
     return 0
 
 
-def cmd_validate(sweep_dir: str, overrides: Overrides) -> int:
-    """``race validate SWEEP_DIR``: the selected cells at the full budget, then compare."""
+def check_report_overrides(folder: Path, overrides: Overrides, cfg) -> None:
+    """Refuse a ``report.*`` override the sweep's selection cannot honour, before anything
+    is written (it is never ignored in silence): on a ladder sweep (``ladder.json``),
+    ``report.basis`` (the picks are the ladder's own ranking) and a ``report.top_k`` past
+    the configs the ladder ranked."""
+    ladder_path = SweepDir(folder).ladder
+    given = {text.lstrip("+~").split("=", 1)[0]: text.split("=", 1)[1]
+             for text in overrides if "=" in text}
+    if not ladder_path.is_file():
+        return
+    if "report.basis" in given:
+        raise UsageError(f"report.basis={given['report.basis']}: this sweep ran "
+                         f"selection.policy=ladder, whose picks are the ladder's own ranking "
+                         f"(basis ladder); report.basis applies to flat sweeps "
+                         f"(selection.policy=flat); drop it")
+    if "report.top_k" in given:
+        ladder = read_result(ladder_path, SWEEP_JSON_FIX)
+        configs = {cand.get("config") for rung in ladder.get("rungs") or []
+                   for cand in rung.get("candidates") or []}
+        if cfg.report.top_k > len(configs):
+            raise UsageError(f"report.top_k={cfg.report.top_k}: this sweep's ladder ranked "
+                             f"{len(configs)} config(s), so at most {len(configs)} can be "
+                             f"selected; use report.top_k={len(configs)} or less")
+
+
+def cmd_validate(sweep_dir: str, overrides: Overrides, yes: bool = False) -> int:
+    """``race validate SWEEP_DIR``: the selected cells at the full budget, then compare.
+    Its first line states the runs, FLOPs and hours; above 1 h it asks (y/N on a
+    terminal; elsewhere exit 2 unless ``--yes`` or ``validate.confirm=false``)."""
     folder = _sweep_folder(sweep_dir)
     cfg = compose_config(overrides)
     validate(cfg)
     launcher_for(cfg.launcher.name).check(cfg.launcher)  # e.g. SLURM against sinfo
     if not SweepDir(folder).selection.is_file():
         _report(folder, cfg)
-    comparison = run_validation(folder, cfg, top_k=cfg.validate.top_k)
+    plan = plan_validation(folder, cfg, top_k=cfg.validate.top_k)
+    print(f"race validate: {plan.cost}", file=sys.stderr, flush=True)
+    if not yes and plan.needs_confirmation(cfg.validate.confirm):
+        if not sys.stdin.isatty():
+            raise UsageError(f"more than {CONFIRM_ABOVE_H:g} h of full-budget runs (or hours "
+                             f"unknown) and no terminal to ask: rerun with --yes, or "
+                             f"validate.confirm=false, to start them")
+        if input("race validate: start them? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("race validate: not started", file=sys.stderr)
+            return 1
+    comparison = run_validation(folder, cfg, plan=plan)
     print(validation_section(folder, comparison))
     for row in comparison["failed"]:
         print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
@@ -314,7 +357,7 @@ def cmd_pilot(overrides: Overrides) -> int:
     """``race pilot``: run one cell at ``pilot.fraction x budget`` and print its summary."""
     cfg = compose_config(overrides)
     spec = pilot_spec(cfg)
-    check_budget(spec, prompt_tokens=1, key=pilot_budget_key(cfg))  # before any model loads
+    check_pilot(cfg, spec)  # what race sweep checks, before any model loads or file is written
     cell_dir = CellDir.of(cfg.pilot.out_dir, spec.cell_id).path
     print(f"race pilot: {spec.model} x {dict(spec.reward)['name']}, G={spec.group_size}, "
           f"mu={spec.update_epochs}, pilot budget {fmt_flops(spec.budget_flops)} FLOPs "
@@ -333,11 +376,16 @@ def _one_line(error: BaseException) -> str:
     """Hydra's message, its cause, and the fix, on one line."""
     line = _first_line(error)
     if line.startswith("LexerNoViableAltException: "):  # Hydra's lexer on an override
-        override = line.split(": ", 1)[1]
-        return (f"{override}: Hydra cannot read this value unquoted (it holds a character "
+        # the whole override (the message's first line stops at a newline in it)
+        key, _, value = getattr(error, "override", line.split(": ", 1)[1]).partition("=")
+        if not value.isprintable():  # a newline, a tab: no folder or value should hold one
+            return (f"{key}={value!r}: holds a control character "
+                    f"({', '.join(sorted({repr(c) for c in value if not c.isprintable()}))}); "
+                    f"give the value on one line without it, e.g. "
+                    f"{key}={''.join(c for c in value if c.isprintable())}")
+        return (f"{key}={value}: Hydra cannot read this value unquoted (it holds a character "
                 f"outside its unquoted grammar, e.g. a non-ASCII letter); quote the value as "
-                f"Hydra documents, e.g. \"{override.split('=', 1)[0]}='"
-                f"{override.split('=', 1)[-1]}'\" in the shell")
+                f"Hydra documents, e.g. \"{key}='{value}'\" in the shell")
     if error.__cause__ is not None:
         line = f"{line.rstrip('.')}: {_first_line(error.__cause__)}"
     hint = next((fix for start, fix in HYDRA_HINTS.items() if line.startswith(start)), "")
@@ -365,8 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = Overrides(args.overrides)  # parsed once; malformed: Hydra's error
         if args.command in ("report", "validate"):
-            run = cmd_report if args.command == "report" else cmd_validate
-            return run(args.sweep_dir, overrides)
+            if args.command == "validate":
+                return cmd_validate(args.sweep_dir, overrides, yes=args.yes)
+            return cmd_report(args.sweep_dir, overrides)
         if args.command == "pilot" and args.multirun:
             return pilot_multirun(overrides)
         return commands[args.command](overrides)

@@ -14,7 +14,10 @@ functions, so the plan and the pilot can never disagree about what is valid.
   long as its header says), the embedding's rows equal ``vocab_size``, and the
   tokenizer's ids fit it.
 - the generation cap: every problem's prompt plus ``grid.max_new_tokens`` fits the
-  policy's context (a byte count first; the problems near the limit are tokenized).
+  policy's context (a byte count first; the problems near the limit are tokenized): a
+  policy folder's ``max_position_embeddings`` and tokenizer, or for the tiny family
+  (built later, so no folder yet) ``context_tokens`` of ``conf/model/<name>.yaml`` and
+  the character tokenizer the build saves.
 - a reward-model folder: ``config.json`` is a JSON object and weights are present; a
   folder that ships its own modelling code (``auto_map``) is refused unless
   ``reward.trust_remote_code=true`` (no folder code ever runs without it).
@@ -22,7 +25,7 @@ functions, so the plan and the pilot can never disagree about what is valid.
 Reads JSON, data files and safetensors headers (and a tokenizer, only for problems near
 the context's end): no weights loaded.
 
-May import: catalog, errors, tasks.
+May import: catalog, errors, tasks, warmstart.
 """
 
 from __future__ import annotations
@@ -32,12 +35,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from race import catalog
 from race.catalog import read_config_json
 from race.errors import PromptTooLong, UsageError, WeightsMissing
 from race.tasks import build_task, data_sources, with_chat_template
 from race.tasks.hub_data import hub_cache_dir, snapshot_folder
 from race.tasks.math import eval_entries
 from race.tasks.task_base import is_local
+from race.warmstart.tokenizer import build_char_tokenizer, in_family
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -276,7 +281,7 @@ def check_plan(specs: Iterable[Any], *, trust_remote_code: bool = False) -> None
         if spec.policy_path and spec.policy_path not in seen and is_local(spec.policy_path):
             seen.add(spec.policy_path)
             check_policy_folder(spec.policy_path, key=policy_key(spec))
-        fit_key = (task_key, spec.policy_path, spec.max_new_tokens)
+        fit_key = (task_key, spec.model, spec.policy_path, spec.max_new_tokens)
         if tasks[task_key] is not None and fit_key not in seen:
             seen.add(fit_key)
             check_prompt_lengths(tasks[task_key], spec)
@@ -305,13 +310,10 @@ def check_prompt_lengths(task: Any, spec: Any) -> None:
     Raises:
         UsageError: naming the source, the longest problem, its tokens and the fix.
     """
-    folder = (Path(spec.policy_path).expanduser() if is_local(spec.policy_path)
-              else hub_snapshot(spec.policy_path, spec.policy_revision))
-    if not spec.policy_path or folder is None or not (folder / "config.json").is_file():
+    policy = policy_context(spec)
+    if policy is None:
         return
-    context = read_config_json(folder, key=policy_key(spec)).get("max_position_embeddings")
-    if not isinstance(context, int) or context < 1:
-        return
+    context, load_tokenizer = policy
     room = context - spec.max_new_tokens
     frame = TEMPLATE_BYTES + sum(len(str(getattr(task, k, "")).encode())
                                  for k in ("system_prompt", "answer_format"))
@@ -319,10 +321,8 @@ def check_prompt_lengths(task: Any, spec: Any) -> None:
             for ex in task.rows(split) if len(ex.prompt.encode()) + frame > room]
     if not near:
         return
-    from transformers import AutoTokenizer  # heavy: only for problems near the limit
-
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        tokenizer = load_tokenizer()  # heavy: only for problems near the limit
     except (OSError, ValueError):  # no tokenizer here: the pilot says so when it loads
         return
     chat = with_chat_template(task, tokenizer)
@@ -332,6 +332,41 @@ def check_prompt_lengths(task: Any, spec: Any) -> None:
     over = [t for t in over if t[0] > room]
     if over:
         raise UsageError(_too_long(task, over[-1], len(over), spec, context))
+
+
+def policy_context(spec: Any) -> tuple[int, Any] | None:
+    """The context window (tokens) of ``spec``'s policy and a function that loads its
+    tokenizer, or None when neither is known on this machine.
+
+    A policy folder (local, or a hub snapshot in the cache): its ``config.json``'s
+    ``max_position_embeddings`` and its tokenizer. The tiny family (``policy_path`` empty:
+    RACE builds it when the pilot starts): ``context_tokens`` of its
+    ``conf/model/<name>.yaml`` and the character tokenizer of its vocabulary.
+    """
+    shape = spec.policy
+    if not spec.policy_path:
+        entry = catalog.load_entry("model", spec.model)
+        if not in_family(getattr(shape, "tokenizer", "") or entry.get("tokenizer")):
+            return None
+        context = entry.get("context_tokens")
+        vocab = shape.vocab_size if shape is not None else int(entry["vocab_size"])
+        if not isinstance(context, int) or context < 1:
+            return None
+        return context, lambda: build_char_tokenizer(vocab)
+    folder = (Path(spec.policy_path).expanduser() if is_local(spec.policy_path)
+              else hub_snapshot(spec.policy_path, spec.policy_revision))
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    context = read_config_json(folder, key=policy_key(spec)).get("max_position_embeddings")
+    if not isinstance(context, int) or context < 1:
+        return None
+
+    def load():
+        from transformers import AutoTokenizer  # heavy: only for problems near the limit
+
+        return AutoTokenizer.from_pretrained(str(folder))
+
+    return context, load
 
 
 def _too_long(task: Any, longest: tuple, count: int, spec: Any, context: int) -> str:

@@ -360,9 +360,21 @@ DAMAGED = [
                  "rerun the same race sweep command", id="sweep-json-invalid"),
     pytest.param("validate", lambda s: _torn(s / "selection.json"), "selection.json: not "
                  "valid JSON", "rerun `race report`", id="selection-invalid"),
-    pytest.param("validate", lambda s: (_cell(s) / "spec.json").unlink(), "spec.json: missing",
-                 "rerun the same race sweep command", id="spec-missing"),
+    pytest.param("validate", lambda s: (_selecting(s), (_cell(s) / "spec.json").unlink()),
+                 "spec.json: missing", "rerun the same race sweep command", id="spec-missing"),
 ]
+
+
+def _selecting(sweep: Path) -> None:
+    """selection.json selecting the sweep's one cell, as a report of a sweep that learned
+    writes it (the tiny sweep's stand-in policy learns nothing, so its report selects
+    none): a later loss of the cell's spec.json is then what validate must name."""
+    cell = _cell(sweep)
+    spec = json.loads((cell / "spec.json").read_text())
+    selection = json.loads((sweep / "selection.json").read_text())
+    selection["selected"] = [{"config_id": spec.get("config_id", cell.name),
+                              "cell_ids": [cell.name]}]
+    (sweep / "selection.json").write_text(json.dumps(selection))
 
 
 def test_sweep_out_dir_that_is_a_file_exits_2_one_line(tmp_path):
@@ -563,3 +575,269 @@ def test_a_non_ascii_eval_name_gets_a_fix_that_works(tmp_path):
                          f"task.eval.mäth={target}: the key holds 'ä', not ASCII")
         assert line.endswith(f"name it in ASCII, e.g. task.eval.math={target}")
     assert _run([*args, f"task.eval.math={target}"], tmp_path).returncode == 0  # the fix
+
+
+# issue "Reports that never claim more than the data": an extension that would mix what
+# one report compares, a deleted cell, a damaged ladder state, a budget list into one
+# budget's folder, a newline in sweep.name. Each: exit 2, one line naming the key, the
+# value and the fix, nothing written, and the folder still reports and extends after.
+def _listing(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder``: its size and modification time (what a write changes)."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _swapped(args: list[str], *given: str) -> list[str]:
+    """``args`` with each of ``given`` replacing the override of its key."""
+    keys = {g.split("=", 1)[0] for g in given}
+    return [a for a in args if a.split("=", 1)[0] not in keys] + list(given)
+
+
+def _copy(finished_sweep: Path, tmp_path: Path) -> Path:
+    sweep = tmp_path / "s"
+    shutil.copytree(finished_sweep, sweep)
+    return sweep
+
+
+def _still_reports_and_extends(sweep: Path, policy: Path, tmp_path: Path) -> None:
+    """The folder reports, and a valid extension (another learning rate) runs into it."""
+    assert _run(["report", str(sweep)], tmp_path).returncode == 0
+    held = len(list((sweep / "cells").iterdir()))
+    out = _run(_tiny_sweep(policy, tmp_path, "grid.lr=2e-3", "sweep.extend=true"), tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(list((sweep / "cells").iterdir())) > held
+
+
+def test_extend_with_another_task_is_refused_before_any_pilot(finished_sweep, policy,
+                                                               standin, tmp_path):
+    sweep = _copy(finished_sweep, tmp_path)
+    before = _listing(sweep)
+    line = _one_line(_run(_tiny_sweep(policy, tmp_path, "task=gsm8k",
+                                      f"task.source={standin['data']}", "sweep.extend=true"),
+                          tmp_path), "sweep", "task=gsm8k: sweep.extend=true adds cells to")
+    assert f"{sweep}, a sweep at task=arith (its sweep.json)" in line
+    assert "give task=arith to extend it, or another sweep.name for this task" in line
+    assert _listing(sweep) == before  # no pilot ran, nothing written
+    _still_reports_and_extends(sweep, policy, tmp_path)
+
+
+def test_a_folder_an_older_race_mixed_names_the_cell_folders_to_remove(finished_sweep,
+                                                                       policy, tmp_path):
+    """An older RACE let a gsm8k extension into an arith folder: every sweep into it is
+    refused, naming the cell folder to remove; removed, the folder runs again."""
+    sweep = _copy(finished_sweep, tmp_path)
+    mixed = sweep / "cells" / "0123456789ab"
+    shutil.copytree(_cell(sweep), mixed)
+    spec = json.loads((mixed / "spec.json").read_text())
+    (mixed / "spec.json").write_text(json.dumps(spec | {"cell_id": mixed.name, "task": {
+        "name": "gsm8k"}}))
+    before = _listing(sweep)
+    line = _one_line(_run(_tiny_sweep(policy, tmp_path, "grid.lr=2e-3", "sweep.extend=true"),
+                          tmp_path), "sweep", f"sweep.name=s: {sweep} mixes task arith and "
+                     f"gsm8k")
+    assert line.endswith(f"remove the 1 cell folder(s) not of its first task (arith): "
+                         f"{mixed}, then rerun")
+    assert _listing(sweep) == before
+    shutil.rmtree(mixed)  # the fix
+    _still_reports_and_extends(sweep, policy, tmp_path)
+
+
+def test_extend_with_another_pilot_fraction_is_refused(finished_sweep, policy, tmp_path):
+    sweep = _copy(finished_sweep, tmp_path)
+    before = _listing(sweep)
+    line = _one_line(_run(_tiny_sweep(policy, tmp_path, "pilot.fraction=0.125",
+                                      "sweep.extend=true"), tmp_path), "sweep",
+                     f"pilot.fraction=0.125: sweep.extend=true adds cells to {sweep}, a sweep "
+                     f"at pilot.fraction=0.0625 (its sweep.json)")
+    assert "give pilot.fraction=0.0625 to extend it, or another sweep.name" in line
+    assert _listing(sweep) == before
+    _still_reports_and_extends(sweep, policy, tmp_path)
+
+
+def test_extend_with_another_selection_policy_is_refused(finished_sweep, policy, tmp_path):
+    sweep = _copy(finished_sweep, tmp_path)
+    before = _listing(sweep)
+    args = _swapped(_tiny_sweep(policy, tmp_path, "grid.lr=1e-3,2e-3", "sweep.extend=true"),
+                    "selection.policy=ladder", "budget=2e11")
+    line = _one_line(_run(args, tmp_path), "sweep", "selection.policy=ladder: "
+                     f"sweep.extend=true adds cells to {sweep}, a sweep at "
+                     f"selection.policy=flat (its sweep.json)")
+    assert "budget=2e11: " in line  # every key that differs, on the one line
+    assert "give selection.policy=flat to extend it, or another sweep.name" in line
+    assert _listing(sweep) == before
+    _still_reports_and_extends(sweep, policy, tmp_path)
+
+
+def test_a_deleted_cell_folder_is_reported_missing(finished_sweep, policy, tmp_path):
+    sweep = _copy(finished_sweep, tmp_path)
+    _still_reports_and_extends(sweep, policy, tmp_path)  # two configs
+    cells = sorted((sweep / "cells").iterdir())
+    gone = next(c for c in cells if json.loads((c / "spec.json").read_text())["lr"] == 2e-3)
+    shutil.rmtree(gone)  # a cell of the extension
+    out = _run(["report", str(sweep)], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"cells: {len(cells) - 1} ok, 0 failed, 1 missing" in out.stdout
+    board = (sweep / "leaderboard.md").read_text()
+    assert "every cell finished ok" not in board
+    assert f"`{gone.name}`" in board and f"its folder {gone} is gone" in board
+    again = _run(_tiny_sweep(policy, tmp_path, "grid.lr=2e-3", "sweep.extend=true"), tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]  # the fix: the command reruns it
+    assert (gone / "summary.json").is_file()
+
+
+def test_a_budget_list_into_one_budgets_folder_is_refused(finished_sweep, policy, tmp_path):
+    sweep = _copy(finished_sweep, tmp_path)
+    before = _listing(sweep)
+    line = _one_line(_run(_tiny_sweep(policy, tmp_path, "budget=2e10,4e10",
+                                      "sweep.extend=true"), tmp_path), "sweep",
+                     f"budget=2e10,4e10: sweep.name=s is one budget's sweep folder ({sweep} "
+                     f"at budget=2e10)")
+    assert "give another sweep.name for the list, e.g. sweep.name=s-budgets, or extend it at " \
+        "its own budget with budget=2e10" in line
+    assert _listing(sweep) == before and not list(sweep.glob("budget-*"))
+    _still_reports_and_extends(sweep, policy, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["a\nb", "'a\nb'"], ids=["unquoted", "quoted"])
+def test_a_newline_in_sweep_name_is_shown_whole(name, tmp_path):
+    line = _one_line(_run(["sweep", f"sweep.name={name}", f"sweep.out_dir={tmp_path / 'r'}"],
+                          tmp_path), "sweep", "sweep.name='a\\nb': holds a control character "
+                     "('\\n'); give ")
+    assert line.endswith("without it, e.g. sweep.name=ab")
+    assert not (tmp_path / "r").exists()
+
+
+# Issue "Reports that never claim more than the data", items B-D: `race pilot` refuses what
+# `race sweep` refuses, before anything is written; a SLURM launcher without SLURM and a
+# report override the sweep's selection cannot honour each exit 2 with one line.
+def _long_math_source(tmp: Path) -> Path:
+    """41 math rows, one of them a 5,214-token problem for the tiny family's character
+    tokenizer (one token per character: lowercase letters, digits, spaces and "?")."""
+    rows = [{"problem": f"what is {i} plus {i}?", "answer": str(2 * i)} for i in range(40)]
+    long = {"problem": "tom has 3 apples and " * 248 + "total?", "answer": "7"}
+    assert len(long["problem"]) == 5214
+    return _data(tmp, [*rows[:5], long, *rows[5:]], "long.jsonl")
+
+
+def _refs_only(tmp: Path) -> Path:
+    """A Hugging Face cache holding ``race-test/refs`` as ``refs/main`` alone (its snapshot
+    never downloaded)."""
+    repo = tmp / "hub" / "datasets--race-test--refs"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("c0ffee")
+    return tmp / "hub"
+
+
+def _missing_data_shard(tmp: Path) -> Path:
+    """A local split in 3 parquet shards with the second one absent."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    rows = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(75)]
+    folder = tmp / "sharded"
+    (folder / "data").mkdir(parents=True)
+    for i in (0, 2):
+        pd.DataFrame(rows[25 * i:25 * (i + 1)]).to_parquet(
+            folder / "data" / f"train-{i:05d}-of-00003.parquet")
+    pd.DataFrame(rows[:6]).to_parquet(folder / "data" / "test-00000-of-00001.parquet")
+    return folder
+
+
+# (overrides built from tmp_path, text the one line must contain)
+PILOT_CASES = [
+    pytest.param(lambda t: ["model=tiny-s", "task=math", f"task.source={_long_math_source(t)}"],
+                 "1 problem(s) too long for model=tiny-s; the longest, a ", id="tiny-too-long"),
+    pytest.param(lambda t: ["task=math", f"task.source={_missing_data_shard(t)}",
+                            "grid.max_new_tokens=64"],
+                 "train-00001-of-00003.parquet is missing", id="missing-shard"),
+    pytest.param(lambda t: ["task=math", "task.source=race-test/refs", "grid.max_new_tokens=64",
+                            f"+env={_refs_only(t)}"],
+                 "task.source=race-test/refs: not in the Hugging Face cache", id="refs-only"),
+]
+
+
+@pytest.mark.parametrize("build, needle", PILOT_CASES)
+def test_race_pilot_refuses_what_race_sweep_refuses_before_writing(build, needle, tmp_path,
+                                                                   monkeypatch):
+    """The same line from `race plan`, `race sweep` and `race pilot` (one function checks
+    for all), exit 2, and no sweep folder and no cell folder written."""
+    args = build(tmp_path)
+    env = [a for a in args if a.startswith("+env=")]
+    args = [a for a in args if not a.startswith("+env=")]
+    if env:  # the hub cache the case laid out, offline
+        monkeypatch.setenv("HF_HUB_CACHE", env[0].split("=", 1)[1])
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out_dir = tmp_path / "results"
+    lines = {}
+    for command in ("sweep", "pilot") + (("plan",) if not env else ()):
+        extra = {"sweep": [f"sweep.out_dir={out_dir}"],
+                 "pilot": [f"pilot.out_dir={out_dir}"], "plan": []}[command]
+        line = _one_line(_run([command, *args, *extra], tmp_path), command, needle)
+        lines[command] = line.split(": ", 1)[1]
+        assert not out_dir.exists(), command  # nothing half-written
+    assert lines["pilot"] == lines["sweep"]
+
+
+def test_a_slurm_hydra_launcher_without_slurm_exits_2_one_line(tmp_path):
+    """`race pilot -m ... hydra/launcher=submitit_slurm` where no `sbatch` is on PATH (CI
+    has SLURM: PATH is emptied here) names the override and the fix, not a traceback."""
+    import os
+
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    out = subprocess.run([sys.executable, "-m", "race.cli", "pilot", "-m", "model=tiny-s",
+                          "hydra/launcher=submitit_slurm", f"pilot.out_dir={tmp_path / 'r'}"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**os.environ, "PATH": str(empty)})
+    line = _one_line(out, "pilot", "hydra/launcher=submitit_slurm: no SLURM here (sbatch not "
+                                   "found on PATH); run on a SLURM login node")
+    assert "drop the hydra/launcher override" in line
+    assert not (tmp_path / "r").exists() and not (tmp_path / "multirun").exists()
+
+
+@pytest.fixture
+def ladder_sweep(tmp_path):
+    """The hand-made three-rung ladder folder of tests/test_ladder_report.py (4 configs)."""
+    import test_ladder_report as world
+
+    from race.store import io as results_io
+
+    sweep = tmp_path / "ladder"
+    results_io.write_json(sweep / "sweep.json", {
+        "budget_flops": world.FULL, "pilot_fraction": world.RUNGS[0], "task": "arith",
+        "config": {"regime": {"feedback_heavy": 0.15, "learning_heavy": 0.8,
+                              "search_heavy": 0.4}}})
+    rungs = []
+    for number, configs in enumerate(world.LADDER, 1):
+        above = world.LADDER[number] if number < len(world.LADDER) else ()
+        for config in configs:
+            world.write_cell(sweep, config, number)
+        ranked = sorted(configs, key=lambda c: -world.accuracy(c, number))
+        rungs.append({"rung": number, "fraction": world.RUNGS[number - 1],
+                      "budget_flops": world.budget(number),
+                      "cells": [world.cell_id(c, number) for c in configs],
+                      "candidates": [world.candidate(c, number, c in above) for c in ranked]})
+    results_io.write_json(sweep / "ladder.json", {
+        "rungs": rungs, "reduction": 2, "z": 1.0, "promote_by": "last",
+        "keep_sizes": "close", "cost_share": 0.2, "scaled": 1.0})
+    return sweep
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["report.top_k=4", "report.basis=observed"], "report.basis=observed: this sweep ran "
+     "selection.policy=ladder, whose picks are the ladder's own ranking (basis ladder); "
+     "report.basis applies to flat sweeps (selection.policy=flat); drop it"),
+    (["report.basis=extrapolated"], "report.basis=extrapolated: this sweep ran "
+     "selection.policy=ladder"),
+    (["report.top_k=9"], "report.top_k=9: this sweep's ladder ranked 4 config(s), so at most "
+     "4 can be selected; use report.top_k=4 or less"),
+])
+def test_a_report_override_a_ladder_cannot_honour_is_refused(overrides, needle, ladder_sweep,
+                                                            tmp_path):
+    before = _listing(ladder_sweep)
+    _one_line(_run(["report", str(ladder_sweep), *overrides], tmp_path), "report", needle)
+    assert _listing(ladder_sweep) == before  # nothing written
+    # the fix: without the override (top_k within the ladder's configs) the folder reports
+    out = _run(["report", str(ladder_sweep), "report.top_k=4", "report.n_boot=50"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    selection = json.loads((ladder_sweep / "selection.json").read_text())
+    assert (selection["k"], len(selection["selected"]), selection["basis"]) == (4, 4, "ladder")

@@ -1,5 +1,6 @@
 """``race validate``'s cost, stated before its full-budget runs start: runs, FLOPs, and
-hours at the FLOP/s the sweep's own pilots ran at (their summaries' wall_s)."""
+hours at the FLOP/s the sweep's own pilots trained at (their summaries' wall_s of the
+charged phases), the rate the leaderboard reads too; above an hour it asks first."""
 
 from types import SimpleNamespace
 
@@ -18,7 +19,7 @@ def write_cell(sweep, cell_id, model, *, flops, wall_s, status="ok", continues="
                                                  "total_flops": flops, "wall_s": wall_s})
 
 
-def test_pilot_rates_are_charged_flops_over_every_phases_wall_seconds(tmp_path):
+def test_pilot_rates_are_charged_flops_over_their_training_wall_seconds(tmp_path):
     write_cell(tmp_path, "a", "tiny-m", flops=6e11, wall_s={"rollout": 20.0, "learning": 30.0,
                                                             "eval": 8.0, "load": 2.0})
     write_cell(tmp_path, "b", "tiny-m", flops=2e11, wall_s={"rollout": 10.0, "learning": 10.0})
@@ -27,7 +28,8 @@ def test_pilot_rates_are_charged_flops_over_every_phases_wall_seconds(tmp_path):
     write_cell(tmp_path, "d", "tiny-l", flops=1e15, wall_s={"rollout": 1.0}, status="failed")
     write_cell(tmp_path, "e", "tiny-l", flops=1e15, wall_s={"rollout": 1.0}, continues="c")
     rates = pilot_rates(tmp_path)
-    assert rates == {"tiny-m": pytest.approx(8e11 / 80.0), "tiny-l": pytest.approx(3e9)}
+    # loading and eval left out: 70 s of rollout and learning
+    assert rates == {"tiny-m": pytest.approx(8e11 / 70.0), "tiny-l": pytest.approx(3e9)}
 
 
 def spec(model, budget_flops=3.5e12):
@@ -56,3 +58,77 @@ def test_the_cost_line_says_when_hours_cannot_be_measured_or_nothing_is_left():
                          "this sweep")
     assert validation_cost([], {}, planned=2) == \
         "no full-budget run left to do (2 of 2 already ok)"
+
+
+# ---------------------------------------------------------------- asking before it starts
+
+
+def _plan(hours, todo=2):
+    from race.run.full_runs import ValidationPlan
+
+    return ValidationPlan(chosen=[{"config_id": "c"}], specs=[spec("tiny-m")] * todo,
+                          todo=[spec("tiny-m")] * todo, config_of={}, full_flops=3.5e12,
+                          target="val", predicted={},
+                          cost=f"{todo} full-budget run(s) of 3.50e+12 FLOPs each, "
+                               f"7.00e+12 FLOPs in all; about {hours:.2g} h one after "
+                               f"another", hours=hours)
+
+
+def test_more_than_an_hour_of_runs_asks_first_unless_told_not_to():
+    assert _plan(6.8).needs_confirmation() and _plan(float("nan")).needs_confirmation()
+    assert not _plan(0.2).needs_confirmation()
+    assert not _plan(6.8).needs_confirmation(confirm=False)  # validate.confirm=false
+    assert not _plan(6.8, todo=0).needs_confirmation()  # nothing left to run
+
+
+@pytest.fixture
+def validate_cli(tmp_path, monkeypatch):
+    """``race validate`` on a sweep folder whose plan costs 6.8 h (planning and running
+    stood in for: what is tested is what it says and when it starts)."""
+    import race.cli as cli
+
+    (tmp_path / "cells").mkdir()
+    (tmp_path / "selection.json").write_text("{}")
+    started = []
+    monkeypatch.setattr(cli, "plan_validation", lambda folder, cfg, top_k=None: _plan(6.8))
+    monkeypatch.setattr(cli, "run_validation", lambda folder, cfg, top_k=None, plan=None:
+                        started.append(plan) or {"failed": []})
+    monkeypatch.setattr(cli, "validation_section", lambda folder, comparison: "compared")
+    return cli, tmp_path, started
+
+
+def test_validate_states_its_cost_first_and_without_a_terminal_stops_without_yes(
+        validate_cli, capsys, monkeypatch):
+    cli, folder, started = validate_cli
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False, raising=False)
+    assert cli.main(["validate", str(folder)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("race validate: 2 full-budget run(s) of 3.50e+12 FLOPs each, "
+                      "7.00e+12 FLOPs in all; about 6.8 h one after another")
+    assert len(err) == 2 and "--yes" in err[1] and "validate.confirm=false" in err[1]
+    assert started == []
+    assert cli.main(["validate", str(folder), "--yes"]) == 0
+    assert len(started) == 1
+    assert cli.main(["validate", str(folder), "validate.confirm=false"]) == 0
+    assert len(started) == 2
+
+
+def test_validate_asks_y_or_n_on_a_terminal(validate_cli, capsys, monkeypatch):
+    cli, folder, started = validate_cli
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True, raising=False)
+    answers = iter(["", "y"])
+    monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
+    assert cli.main(["validate", str(folder)]) == 1  # the default is no
+    assert started == [] and "not started" in capsys.readouterr().err
+    assert cli.main(["validate", str(folder)]) == 0 and len(started) == 1
+
+
+def test_validate_help_states_what_it_costs_and_how_to_confirm(capsys):
+    import race.cli as cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["validate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "states the runs, FLOPs and hours first" in text
+    assert "asks before more than 1 h unless --yes or validate.confirm=false" in text
+    assert "--yes" in text

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,102 @@ def test_a_dataset_cached_as_the_hub_lays_it_out_passes_the_checks_and_loads(
     with pytest.raises(WeightsMissing, match=r"^task.eval.m500=race-test/absent: not in the "
                                              r"Hugging Face cache \(HF_HUB_OFFLINE=1\)"):
         check_needs(hub_needs([absent]))
+
+
+def _sharded(tmp_path: Path, n: int = 2, absent: tuple[int, ...] = ()):
+    """A dataset split the hub's way: ``data/train-0000i-of-0000n.parquet`` of 25 word
+    problems each (less the ``absent`` shards) and ``data/test-00000-of-00001.parquet``;
+    returns (train rows, test rows, {path in the repository: writer})."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    train, test = _word_problems(25 * n, 0), _word_problems(6, 900)
+    files = {f"data/train-{i:05d}-of-{n:05d}.parquet":
+             (lambda rows: lambda path: pd.DataFrame(rows).to_parquet(path))(
+                 train[25 * i:25 * (i + 1)]) for i in range(n) if i not in absent}
+    files["data/test-00000-of-00001.parquet"] = lambda path: pd.DataFrame(test).to_parquet(path)
+    return train, test, files
+
+
+def test_a_sharded_split_is_read_whole_from_a_folder_a_snapshot_and_a_hub_name(
+        tmp_path, monkeypatch):
+    """Every row of both shards, in shard order, whichever way the dataset is named: a
+    local folder, its hub snapshot folder, or its hub id resolved offline from the cache."""
+    from race.tasks import build_task
+    from race.tasks.gsm8k import load_gsm8k
+    from race.tasks.math import read_math
+    from race.tasks.task_base import HELD_OUT
+
+    train, test, files = _sharded(tmp_path)
+    folder = tmp_path / "local"
+    for name, write in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        write(folder / name)
+    cache = tmp_path / "hub"
+    _hub_dataset(cache, "race-test/sharded", files)
+    snapshot = cache / "datasets--race-test--sharded" / "snapshots" / SNAPSHOT
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setitem(sys.modules, "datasets", None)  # no `datasets`: the files themselves
+    questions = [r["question"] for r in train]
+    for source in (str(folder), str(snapshot), "race-test/sharded"):
+        assert [ex.problem for ex in read_math(source, "train")] == questions, source
+        assert [ex.question for ex in load_gsm8k(source, "train")] == questions, source
+        task = build_task({"name": "math", "source": source})
+        assert sorted(ex.problem for s in ("train", "val") for ex in task.rows(s)) == \
+            sorted(questions)  # both shards: train and the val cut from it
+        assert [ex.problem for ex in task.rows("test")] == [r["question"] for r in test]
+        gsm8k = build_task({"name": "gsm8k", "source": source})  # its train file's test
+        cut = [q for q in questions if HELD_OUT.get(zlib.crc32(q.encode()) % 10) != "test"]
+        assert sorted(ex.question for s in ("train", "val") for ex in gsm8k.rows(s)) == \
+            sorted(cut)  # bucket is set aside: the test split is the test file
+
+
+def test_a_missing_shard_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    """``train-00001-of-00003`` absent: `race plan` and `race sweep` exit 2 with one line
+    naming that file and the fix, and the sweep writes nothing; read by hub name too."""
+    from race.tasks.gsm8k import MissingShard
+    from race.tasks.math import MathTask
+
+    *_, files = _sharded(tmp_path, n=3, absent=(1,))
+    folder = tmp_path / "local"
+    for name, write in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        write(folder / name)
+    missing = folder / "data" / "train-00001-of-00003.parquet"
+    results = tmp_path / "results"
+    for command in ("plan", "sweep"):
+        out = _race([command, "task=math", f"task.source={folder}", "grid.max_new_tokens=64",
+                     f"sweep.out_dir={results}"], tmp_path)
+        assert out.returncode == 2, out.stderr
+        line = _one_line(out)
+        assert line.startswith(f"race {command}: task.source={folder}: shard {missing} is "
+                               f"missing (1 of the split's 3)"), line
+        assert "put all 3 shards in that folder" in line
+    assert not results.exists()
+    cache = tmp_path / "hub"
+    _hub_dataset(cache, "race-test/sharded", files)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(MissingShard, match="train-00001-of-00003.parquet is missing") as error:
+        MathTask(source="race-test/sharded").rows("train")
+    assert error.value.total == 3 and error.value.where == "task.source=race-test/sharded"
+    assert [Path(p).name for p in error.value.missing] == ["train-00001-of-00003.parquet"]
+
+
+def test_a_snapshot_whose_blob_is_gone_is_named_damaged_with_the_fix(tmp_path, monkeypatch):
+    """A cached dataset whose snapshot links to a deleted blob is damaged, not absent: the
+    line names the file and how to fetch it again."""
+    from race.errors import UsageError
+    from race.tasks.hub_data import dataset_source
+
+    cache = tmp_path / "hub"
+    _hub_dataset(cache, "race-test/blobless", {
+        "train.jsonl": _jsonl(_word_problems(20, 0)),
+        "test.jsonl": _jsonl(_word_problems(5, 100))})
+    root = cache / "datasets--race-test--blobless"
+    (root / "snapshots" / SNAPSHOT / "test.jsonl").resolve().unlink()  # the blob
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UsageError, match=r"task.source=race-test/blobless: .* is damaged: "
+                                         r"test.jsonl points to a blob that is gone.*prefetch"):
+        dataset_source("race-test/blobless", key="task.source")

@@ -362,3 +362,106 @@ def test_long_answers_skip_sympy():
     expression = "+".join(["x"] * 200)
     assert answers_match("\\boxed{" + expression + "}", expression.replace("+", " + "))
     assert not answers_match("\\boxed{" + expression + "}", "200 x")
+
+
+# Issue "Reports that never claim more than the data", item A: the verifier returns within
+# a bound for every input. A value too large to compute (a power tower) is never handed to
+# sympy's evaluation; anything else that runs long is stopped in the child process.
+TOWERS = ["10^{10^{10}}", "2^{2^{2^{2^{2}}}}", "9^{9^9}", "10^{1000000}", "100000!",
+          "(10^{10})!", "10^{-10^{10}}", "\\frac{1}{10^{10^{10}}}", "\\sqrt{10^{10^{10}}}",
+          "e^{10^{10}}", "x^{10^{10}}", "\\prod_{k=1}^{10^{10}} k"]
+
+
+def _within(seconds: float, work):
+    """``work()``'s value, asserting it returned within ``seconds`` (run in a daemon
+    thread and joined with that timeout, so a hang fails the test instead of stalling it)."""
+    import time
+
+    out = {}
+
+    def run():
+        start = time.perf_counter()
+        out["value"] = work()
+        out["s"] = time.perf_counter() - start
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=seconds + 5)
+    assert "s" in out, f"did not return within {seconds + 5} s"
+    assert out["s"] < seconds, f"took {out['s']:.2f} s"
+    return out["value"]
+
+
+@pytest.fixture(scope="module")
+def warm_verifier():
+    """The grading process started once (its start, sympy's import, is not what is timed)."""
+    assert answers_match("\\boxed{\\frac{1}{2}}", "0.5")
+
+
+@pytest.mark.parametrize("tower", TOWERS)
+def test_a_power_tower_answer_returns_promptly_unpaid(tower, warm_verifier):
+    assert _within(2.0, lambda: answers_match(f"\\boxed{{{tower}}}", "1")) is False
+    assert _within(2.0, lambda: answers_match(f"so \\boxed{{{tower}}}", "x + 1")) is False
+
+
+@pytest.mark.parametrize("tower", TOWERS)
+def test_a_power_tower_gold_is_refused_and_grades_promptly(tower, warm_verifier):
+    assert _within(2.0, lambda: gold_parses(tower)) is False  # a loader refuses the row
+    assert _within(2.0, lambda: answers_match("\\boxed{5}", tower)) is False
+    # written exactly as the gold, it is the gold's own text: paid without evaluating it
+    assert _within(2.0, lambda: answers_match(f"\\boxed{{{tower}}}", tower)) is True
+
+
+@pytest.mark.parametrize("completion, gold", [
+    ("\\boxed{2^{10}}", "1024"), ("\\boxed{2^{2^3}}", "256"), ("\\boxed{5!}", "120"),
+    ("\\boxed{10^{3}}", "1000"), ("\\boxed{2^{100}}", "1267650600228229401496703205376"),
+    ("\\boxed{\\frac{1}{2^{10}}}", "\\frac{1}{1024}"), ("\\boxed{e^{2}}", "e^2"),
+])
+def test_small_powers_and_factorials_are_still_paid(completion, gold, warm_verifier):
+    assert _within(2.0, lambda: answers_match(completion, gold)) is True
+
+
+def test_value_digits_bounds_without_evaluating():
+    from sympy import Integer, Pow, Symbol, factorial
+
+    def tower(*levels):  # right-associated, unevaluated: 2^(3^4) as Pow(2, Pow(3, 4))
+        expr = Integer(levels[-1])
+        for base in reversed(levels[:-1]):
+            expr = Pow(Integer(base), expr, evaluate=False)
+        return expr
+
+    digits = verify_module.value_digits
+    # 2^10 = 1024 has 4 digits; the bound: log10(2) read as 2 bits x log10(2) = 0.60, times
+    # |10| read as 11, plus 1 = 7.6
+    assert 4 <= digits(tower(2, 10)) <= 8
+    assert 3011 <= digits(tower(2, 10000)) <= verify_module.MAX_VALUE_DIGITS
+    assert digits(tower(10, 10, 10)) > 1e10
+    assert digits(tower(9, 9, 9)) > verify_module.MAX_VALUE_DIGITS
+    assert digits(factorial(Integer(100000), evaluate=False)) > verify_module.MAX_VALUE_DIGITS
+    assert digits(Pow(Symbol("x"), Symbol("y"), evaluate=False)) < 10  # not a number
+
+
+def test_a_comparison_past_the_bound_is_stopped_and_the_next_is_graded(monkeypatch,
+                                                                       warm_verifier):
+    # (x+y+z)^{300} passes the size rule, but sympy expands it for far longer than the
+    # bound: the child process is killed, the answer is unpaid (its text is not the gold's)
+    monkeypatch.setattr(verify_module, "VERIFY_TIMEOUT_S", 0.5)
+    assert _within(5.0, lambda: answers_match("\\boxed{(x+y+z)^{300}}", "1")) is False
+    monkeypatch.undo()
+    # a fresh child process grades the next answer
+    assert _within(30.0, lambda: answers_match("\\boxed{\\frac{1}{2}}", "0.5")) is True
+
+
+def test_a_math_reward_over_tower_completions_returns_promptly(warm_verifier):
+    """The rule reward of a math pilot (race.tasks.math.MathTask), over a step's
+    completions that hold towers, with a gold that is one: every score is in promptly."""
+    from race.rewards.rule import RuleReward
+    from race.tasks.math import MathTask
+
+    reward = RuleReward("rule", MathTask(source="unused.jsonl"))
+    completions = [f"So the answer is $\\boxed{{{t}}}$." for t in TOWERS] + [
+        "\\boxed{\\frac{1}{2}}", "\\boxed{10^{10^{10}}}"]
+    gold = ["1"] * len(TOWERS) + ["0.5", "10^{10^{10}}"]
+    scores = _within(10.0, lambda: reward(["q"] * len(completions), completions,
+                                          answer=gold))
+    assert scores == [0.0] * len(TOWERS) + [1.0, 1.0]

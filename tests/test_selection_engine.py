@@ -86,7 +86,7 @@ def stand_in_sweep(monkeypatch, bank):
     """``launch_cells`` and ``load_results`` stood in for: a launched cell finishes ok at
     once, and its rows are its config's recorded curve up to its budget (the warm start
     and the rung ends of its lineage, as a continued ladder cell repeats them)."""
-    curve_of = {spec.config_id: curve for spec, curve in bank}
+    curve_of = {(spec.model, spec.update_epochs): curve for spec, curve in bank}
     launched: dict[str, RunSpec] = {}
 
     def launch_cells(sweep_dir, specs, launcher, me, *, label, keep_final_state):
@@ -103,7 +103,7 @@ def stand_in_sweep(monkeypatch, bank):
             root = spec
             while root.continues:
                 root = launched[root.continues]
-            curve, budget = curve_of[root.config_id], spec.budget_flops / FULL
+            curve, budget = curve_of[root.model, root.update_epochs], spec.budget_flops / FULL
             for i, f in enumerate(curve.fraction):
                 if f == 0 or (f in RUNGS and f <= budget * (1 + 1e-9)):
                     rows.append({"cell_id": cell_id, "config_id": spec.config_id,
@@ -117,6 +117,8 @@ def stand_in_sweep(monkeypatch, bank):
 
     monkeypatch.setattr("race.run.ladder.launch_cells", launch_cells)
     monkeypatch.setattr("race.analysis.select.load_results", load_results)
+    # a stand-in cell keeps no final state: nothing for the rung above to read
+    monkeypatch.setattr("race.run.ladder._refuse_damaged", lambda sweep_dir, parents: None)
     return launched
 
 
@@ -206,3 +208,55 @@ def test_the_eval_estimate_counts_each_rung_once_and_reports_at_the_last():
     assert ladder_eval_cost((4, 2, 1), costs, start_cost=2 * 600) == 1200 + 800 + 400 + 600
     assert ladder_eval_cost((4, 2), (1.0, 2.0), seeds=3) == 4 * 3 + 2 * 3 * 2
     assert math.isclose(ladder_eval_cost((), (), start_cost=0.5), 0.5)
+
+
+def test_pooled_seeds_keep_one_seed_as_it_was_and_widen_with_the_seeds_spread():
+    from race.core.rungs import next_rung_bound, pool_seeds
+
+    one = next_rung_bound([0, 1e10], [0.3, 0.5], [1000, 1000], 2e10, z=1.0)
+    assert pool_seeds([one]) == pytest.approx(one | {"ucb": one["predicted"] + one["predicted_se"],
+                                                    "seeds": 1})
+    apart = [next_rung_bound([0, 1e10], [0.3, a], [1000, 1000], 2e10) for a in (0.3, 0.7)]
+    pooled = pool_seeds(apart)
+    assert pooled["score"] == pytest.approx(0.5)
+    assert pooled["se"] == pytest.approx(0.2)  # sd 0.283 / sqrt(2): the seeds, not problems
+    alike = pool_seeds([one, one])
+    assert alike["se"] == pytest.approx(one["se"] / math.sqrt(2))  # problems: the floor
+
+
+def test_replicates_fit_the_same_pilot_compute_and_the_bank_pays_for_them(bank):
+    single = plan_ladder(len(bank), n_sizes=2, rungs=RUNGS, reduction=2, share=0.5)
+    double = plan_ladder(len(bank), n_sizes=2, rungs=RUNGS, reduction=2, share=0.5,
+                         replicates=2)
+    assert single.cost_share == pytest.approx(0.5) == pytest.approx(double.cost_share)
+    assert double.rungs[-1] < single.rungs[-1] and double.replicates == 2
+    curves = {s.config_id: c for s, c in bank}
+    models = {s.config_id: s.model for s, _ in bank}
+    other = {k: [Curve(steady, 0.0)] for k in curves}  # each config's second seed
+    reads = bank_reads(CHECKPOINTS, RUNGS)
+    source = BankSource(curves, models, reads, replicates=other)
+    rungs = climb(source, LadderPlan(RUNGS, (6, 3, 2), 1, 0.0, replicates=2),
+                  list(curves), keep_sizes="all")
+    assert source.charged == pytest.approx(6 / 16 + 3 / 16 + 2 / 8 + 2 * RUNGS[-1])
+    for cand in rungs[-1]:  # the last rung pools the config's seed with the replicate's
+        own = curves[cand["config"]].read[list(CHECKPOINTS).index(RUNGS[-1])]
+        assert cand["score"] == pytest.approx((own + steady(RUNGS[-1])) / 2)
+
+
+def test_a_live_ladders_last_rung_runs_each_config_on_more_seeds_with_replicates(
+        tmp_path, monkeypatch, bank):
+    """selection.replicates=2: the last rung's configs each get a fresh cell on the next
+    seed, run to the last rung's budget, pooled with the continued one."""
+    selection = SelectionConfig(replicates=2)
+    ladder = plan_ladder(len(bank), n_sizes=2, rungs=RUNGS, reduction=2, share=1.0,
+                         replicates=2)
+    cells = tuple(Cell((), (), spec, 1, PhaseFlops(), "") for spec, _ in bank)
+    plan = Plan(FULL, RUNGS[0], (), cells, "arith", None, ladder)
+    cfg = SimpleNamespace(launcher=None, selection=selection)
+    launched = stand_in_sweep(monkeypatch, bank)
+    run_ladder(plan, cfg, tmp_path, me={})
+    last = json.loads((tmp_path / "ladder.json").read_text())["rungs"][-1]
+    fresh = [launched[c] for c in last["cells"] if launched[c].continues is None]
+    assert fresh and {s.seed for s in fresh} == {1}
+    assert all(s.budget_flops == pytest.approx(FULL * ladder.rungs[-1]) for s in fresh)
+    assert all(len(c["cell_ids"]) == 2 for c in last["candidates"])  # pooled: 2 seeds

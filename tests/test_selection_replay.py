@@ -2,10 +2,13 @@
 that leads at F/16 and collapses after it (visible by F/8), a steady one that is best at
 F, a slow one. The flat 1/16 pilots pick the early leader; the guarded ladder does not.
 The peers (bench/peers.py: Syne Tune's and Optuna's schedulers, top-k) replay the same
-curves through the bank's Syne Tune blackbox (bench/blackbox.py)."""
+curves through the bank's Syne Tune blackbox (bench/blackbox.py). The replay is
+leave-one-seed-out (a bank with an outlier seed: the truth when reading it is the other
+seeds'), its SEs a two-way cluster bootstrap over read seeds and grids."""
 
 import gzip
 import importlib.util
+import itertools
 import json
 import math
 import re
@@ -57,6 +60,21 @@ def cell(config, model, seed, curve, offset, update_epochs=1):
 CURVES = {"steady": (steady, 1), "collapse": (leader_then_collapse, 2), "slow": (slow, 4)}
 
 
+def every_draw(configs):
+    """Every combination of the configs' seeds (config id -> seed read), in product order:
+    replicates that read a different seed per config, for what reads draws alone."""
+    ids = sorted(configs)
+    return [dict(zip(ids, combo))
+            for combo in itertools.product(*(sorted(configs[c]["curves"]) for c in ids))]
+
+
+def write_bank(path, cells):
+    with gzip.open(path, "wt") as f:
+        json.dump({"command": "race sweep ...", "git_sha": "0" * 40, "versions": {},
+                   "budget_flops": FULL, "started": 0, "finished": 0, "cells": cells}, f)
+    return path
+
+
 @pytest.fixture()
 def bank(tmp_path):
     cells = []
@@ -64,34 +82,24 @@ def bank(tmp_path):
         for name, (curve, mu) in CURVES.items():  # the knob that tells them apart: mu
             for seed, noise in ((0, 0.004), (1, -0.004)):
                 cells.append(cell(f"{model}-{name}", model, seed, curve, shift + noise, mu))
-    path = tmp_path / "bank.json.gz"
-    with gzip.open(path, "wt") as f:
-        json.dump({"command": "race sweep ...", "git_sha": "0" * 40, "versions": {},
-                   "budget_flops": FULL, "started": 0, "finished": 0, "cells": cells}, f)
-    return path
+    return write_bank(tmp_path / "bank.json.gz", cells)
 
 
 def test_replay_scores_policies_against_the_full_budget_truth(bank):
     _, configs = replay.load_bank(bank)
     assert configs["tiny-m-steady"]["truth"] == pytest.approx(0.75)  # 0.70 + 0.05 shift
     assert configs["tiny-m-collapse"]["truth"] < configs["tiny-m-collapse"]["start"]
-    draws = replay.replicates(configs)
-    assert len(draws) == 2 ** 6  # every config's seed drawn independently: all combinations
-    assert {tuple(sorted(d.values())) for d in draws} >= {(0,) * 6, (1,) * 6}
-    sampled = replay.replicates(configs, most=10)  # more combinations: a sample
-    assert len(sampled) == 10 and all(set(d) == set(configs) for d in sampled)
-    assert sampled == replay.replicates(configs, most=10)  # seeded
-    uneven = {c: v | {"curves": {0: v["curves"][0]}} if c == "tiny-s-slow" else v
-              for c, v in configs.items()}  # one config with one seed: its seed is fixed
-    assert len(replay.replicates(uneven)) == 2 ** 5
-    assert all(d["tiny-s-slow"] == 0 for d in replay.replicates(uneven, most=4))
+    draws = replay.loso_replicates(configs)
+    # one per read seed, every config read from it (the bank is one grid)
+    assert draws == [dict.fromkeys(sorted(configs), 0), dict.fromkeys(sorted(configs), 1)]
     rows = {name: replay.score_policy(name, configs, draws, boot=50)
             for name in replay.OWN_POLICIES}  # the peers: below
     assert rows["oracle"]["top1_regret"] == 0 and rows["oracle"]["kendall"] == 1.0
     # flat 1/16 pilots read 0.65 for tiny-m-collapse at F/16 (0.60 + shift): its pick
     assert set(rows["flat"]["picks"]) == {"tiny-m-collapse"}
     assert rows["flat"]["catastrophes"] == 1.0
-    assert rows["flat"]["top1_regret"] == pytest.approx(0.75 - 0.15)
+    # judged on the other seed (both configs its offset): 0.75 - 0.15, reading either seed
+    assert rows["flat"]["regrets"] == pytest.approx([0.75 - 0.15] * 2)
     # the guarded ladder, shrunk to the flat grid's compute (its last rung read at
     # F/8), sees the drawdown there and picks the steady config
     guarded = rows["ladder+guards"]
@@ -111,7 +119,7 @@ def test_replay_scores_policies_against_the_full_budget_truth(bank):
 
 def test_guard_thresholds_are_tuned_on_the_half_they_are_given(bank):
     _, configs = replay.load_bank(bank)
-    draws = replay.replicates(configs)
+    draws = replay.loso_replicates(configs)
     tuned = replay.tune_guards(configs, draws)
     assert tuned.floor in (0.02, 0.03, 0.05) and tuned.z in (1.0, 2.0, 3.0)
     row = replay.score_policy("ladder+guards", configs, draws, boot=1, thresholds=tuned)
@@ -120,7 +128,7 @@ def test_guard_thresholds_are_tuned_on_the_half_they_are_given(bank):
 
 def test_the_ladder_geometry_is_tuned_on_one_half_and_the_halves_split_by_group_size(bank):
     _, configs = replay.load_bank(bank)
-    draws = replay.replicates(configs)
+    draws = replay.loso_replicates(configs)
     chosen, rows = replay.tune_ladder(configs, draws)
     # every geometry with each promotion score, the earlier rule (trend) first
     assert len(rows) == len(replay.GEOMETRIES) * 2 and chosen["fill"]
@@ -151,7 +159,7 @@ def test_a_ladder_is_replayable_only_where_each_rung_reads_a_checkpoint_of_its_o
     assert not replay.replayable(replay.bank_reads(configs, [1 / 300, 1 / 64]))
     assert not replay.replayable(replay.bank_reads(configs, [1 / 60, 1 / 50]))  # both 1/64
     assert replay.replayable(replay.bank_reads(configs, [1 / 64, 1 / 16]))
-    draw = replay.replicates(configs)[0]
+    draw = replay.loso_replicates(configs)[0]
     with pytest.raises(ValueError, match="below the bank's first checkpoint"):
         replay.ladder(configs, draw, rungs=(1 / 300, 1 / 64), reduction=2, share=1.0)
 
@@ -175,7 +183,7 @@ def test_the_best_configs_order_is_shown_by_window_of_the_budget_before_f(bank):
 
 def test_the_random_policy_picks_each_config_about_equally_often(bank):
     _, configs = replay.load_bank(bank)
-    draws = replay.replicates(configs)  # 2 seeds ^ 6 configs = 64 one-seed sweeps
+    draws = every_draw(configs)  # 2 seeds ^ 6 configs = 64 draws
     picks = [replay.random_policy(configs, draw)[0][0] for draw in draws]
     assert sorted(replay.random_policy(configs, draws[0])[0]) == sorted(configs)
     fair = len(draws) / len(configs)
@@ -263,7 +271,7 @@ def test_the_bank_round_trips_through_a_syne_tune_blackbox(bank, tmp_path, bench
 def test_each_peer_spends_at_most_the_ladders_budget_and_picks_a_bank_config(bank, bench_extra):
     _, configs = replay.load_bank(bank)
     exported = blackbox.bank_blackbox(read_bank(bank))
-    draws = replay.replicates(configs, most=6)
+    draws = every_draw(configs)[:6]
     for draw in draws:
         budget, first = replay.matched_budget(configs, draw)
         assert first == 1 / 64  # the shrunk ladder's first rung, read at F/64
@@ -290,7 +298,7 @@ def test_spreading_replicates_over_processes_changes_no_number(bank, bench_extra
 
     _, configs = replay.load_bank(bank)
     exported = blackbox.bank_blackbox(read_bank(bank))
-    draws = replay.replicates(configs, most=12)
+    draws = every_draw(configs)[::5][:12]
     names = ["asha", "pasha", "random", "ladder+guards"]
     one = {n: replay.score_policy(n, configs, draws, boot=20, exported=exported)
            for n in names}
@@ -306,7 +314,7 @@ def test_spreading_replicates_over_processes_changes_no_number(bank, bench_extra
 def test_top_k_keeps_as_many_as_the_budget_pays_for(bank, bench_extra):
     _, configs = replay.load_bank(bank)
     exported = blackbox.bank_blackbox(read_bank(bank))
-    draw = replay.replicates(configs)[0]
+    draw = replay.loso_replicates(configs)[0]
     curves = peers.curves(blackbox.one_seed(exported, draw), 1e3)  # eval: 1e-9 F a problem
     # all six to F/16 (collapse leads there: 0.65 and 0.60, then tiny-m steady 0.55), then
     # three on to F: room for exactly three long runs
@@ -323,7 +331,7 @@ def test_top_k_keeps_as_many_as_the_budget_pays_for(bank, bench_extra):
 def test_the_asha_replay_reads_what_syne_tunes_simulator_reads(bank, bench_extra):
     _, configs = replay.load_bank(bank)
     exported = blackbox.bank_blackbox(read_bank(bank))
-    draw = replay.replicates(configs)[5]
+    draw = every_draw(configs)[5]
     one = blackbox.one_seed(exported, draw)
     curves = peers.curves(one, 1e6)
     rows = peers.grid_order(curves, 3)
@@ -343,33 +351,130 @@ def test_the_asha_replay_reads_what_syne_tunes_simulator_reads(bank, bench_extra
 
 def test_the_replay_prints_every_row_and_the_summary_last(bank, bench_extra):
     out = subprocess.run([sys.executable, str(BENCH / "selection_replay.py"), "--bank",
-                          str(bank), "--replicates", "4", "--boot", "5"],
+                          str(bank), "--boot", "5"],
                          capture_output=True, text=True, check=True).stdout
     lines = out.strip().splitlines()
+    assert any(line.startswith("replay: leave-one-seed-out:") for line in lines)
     for name in ["asha", "hyperband", "pasha", "optuna-sh", "optuna-hyperband", "top-k",
                  "random", "oracle", "flat", "flat+sigmoid", "ladder", "ladder+guards"]:
         rows = [line for line in lines if re.match(rf"{re.escape(name)} +\d", line)]
         assert len(rows) == 2, name  # the all-config table and the held-out one
+    for name in peers.PEERS:  # a verdict per peer, on all configs and held out
+        verdicts = [line for line in lines if re.match(
+            rf"  {re.escape(name)} +[-+]\d\.\d+ \(se \d\.\d+\)  (ties|above|below) "
+            rf"ladder\+guards$", line)]
+        assert len(verdicts) == 2, name
+    assert re.fullmatch(r"default selection\.policy=ladder: (stays|a peer is below).*",
+                        lines[-4]), lines[-4]
     number = r"-?\d+\.\d+"
     assert re.fullmatch(
-        rf"policy=ladder\+guards top1_regret={number} se={number} "
-        rf"within_size_kendall={number} catastrophes={number} pilot_cost_share={number} "
-        rf"cost_with_eval={number} best_peer=(asha|hyperband|pasha|optuna-sh|"
-        rf"optuna-hyperband|top-k) best_peer_regret={number}", lines[-1]), lines[-1]
+        rf"worlds=1 replay=leave-one-seed-out policy=ladder\+guards top1_regret={number} "
+        rf"se={number} within_size_kendall={number} catastrophes={number} "
+        rf"pilot_cost_share={number} cost_with_eval={number} best_peer=(asha|hyperband|"
+        rf"pasha|optuna-sh|optuna-hyperband|top-k) best_peer_regret={number} "
+        rf"asha_diff_given=[-+]\d\.\d+ asha_diff_se_given={number}", lines[-1]), lines[-1]
     assert lines[-2].startswith("held-out: policy=ladder+guards ")
 
 
-def test_the_paired_difference_is_the_ladders_regret_minus_the_best_peers_per_replicate():
-    rows = [{"policy": "ladder+guards", "regrets": [0.0, 0.1, 0.0, 0.2], "se": 0.02,
-             "with_eval": 0.9, "top1_regret": 0.075},
-            {"policy": "pasha", "regrets": [0.1, 0.1, 0.0, 0.0], "se": 0.02,
-             "with_eval": 0.8, "top1_regret": 0.05},
-            {"policy": "asha", "regrets": [0.0, 0.0, 0.0, 0.0], "se": 0.02,
-             "with_eval": 1.2, "top1_regret": 0.0}]  # costs more: not a fair peer
-    # differences -0.1, 0, 0, 0.2: mean 0.025, sample SD sqrt(0.0475 / 3) = 0.1258, / sqrt(4)
-    assert replay.paired_difference(rows) == (
-        "ladder+guards - pasha (best peer): regret +0.0250, Monte Carlo SE 0.0629 over 4 "
-        "replicates (paired); the truth's SE 0.0200")
+@pytest.fixture()
+def outlier_bank(tmp_path):
+    """Three seeds; on seed 0 the slow config is an outlier, far above its other seeds
+    and above the steady config, the best on seeds 1 and 2."""
+    offsets = {"steady": (0.0, 0.0, 0.0), "slow": (0.40, 0.0, 0.0),
+               "collapse": (0.0, 0.0, 0.0)}
+    cells = [cell(f"tiny-s-{name}", "tiny-s", seed, curve, offsets[name][seed], mu)
+             for name, (curve, mu) in CURVES.items() for seed in range(3)]
+    return write_bank(tmp_path / "outlier.json.gz", cells)
+
+
+def test_the_truth_leaves_out_the_seed_the_policy_read(outlier_bank):
+    _, configs = replay.load_bank(outlier_bank)
+    slow = configs["tiny-s-slow"]
+    assert slow["truth"] == pytest.approx((0.85 + 0.45 + 0.45) / 3)  # all seeds
+    draws = replay.loso_replicates(configs)
+    assert [set(d.values()) for d in draws] == [{0}, {1}, {2}] and replay.common_seeds(
+        configs) == [0, 1, 2]
+    # reading seed 0, the truth is the mean of seeds 1 and 2: the outlier is left out
+    seen = replay.judged(configs, draws[0])
+    assert seen["tiny-s-slow"]["truth"] == pytest.approx(0.45)
+    assert seen["tiny-s-slow"]["truth_se"] == pytest.approx(0.0)
+    assert seen["tiny-s-steady"]["truth"] == pytest.approx(0.70)
+    # reading seed 1: the mean of seeds 0 and 2
+    assert replay.judged(configs, draws[1])["tiny-s-slow"]["truth"] == pytest.approx(0.65)
+    # the flattering mode keeps every seed in the truth
+    flattering = replay.judged(configs, draws[0], replay.ALL_SEEDS)
+    assert flattering["tiny-s-slow"]["truth"] == pytest.approx(slow["truth"])
+    # flat pilots read seed 0's outlier (0.71 at F/16, above collapse's 0.60): its pick
+    # costs 0.70 - 0.45 judged on seeds 1-2, only 0.70 - 0.583 with seed 0 in the truth
+    loso = replay.score_policy("flat", configs, draws[:1], boot=5)
+    every = replay.score_policy("flat", configs, draws[:1], boot=5, truth=replay.ALL_SEEDS)
+    assert loso["picks"] == every["picks"] == ["tiny-s-slow"]
+    assert loso["regrets"] == pytest.approx([0.25])
+    assert every["regrets"] == pytest.approx([0.70 - (0.85 + 0.45 + 0.45) / 3])
+    one_seed = {c: v | {"by_seed": {0: v["by_seed"][0]}} for c, v in configs.items()}
+    with pytest.raises(ValueError, match="leave-one-seed-out needs 2 or more seeds"):
+        replay.judged(one_seed, draws[0])
+
+
+def test_a_policy_that_picks_the_truths_best_has_no_regret(outlier_bank):
+    _, configs = replay.load_bank(outlier_bank)
+    draws = replay.loso_replicates(configs)
+    oracle = replay.score_policy("oracle", configs, draws, boot=5)
+    # the best differs with the seed read: on seed 0 the truth (seeds 1, 2) ranks steady
+    # first, as it does reading seed 1 or 2 (0.70 against slow's 0.65)
+    assert oracle["regrets"] == [0.0, 0.0, 0.0]
+    assert oracle["picks"] == ["tiny-s-steady"] * 3
+
+
+def test_the_cluster_bootstrap_counts_seeds_and_grids_as_samples():
+    # all variation across seeds: the mean of 2 resampled seeds is 0, 1/2 or 1 with
+    # probability 1/4, 1/2, 1/4: SD sqrt(1/8); resampling the 3 grids changes nothing
+    by_seed = replay.np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    assert replay.cluster_bootstrap_se(by_seed, 4000) == pytest.approx(math.sqrt(1 / 8),
+                                                                       rel=0.05)
+    # a Monte Carlo SE over the 6 replicates would call it sqrt(0.3 / 6) = 0.22, the seeds
+    # as many as the replicates; here they are 2
+    assert replay.cluster_bootstrap_se(by_seed.T, 4000) == pytest.approx(
+        math.sqrt(1 / 8), rel=0.05)  # the same spread across grids
+    # additive: the resampled means of seeds and of grids are independent, so the
+    # variance is var(a) / S + var(b) / G (population variances): 2/9 + 1/32
+    additive = replay.np.add.outer([0.0, 1.0, 2.0], [0.0, 0.5])
+    assert replay.cluster_bootstrap_se(additive, 4000) == pytest.approx(
+        math.sqrt(2 / 9 + 1 / 32), rel=0.05)
+    assert replay.cluster_bootstrap_se(replay.np.full((3, 4), 0.2), 50) == pytest.approx(0)
+    # a stack shares its draws: the paired difference of a shifted copy has SE 0, and the
+    # same seed gives the same SEs
+    stack = replay.np.array([additive, additive + 0.1])
+    se = replay.cluster_bootstrap_se(stack, 200)
+    assert se[0] == pytest.approx(se[1]) == pytest.approx(replay.cluster_bootstrap_se(
+        additive, 200))
+    assert replay.cluster_bootstrap_se(stack[1] - stack[0], 200) == pytest.approx(0, abs=1e-12)
+
+
+def test_each_peer_ties_or_is_above_or_below_the_ladder_by_its_paired_90_percent_interval():
+    from bench.replay_tables import default_verdict, verdict, verdict_lines, with_cluster_se
+    draws = [{"a": s, "b": s} for s in (0, 1)]  # 2 seeds x 1 grid
+    rows = [{"policy": "ladder+guards", "regrets": [0.10, 0.12]},
+            {"policy": "asha", "regrets": [0.30, 0.32]},  # +0.2 on both seeds: above
+            {"policy": "pasha", "regrets": [0.0, 0.24]},  # -0.1, +0.12: ties
+            {"policy": "top-k", "regrets": [0.05, 0.07]}]  # -0.05 on both: below
+    rows = with_cluster_se(rows, draws, 500)
+    got = {r["policy"]: r for r in rows}
+    assert got["asha"]["diff"] == pytest.approx(0.2) and got["asha"]["diff_se"] < 1e-9
+    assert got["ladder+guards"]["diff"] == 0 and got["ladder+guards"]["diff_se"] == 0
+    # regrets 0.10, 0.12 on 2 seeds: SD of the resampled mean 0.01 / sqrt(2)
+    assert got["ladder+guards"]["se"] == pytest.approx(0.01 / math.sqrt(2), rel=0.1)
+    assert [verdict(got[p]) for p in ("asha", "pasha", "top-k")] == ["above", "ties", "below"]
+    lines = verdict_lines(rows, "world 1").splitlines()
+    assert lines[1:] == ["  asha              +0.2000 (se 0.0000)  above ladder+guards",
+                         f"  pasha             +0.0100 (se {got['pasha']['diff_se']:.4f})  "
+                         "ties ladder+guards",
+                         "  top-k             -0.0500 (se 0.0000)  below ladder+guards"]
+    assert default_verdict(rows) == (
+        "a peer is below ladder+guards (top-k; ties: pasha; above: asha): reconsider it")
+    assert default_verdict(rows[:3]) == (
+        "stays: no peer below ladder+guards (ties: pasha; above: asha)")
+    assert default_verdict(None) == "no replay"
 
 
 def test_cells_off_the_grids_prompts_per_step_are_left_out_of_the_replay(bank, tmp_path):
@@ -385,43 +490,21 @@ def test_cells_off_the_grids_prompts_per_step_are_left_out_of_the_replay(bank, t
     assert set(configs) == set(replay.load_bank(bank)[1])  # every grid config, no other
 
 
-def test_each_policys_row_carries_its_monte_carlo_se_beside_the_truths():
+def test_each_policys_row_carries_its_se_and_its_paired_difference_with_the_ladder():
     from bench.replay_tables import table
     configs = {"a": {"label": "tiny-m/rule G2 mu1"}}
-    row = {"policy": "pasha", "top1_regret": 0.05, "regrets": [0.1, 0.1, 0.0, 0.0],
-           "se": 0.02, "test_regret": 0.06, "kendall": 0.3, "kendall_ci": (0.1, 0.5),
+    row = {"policy": "pasha", "top1_regret": 0.05, "se": 0.0289, "diff": -0.0123,
+           "diff_se": 0.0051, "test_regret": 0.06, "kendall": 0.3, "kendall_ci": (0.1, 0.5),
            "spearman": 0.4, "spearman_ci": (0.2, 0.6), "catastrophes": 0.0,
            "pilot_cost_share": 0.7, "with_eval": 0.8, "picks": ["a"] * 4}
     header, line = table([row], configs).splitlines()
-    assert header.split()[:5] == ["policy", "regret", "mc", "se", "truth"]
-    # regrets 0.1, 0.1, 0, 0: sample SD sqrt(0.01 / 3) = 0.0577, / sqrt(4) = 0.0289
-    assert line.split()[:4] == ["pasha", "0.0500", "0.0289", "0.0200"]
-
-
-def test_a_rule_replaces_the_default_only_where_it_beats_it_on_both_halves_at_its_cost():
-    from bench.replay_tables import default_verdict
-
-    def row(policy, regrets, cost=0.9):
-        return {"policy": policy, "regrets": regrets, "with_eval": cost}
-    ladder = [0.10, 0.12, 0.08, 0.10, 0.11, 0.09]
-    better = [r - 0.05 for r in ladder[:3]] + [r - 0.06 for r in ladder[3:]]  # far below
-    rows = [row("ladder+guards", ladder), row("pasha", better), row("asha", better),
-            row("flat", better, cost=1.4), row("oracle", [0.0] * 6)]
-    held = [row("ladder+guards", ladder), row("pasha", better),
-            row("asha", ladder[::-1]),  # the same mean held out: no better there
-            row("flat", better, cost=1.4), row("oracle", [0.0] * 6)]
-    lines = default_verdict(rows, held).splitlines()
-    verdicts = {line.split()[0]: line.rsplit("   ", 1)[1] for line in lines[1:-1]}
-    assert verdicts == {"pasha": "beats it", "asha": "does not", "flat": "costs more"}
-    assert lines[-1] == "verdict: pasha beats ladder+guards: make the best of them RACE's default"
-    held[1] = row("pasha", ladder)
-    assert default_verdict(rows, held).splitlines()[-1] == (
-        "verdict: no rule beats ladder+guards on both: it stays RACE's default")
+    assert header.split()[:6] == ["policy", "regret", "se", "-", "l+g", "se"]
+    assert line.split()[:5] == ["pasha", "0.0500", "0.0289", "-0.0123", "0.0051"]
 
 
 def test_the_bootstrap_from_counts_equals_ranking_each_resample(bank):
     _, configs = replay.load_bank(bank)
-    draws = replay.replicates(configs, most=8)
+    draws = every_draw(configs)[::8]
     rankings = [replay.POLICIES[p](configs, d)[0] for p in ("flat", "random") for d in draws]
     rng = replay.np.random.default_rng(1)
     ids = list(configs)
@@ -447,7 +530,8 @@ def test_the_bootstrap_from_counts_equals_ranking_each_resample(bank):
 
 def test_the_regime_check_scores_the_surface_against_the_ladders_pick_rate(bank):
     _, configs = replay.load_bank(bank)
-    row = replay.score_policy("ladder+guards", configs, replay.replicates(configs), boot=10)
+    row = replay.score_policy("ladder+guards", configs, replay.loso_replicates(configs),
+                              boot=10)
     lines = replay.regime_section(configs, FULL, row).splitlines()
     assert len(lines) == 3  # a header, then one line per (size, reward)
     tiny_m = next(line for line in lines if line.startswith("  tiny-m/rule"))
@@ -466,24 +550,46 @@ def test_a_wide_bank_is_replayed_as_default_shaped_grids_each_judged_on_its_own_
     configs = {f"G{g}mu{mu}": {"model": "m", "reward": "rule", "group_size": g,
                                "update_epochs": mu, "truth": g / 10 + mu / 100,
                                "truth_test": 0.5, "truth_se": 0.01, "start": 0.0,
-                               "curves": {0: None, 1: None}}
+                               "curves": {0: None, 1: None},
+                               "by_seed": dict.fromkeys((0, 1), (g / 10 + mu / 100, 0.5, 0.0))}
                for g in (2, 4, 8) for mu in (1, 2)}
     grids = replay.subgrids(configs)
     assert [sorted({configs[c]["group_size"] for c in g}) for g in grids] == [
         [2, 4], [2, 8], [4, 8]]
     assert all(len(g) == 4 for g in grids)
-    draws = replay.replicates(configs, most=7, grids=grids)
-    assert [sorted(d) for d in draws] == [sorted(grids[i % 3]) for i in range(7)]
-    assert all(seed in (0, 1) for d in draws for seed in d.values())
+    draws = replay.loso_replicates(configs, grids)  # seed-major: seed 0's 3 grids, seed 1's
+    assert [sorted(d) for d in draws] == [sorted(grids[i % 3]) for i in range(6)]
+    assert [set(d.values()) for d in draws] == [{0}] * 3 + [{1}] * 3
+    assert replay.cell_matrix(range(6), draws).tolist() == [[0, 1, 2], [3, 4, 5]]
     # the oracle picks each grid's own best: regret 0, though G8 (the bank's best) is
     # missing from the first grid
     oracle = replay.score_policy("oracle", configs, draws, boot=10)
     assert oracle["top1_regret"] == 0 and oracle["picks"][0] == "G4mu2"
     # a random pick's regret is its grid's best minus its grid's mean: for the G pairs
     # {2,4}: 0.42 - 0.315 = 0.105, {2,8}: 0.82 - 0.515 = 0.305, {4,8}: 0.82 - 0.615 =
-    # 0.205; replicates 0..6 take grids 0,1,2,0,1,2,0
+    # 0.205; replicates 0..5 take grids 0,1,2,0,1,2
     random_row = replay.score_policy("random", configs, draws, boot=10)
-    expected = [0.105, 0.305, 0.205] * 2 + [0.105]
+    expected = [0.105, 0.305, 0.205] * 2
     assert random_row["regrets"] == pytest.approx(expected)
     assert replay.subgrids({c: configs[c] for c in ("G2mu1", "G2mu2", "G4mu1", "G4mu2")}) \
         is None  # two values on each axis: the bank is one default-shaped grid
+
+
+def test_replicates_are_compared_at_the_defaults_compute_and_judged_on_the_unread_seed(
+        tmp_path, capsys):
+    """selection.replicates=2 against the default: the replicated ladder spends at most
+    what the default spends (rungs on the bank's checkpoints), and both are judged by the
+    seed neither read; a bank of two seeds cannot be."""
+    cells = [cell(f"tiny-m-{name}", "tiny-m", seed, curve, 0.01 * seed, mu)
+             for name, (curve, mu) in CURVES.items() for seed in (0, 1, 2)]
+    _, configs = replay.load_bank(write_bank(tmp_path / "three.json.gz", cells))
+    result = replay.replicates_section("given", configs, None, boot=50)
+    out = capsys.readouterr().out
+    costs = [float(line.split("cost with eval ")[1]) for line in out.splitlines()
+             if "cost with eval" in line]
+    assert len(costs) == 2 and costs[1] <= costs[0] + 1e-9
+    assert result["verdict"] in ("ties the default", "below the default", "above the default")
+    two = [c for c in cells if c["seed"] < 2]
+    _, configs = replay.load_bank(write_bank(tmp_path / "two.json.gz", two))
+    assert replay.replicates_section("given", configs, None, boot=50) is None
+    assert "needs 3 seeds" in capsys.readouterr().out

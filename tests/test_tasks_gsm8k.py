@@ -132,6 +132,57 @@ def test_folder_with_split_files(tmp_path, parquet):
     assert len(load_gsm8k(release.parent)) == 2
 
 
+def test_a_sharded_split_is_read_whole_in_shard_order(tmp_path, parquet):
+    """``train-0000i-of-00003`` in any format the loader reads: every shard, by index (not
+    by name: ``-<hex>`` suffixes of older uploads sort anywhere)."""
+    pd = pytest.importorskip("pandas")
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [PROBLEMS[:2], PROBLEMS[2:3], PROBLEMS[3:]]
+    pd.DataFrame(rows[0]).to_parquet(data / "train-00000-of-00003-ff00.parquet")
+    _write_jsonl(data / "train-00001-of-00003-0a.jsonl", rows[1])
+    (data / "train-00002-of-00003.json").write_text(json.dumps(rows[2]))
+    assert [e.answer for e in load_gsm8k(tmp_path, split="train")] == ANSWERS
+    # the bad row of a later shard is named with that shard and its own row
+    (data / "train-00002-of-00003.json").write_text(json.dumps([{"question": "Q?",
+                                                                 "answer": "no number"}]))
+    with pytest.raises(UsageError, match=re.escape(f"{data / 'train-00002-of-00003.json'} "
+                                                   f"row 1: invalid GSM8K row")):
+        load_gsm8k(tmp_path, split="train")
+
+
+def test_shards_of_no_one_split_are_refused_by_name(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    _write_jsonl(data / "train-00000-of-00002.jsonl", PROBLEMS[:2])
+    _write_jsonl(data / "train-00001-of-00002.jsonl", PROBLEMS[2:])
+    _write_jsonl(data / "train.jsonl", PROBLEMS)  # the whole split beside its shards
+    with pytest.raises(FileNotFoundError, match="found 3 files .* for split='train'"):
+        load_gsm8k(tmp_path, split="train")
+    (data / "train.jsonl").unlink()
+    _write_jsonl(data / "train-00002-of-00002.jsonl", PROBLEMS)  # a shard past the count
+    with pytest.raises(FileNotFoundError, match="is shard 2 of a split of 2"):
+        load_gsm8k(tmp_path, split="train")
+
+
+def test_a_missing_shard_is_named_with_the_fix(tmp_path):
+    from race.tasks.gsm8k import MissingShard
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in (0, 3):
+        _write_jsonl(data / f"test-{i:05d}-of-00005.jsonl", PROBLEMS[i:i + 1])
+    with pytest.raises(MissingShard) as raised:
+        load_gsm8k(tmp_path)
+    gone = [str(data / f"test-{i:05d}-of-00005.jsonl") for i in (1, 2, 4)]
+    assert raised.value.missing == tuple(gone) and raised.value.total == 5
+    assert str(raised.value) == (
+        f"shards {', '.join(gone)} are missing (3 of the split's 5); a split is read whole: "
+        f"put all 5 shards in that folder (for a dataset named by hub id, `race prefetch` "
+        f"downloads them) and rerun")
+    assert isinstance(raised.value, UsageError)
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -234,3 +285,17 @@ def test_dataset_name_without_datasets_installed(monkeypatch, uncached):
     with pytest.raises(UsageError, match="source=openai/gsm8k: not in the Hugging Face cache "
                        r"\(the `datasets` library .* not installed\).*race prefetch"):
         load_gsm8k("openai/gsm8k")
+
+
+def test_a_gsm8k_tasks_held_out_splits_score_a_repeated_question_once(tmp_path):
+    from race.tasks import Gsm8kTask
+
+    folder = tmp_path / "gsm"
+    folder.mkdir()
+    rows = [{"question": f"What is {i} plus 1?", "answer": f"{i}+1={i + 1}\n#### {i + 1}"}
+            for i in range(20)]
+    _write_jsonl(folder / "train.jsonl", rows)
+    _write_jsonl(folder / "test.jsonl", rows[:5] + rows[:2])  # 7 rows, 5 problems
+    task = Gsm8kTask(source=str(folder))
+    assert len(task.rows("test")) == 5
+    assert len(task.sample("test", 100)) == 5  # the evaluation's real n

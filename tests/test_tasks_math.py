@@ -2,13 +2,14 @@
 MATH-500, Polaris-53K and GSM8K's hub snapshot; no dataset hub."""
 
 import json
+import subprocess
 import sys
 import types
 
 import pytest
 
 from race.errors import UsageError, WeightsMissing
-from race.tasks.math import MATH_SYSTEM_PROMPT, MathTask, eval_entries, read_math
+from race.tasks.math import MATH_SYSTEM_PROMPT, MathTask, _bucket, eval_entries, read_math
 
 # MATH-500's fields (HuggingFaceH4/MATH-500, split test): realistic LaTeX answers.
 ANSWERS = [r"\left( 3, \frac{\pi}{2} \right)", r"3\sqrt{2}", "2x+1", r"\frac{14}{3}",
@@ -297,3 +298,43 @@ def test_a_source_wholly_inside_a_target_names_the_overlap_and_the_target(tmp_pa
                                          rf"evaluation target test \(task.source={folder}, "
                                          rf"split test\) and were dropped"):
         MathTask(source=str(folder)).rows("train")
+
+
+def test_a_target_with_repeated_problems_counts_and_scores_each_once(tmp_path, caplog):
+    """A GSM8K train parquet of 40 rows and 38 problems as a target: 38 held, 38 scored,
+    the first row of each kept (a repeat with other whitespace is the same problem)."""
+    rows = gsm8k_rows(38, 0)
+    repeats = [dict(rows[3]), dict(rows[20], question=rows[20]["question"].replace(" ", "  "))]
+    target = write_parquet(tmp_path / "gsmtrain.parquet", rows[:25] + repeats + rows[25:])
+    polaris = write_jsonl(tmp_path / "polaris.jsonl", polaris_rows())
+    setting = {"source": str(polaris), "eval": json.dumps({"gsmtrain": str(target)})}
+    task = MathTask(**setting)
+    with caplog.at_level("WARNING", logger="race.tasks.math"):
+        held = task.rows("gsmtrain")
+        MathTask(**setting).rows("gsmtrain")  # the same setting opened again: said once
+    assert [ex.problem for ex in held] == [r["question"] for r in rows]
+    drawn = task.sample("gsmtrain", 100, seed=0)
+    assert len(drawn) == 38 and len({ex.problem for ex in drawn}) == 38
+    notes = [r.getMessage() for r in caplog.records if "repeated" in r.getMessage()]
+    assert notes == ["task math: dropped 2 repeated problem(s) from gsmtrain, which scores "
+                     "each of its 38 problems once"]
+    assert len(task.rows("train")) == len(MathTask(source=str(polaris)).rows("train"))
+
+
+def test_race_plan_counts_unique_problems_and_says_each_drop_once(tmp_path):
+    """`race plan` opens the task for its checks and again for its counts: the counts are
+    of unique problems and each drop is printed once."""
+    rows = polaris_rows(60)
+    source = write_jsonl(tmp_path / "polaris.jsonl", rows)
+    target = write_jsonl(tmp_path / "aime.jsonl", rows[:3] + rows[:2])  # 5 rows, 3 problems
+    out = subprocess.run([sys.executable, "-m", "race.cli", "plan", "task=math",
+                          f"task.source={source}", f"task.eval.aime={target}",
+                          "grid.max_new_tokens=64"], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    in_train = len([r for r in rows[:3] if _bucket(r["problem"]) == "train"])
+    assert out.stderr.count(f"task math: dropped {in_train} training problem(s) also in "
+                            f"aime\n") == 1, out.stderr
+    assert out.stderr.count("task math: dropped 2 repeated problem(s) from aime, which "
+                            "scores each of its 3 problems once\n") == 1, out.stderr
+    assert ", aime 3 (all it holds; " in out.stdout

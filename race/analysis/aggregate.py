@@ -9,14 +9,13 @@ Generators.
 from __future__ import annotations
 
 import math
-import zlib
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from race.core import guards
-from race.core.stats import REPORT, binomial_se
+from race.core.stats import COVERS, REPORT, binomial_se, normal_interval, read_se
 from race.errors import UnknownName, UsageError
 
 # Knob columns copied from a config's first seed (they are shared by its seeds).
@@ -25,12 +24,6 @@ CONFIG_COLUMNS = ("model", "params", "reward", "task", "group_size", "prompts_pe
                   "full_budget_flops", "rho_planned")
 LEVEL, N_BOOT = REPORT.level, REPORT.n_boot  # when a caller gives none
 REGIME_KEYS = ["model", "reward", "regime"]
-
-
-def z_of_level(level: float) -> float:
-    """The normal quantile of a two-sided ``level`` interval (1.645 at 0.9): the one
-    z-from-level formula every interval here uses."""
-    return float(stats.norm.ppf(0.5 + level / 2))
 
 
 def split_status(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -90,20 +83,6 @@ def _final_column(cells: pd.DataFrame, target: str) -> str:
     return column
 
 
-def _rng(seed: int, key: str) -> np.random.Generator:
-    # One stream per config: adding a config leaves the others' intervals unchanged.
-    return np.random.default_rng([seed, zlib.crc32(key.encode())])
-
-
-def _bootstrap_mean(values: np.ndarray, rng: np.random.Generator, n_boot: int,
-                    level: float) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``values``."""
-    idx = rng.integers(0, len(values), size=(n_boot, len(values)))
-    means = values[idx].mean(axis=1)
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
-
-
 def _rank(mean: pd.Series) -> pd.Series:
     # Round first so float noise does not break exact ties; a missing mean ranks last.
     return mean.round(12).rank(ascending=False, method="min", na_option="bottom").astype(int)
@@ -115,34 +94,38 @@ def _mode(series: pd.Series):
 
 
 def rank_regimes(cells: pd.DataFrame, examples: pd.DataFrame, *, target: str,
-                 metric: str = "final", n_boot: int = N_BOOT, seed: int = 0,
-                 level: float = LEVEL) -> tuple[pd.DataFrame, pd.DataFrame]:
+                 metric: str = "final", level: float = LEVEL, over_seeds: bool = True
+                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rank allocation configs (seeds pooled) and allocation regimes on one target.
 
     Args:
         cells: one row per pilot; failed pilots are ignored.
-        examples: final-checkpoint correctness (cell_id, target, example, correct), used
-            for the interval of a config with a single seed.
+        examples: final-checkpoint correctness (cell_id, target, example, correct): how
+            many problems each seed's read scored.
         target: evaluation target, e.g. "test" (column ``final_<target>``).
         metric: only "final" (final-checkpoint accuracy).
-        n_boot, seed, level: bootstrap resamples, generator seed, interval coverage.
+        level: interval coverage.
+        over_seeds: several seeds' SE from their spread (else, as a ladder's rungs read
+            them, the problems' pooled binomial SE): :func:`race.core.stats.read_se`.
 
     Returns:
         (configs, regimes). configs: one row per config_id: knobs (and ``rho_planned``),
         ``rho_realized`` (the seeds' mean; both when the cells carry them, see
         :func:`race.analysis.surfaces.with_update_fractions`), ``regime`` (most common
         among seeds), ``target``, ``n_seeds``, ``mean`` accuracy, its standard error
-        ``se`` (seeds' spread / sqrt(seeds), or binomial over one seed's problems),
-        percentile-bootstrap ``lo``/``hi`` with ``interval_source`` "seeds" (>= 2 seeds),
-        "prompts" (one seed: over its examples) or "none" (no examples), ``rank`` (1 =
+        ``se`` (:func:`race.core.stats.read_se`), the normal interval ``lo``/``hi`` from
+        it (:func:`race.core.stats.normal_interval`, the one every report prints),
+        ``covers`` (:data:`race.core.stats.COVERS`), ``interval_source`` "seeds"
+        (>= 2 seeds, ``over_seeds``), "prompts" (problems only) or "none" (no examples
+        and one seed), ``rank`` (1 =
         best, ties share the min rank); sorted by rank then config_id. regimes: per
         (model, reward, regime), its best config's config_id, mean, lo, hi, n_seeds,
         interval_source; n_configs, rank.
     """
     if metric != "final":
         raise ValueError(f"metric={metric!r}: unknown; use metric='final'")
-    if not 0 < level < 1 or n_boot < 1:
-        raise ValueError(f"level={level}, n_boot={n_boot}: need 0 < level < 1 and n_boot >= 1")
+    if not 0 < level < 1:
+        raise ValueError(f"level={level}: need 0 < level < 1")
     column = _final_column(cells, target)
     ok, failed = split_status(cells)
     if ok.empty:
@@ -160,17 +143,19 @@ def rank_regimes(cells: pd.DataFrame, examples: pd.DataFrame, *, target: str,
             row["rho_realized"] = float(group["rho_realized"].mean())
         row.update(regime=_mode(group["regime"]), target=target, n_seeds=len(values),
                    mean=float(values.mean()) if len(values) else math.nan)
-        flags = ex.loc[ex["cell_id"] == group["cell_id"].iloc[0], "correct"].to_numpy(float)
-        sample, source = ((values, "seeds") if len(values) >= 2 else
-                          (flags, "prompts") if len(flags) and len(values) else (None, "none"))
+        counts = ex.groupby("cell_id").size() if len(ex) else pd.Series(dtype=int)
+        reads = group[group[column].notna()]
+        n = [int(counts.get(c, 0)) for c in reads["cell_id"]]
         lo = hi = se = math.nan
-        if sample is not None:  # the point estimate stays inside its own interval
-            lo, hi = _bootstrap_mean(sample, _rng(seed, str(config_id)), n_boot, level)
-            lo, hi = min(lo, row["mean"]), max(hi, row["mean"])
-            # over seeds: their spread / sqrt(seeds); one seed: binomial over its problems
-            se = (float(sample.std(ddof=1) / math.sqrt(len(sample))) if source == "seeds"
-                  else binomial_se(row["mean"], len(sample), floor=False))
-        row.update(lo=lo, hi=hi, se=se, interval_source=source)
+        source, covers = "none", ""
+        if len(values) >= 2 or (len(values) and all(n)):
+            se, covers = read_se(values.tolist(), n if all(n) else [0] * len(n),
+                                 over_seeds=over_seeds)
+            if not all(n):  # seeds without their problems: the spread alone
+                se = float(values.std(ddof=1) / math.sqrt(len(values)))
+            source = "seeds" if covers == COVERS["seeds"] else "prompts"
+            lo, hi = normal_interval(row["mean"], se, level)
+        row.update(lo=lo, hi=hi, se=se, interval_source=source, covers=covers)
         rows.append(row)
     configs = pd.DataFrame(rows)
     configs["rank"] = _rank(configs["mean"])
@@ -210,12 +195,11 @@ def frontier(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str,
         Columns reward, flops (FLOPs), accuracy, lo, hi, cell_id, config_id: one row per
         FLOP level in a reward's checkpoint evals (sorted).
     """
-    z = z_of_level(level)
     ev = target_evals(evals, cells, target)
     n = ev["n"].clip(lower=1) if "n" in ev else pd.Series(1, index=ev.index)
-    p = ev["accuracy"].clip(0, 1)
-    se = pd.Series([binomial_se(a, k) for a, k in zip(p, n)], index=ev.index, dtype=float)
-    ev = ev.assign(lo=(p - z * se).clip(lower=0), hi=(p + z * se).clip(upper=1))
+    bounds = [normal_interval(a, binomial_se(a, int(k)), level)
+              for a, k in zip(ev["accuracy"], n)]
+    ev = ev.assign(lo=[b[0] for b in bounds], hi=[b[1] for b in bounds])
     rows = []
     for reward, group in ev.groupby("reward", sort=True):
         group = group.sort_values(["flops", "lo", "cell_id"], ascending=[True, False, True],

@@ -4,9 +4,12 @@ each with its interval (pure pandas and scipy).
 
 Scores are read where the selection read them: a ladder's configs at the highest rung
 each reached (:func:`race.analysis.select.ladder_selection`), a flat sweep's at their
-pilot's end. Intervals are normal at ``level`` from a score's standard error (binomial
-over its problems, pooled over seeds; a flat sweep's configs: their bootstrap interval),
-gains are over the size's warm start on the same target.
+pilot's end. Intervals are :func:`race.core.stats.normal_interval` at ``level`` from a score's
+standard error (binomial over its problems, pooled over seeds; a flat sweep's configs:
+their ranking's), the one interval every table prints for a read; gains are over the
+size's warm start on the same target. Configs whose reads tie (equal scores, or every
+interval holding 0 with the leader's) are a tie: a row names them all, never a winner
+picked by their order (``tied``).
 """
 
 from __future__ import annotations
@@ -15,17 +18,30 @@ import math
 
 import pandas as pd
 
-from race.analysis.aggregate import z_of_level
 from race.analysis.ladder_curves import ladder_points
 from race.analysis.select import gain_text, ladder_selection, ranked_reads, warm_starts
+from race.analysis.spend import training_rate
 from race.core.fmt import CHARGED_PHASES, fmt_flops
 from race.core.rungs import fmt_fraction
-from race.core.stats import binomial_se
+from race.core.stats import normal_interval, pooled_se, z_of_level
 
 FINDING_COLUMNS = ["by", "value", "config_id", "model", "reward", "group_size",
                    "update_epochs", "target", "score", "se", "lo", "hi", "gain", "gain_se",
-                   "read_at", "over_pick", "over_pick_se"]
-# over_pick(_se): a target row's config minus the primary target's row's, on that target
+                   "read_at", "over_pick", "over_pick_se", "tied", "n_configs"]
+# over_pick(_se): a target row's config minus the primary target's row's, on that target;
+# tied: the configs tied with the row's (empty: none); n_configs: the configs read there
+
+
+def ties(best: str, reads: list[tuple[str, float, float]]) -> list[str]:
+    """The configs tied with ``best`` among ``reads`` ((config, score, interval's lo)):
+    an equal score, or (where ``best``'s interval holds 0) every config whose interval
+    holds 0 too: the order among them is noise, not a ranking. Empty where ``best``
+    stands alone."""
+    score, lo = next((s, low) for c, s, low in reads if c == best)
+    members = {c for c, s, _ in reads if abs(s - score) <= 1e-9}
+    if lo <= 0:
+        members |= {c for c, _, low in reads if low <= 0}
+    return sorted(members) if len(members) > 1 else []
 
 
 def _knobs(configs: pd.DataFrame, config_id: str) -> dict:
@@ -35,19 +51,25 @@ def _knobs(configs: pd.DataFrame, config_id: str) -> dict:
 
 
 def _finding(by: str, value: str, config_id: str, knobs: dict, target: str, score: float,
-             se: float, read_at: str, z: float, start: dict | None,
-             lo: float | None = None, hi: float | None = None,
-             over_pick: tuple[float, float] = (math.nan, math.nan)) -> dict:
+             se: float, read_at: str, level: float, start: dict | None,
+             over_pick: tuple[float, float] = (math.nan, math.nan),
+             tied: list[str] | None = None, n_configs: int = 0) -> dict:
     gain = gain_se = math.nan
+    lo, hi = normal_interval(score, se, level)
     if start is not None:
         gain, gain_se = score - start["accuracy"], math.hypot(se, start["se"])
     return {"by": by, "value": value, "config_id": config_id,
             **{k: knobs.get(k) for k in ("model", "reward", "group_size", "update_epochs")},
-            "target": target, "score": score, "se": se,
-            "lo": max(0.0, score - z * se) if lo is None else lo,
-            "hi": min(1.0, score + z * se) if hi is None else hi,
+            "target": target, "score": score, "se": se, "lo": lo, "hi": hi,
             "gain": gain, "gain_se": gain_se, "read_at": read_at,
-            "over_pick": over_pick[0], "over_pick_se": over_pick[1]}
+            "over_pick": over_pick[0], "over_pick_se": over_pick[1],
+            "tied": list(tied or []), "n_configs": n_configs}
+
+
+def _reads(candidates: list[dict], level: float, key: str = "config_id") -> list[tuple]:
+    """(config, score, interval's lo) of each candidate: what :func:`ties` reads."""
+    return [(c[key], c["score"], normal_interval(c["score"], c["se"], level)[0])
+            for c in candidates]
 
 
 def pick_profile(pick: dict, cells: pd.DataFrame, configs: pd.DataFrame, *,
@@ -99,13 +121,17 @@ def ladder_answer(ladder: dict, configs: pd.DataFrame, cells: pd.DataFrame,
     primary, rows = targets[0], []
     for by, key in (("size", "model"), ("reward", "reward")):
         for value in sorted({c[key] for c in ranking}):
-            best = next(c for c in ranking if c[key] == value)
+            group = [c for c in ranking if c[key] == value]
+            best = group[0]
             rows.append(_finding(by, value, best["config_id"], best, primary, best["score"],
                                  best["se"], best["basis_used"].replace("observed at ", ""),
-                                 z, starts.get(best["model"])))
+                                 level, starts.get(best["model"]),
+                                 tied=ties(best["config_id"], _reads(group, level)),
+                                 n_configs=len(group)))
     for target in targets:
-        best = (ranking[0] | {"over_pick": (0.0, 0.0)} if target == primary else
-                _best_on(ladder, cells, evals, target, ranking[0]["config_id"]))
+        best = (ranking[0] | {"over_pick": (0.0, 0.0), "reads": _reads(ranking, level)}
+                if target == primary else
+                _best_on(ladder, cells, evals, target, ranking[0]["config_id"], level))
         if best is None:
             continue
         start = (starts if target == primary else
@@ -113,8 +139,10 @@ def ladder_answer(ladder: dict, configs: pd.DataFrame, cells: pd.DataFrame,
         rows.append(_finding("target", target, best["config_id"], best, target,
                              best["score"], best["se"],
                              best.get("read_at") or best["basis_used"].replace(
-                                 "observed at ", ""), z, start,
-                             over_pick=best["over_pick"]))
+                                 "observed at ", ""), level, start,
+                             over_pick=best["over_pick"],
+                             tied=ties(best["config_id"], best["reads"]),
+                             n_configs=len(best["reads"])))
     for rung in ladder["rungs"]:
         clean = [c for c in rung["candidates"] if not c.get("guard")]
         if not clean:
@@ -124,16 +152,18 @@ def ladder_answer(ladder: dict, configs: pd.DataFrame, cells: pd.DataFrame,
                              f"({fmt_flops(rung['budget_flops'])})", best["config"], best,
                              primary, best["score"], best["se"],
                              f"rung {rung['rung']} ({len(rung['candidates'])} configs)",
-                             z, starts.get(best["model"])))
+                             level, starts.get(best["model"]),
+                             tied=ties(best["config"], _reads(clean, level, "config")),
+                             n_configs=len(clean)))
     return _ladder_runner_up(ladder, ranking, z), pd.DataFrame(rows, columns=FINDING_COLUMNS)
 
 
 def _best_on(ladder: dict, cells: pd.DataFrame, evals: pd.DataFrame, target: str,
-             pick: str) -> dict | None:
+             pick: str, level: float) -> dict | None:
     """The best config on a reported target, at the highest rung that scored it (seeds
     averaged, binomial SE pooled): the other targets are scored at the last rung. With
     ``over_pick``: its lead over ``pick`` there, and that lead's SE (NaN where the pick
-    was not scored there)."""
+    was not scored there); ``reads``: every config read there (:func:`ties`)."""
     points = ladder_points(ladder, cells, evals, target=target)
     points = points[points["rung"] > 0]
     if points.empty:
@@ -143,10 +173,8 @@ def _best_on(ladder: dict, cells: pd.DataFrame, evals: pd.DataFrame, target: str
     guarded = {c["config"] for r in ladder["rungs"] for c in r["candidates"] if c.get("guard")}
     scored = []
     for config, group in ends.groupby("config_id"):
-        k = len(group)
         score = float(group["accuracy"].mean())
-        se = math.sqrt(sum(binomial_se(a, int(n)) ** 2
-                           for a, n in zip(group["accuracy"], group["n"]))) / k
+        se = pooled_se(group["accuracy"].tolist(), group["n"].tolist())
         scored.append((config in guarded, -score, config, score, se, group.iloc[0]))
     _, _, config, score, se, row = min(scored)
     fraction = next(r["fraction"] for r in ladder["rungs"] if r["rung"] == top)
@@ -156,7 +184,8 @@ def _best_on(ladder: dict, cells: pd.DataFrame, evals: pd.DataFrame, target: str
     return {"config_id": config, "model": row["model"], "reward": row["reward"],
             "group_size": row["group_size"], "update_epochs": row["update_epochs"],
             "score": score, "se": se, "read_at": f"rung {top} ({fmt_fraction(fraction)})",
-            "over_pick": over}
+            "over_pick": over,
+            "reads": [(c, s, normal_interval(s, e, level)[0]) for _, _, c, s, e, _ in scored]}
 
 
 def _ladder_runner_up(ladder: dict, ranking: list[dict], z: float) -> dict | None:
@@ -196,8 +225,9 @@ def flat_answer(ranked: dict, selected: list[dict], targets: list[str], *, level
         for value, group in configs.groupby(key, sort=True):
             best = group.iloc[0]
             rows.append(_finding(by, value, best["config_id"], best, primary, best["mean"],
-                                 best["se"], "pilot end", z, starts.get(best["model"]),
-                                 best["lo"], best["hi"]))
+                                 best["se"], "pilot end", level, starts.get(best["model"]),
+                                 tied=ties(best["config_id"], _frame_reads(group)),
+                                 n_configs=len(group)))
     pick = configs.iloc[0]["config_id"]  # the primary target's row
     for target in (t for t in targets if t in ranked):  # a target read past warm starts
         best = ranked[target][0].iloc[0]
@@ -208,8 +238,10 @@ def flat_answer(ranked: dict, selected: list[dict], targets: list[str], *, level
                  math.hypot(best["se"], theirs["se"].iloc[0])) if len(theirs)
                 else (math.nan, math.nan))
         rows.append(_finding("target", target, best["config_id"], best, target,
-                             best["mean"], best["se"], "pilot end", z, start, best["lo"],
-                             best["hi"], over_pick=over))
+                             best["mean"], best["se"], "pilot end", level, start,
+                             over_pick=over,
+                             tied=ties(best["config_id"], _frame_reads(ranked[target][0])),
+                             n_configs=len(ranked[target][0])))
     runner = None
     if selected and len(configs) > 1:
         pick = configs[configs["config_id"] == selected[0]["config_id"]].iloc[0]
@@ -222,20 +254,26 @@ def flat_answer(ranked: dict, selected: list[dict], targets: list[str], *, level
     return runner, pd.DataFrame(rows, columns=FINDING_COLUMNS)
 
 
+def _frame_reads(configs: pd.DataFrame) -> list[tuple]:
+    """(config, mean, lo) of ranked configs: what :func:`ties` reads."""
+    return list(zip(configs["config_id"], configs["mean"], configs["lo"].fillna(0.0)))
+
+
 def full_run(buys: pd.DataFrame, pick: dict, cells: pd.DataFrame) -> dict:
     """What the pick costs at the full budget: its size's row of the budget's table
     (:func:`race.analysis.size_buys.budget_buys`: steps, completions, tokens, split), and
-    ``flops_per_s``: the charged FLOP/s the size's fresh pilot cells ran at (a continued
-    rung's FLOPs accumulate along its lineage; eval and loading left out), on ``device``."""
+    ``flops_per_s``: the charged FLOP/s the size's fresh pilot cells trained at
+    (:func:`race.analysis.spend.training_rate`, as ``race validate`` reads it; a
+    continued rung's FLOPs accumulate along its lineage), on ``device``."""
     row = buys[buys["model"] == pick["model"]]
     out = {} if row.empty else row.iloc[0].to_dict()
     mine = cells[(cells["model"] == pick["model"]) & (cells["status"] == "ok")]
     if "continues" in mine:
         mine = mine[~mine["continues"].fillna("").astype(bool)]
-    walls = [f"wall_s_{p}" for p in CHARGED_PHASES if f"wall_s_{p}" in mine]
-    seconds = float(mine[walls].fillna(0).to_numpy().sum()) if walls else 0.0
+    walls = {p: float(mine[f"wall_s_{p}"].fillna(0).sum()) for p in CHARGED_PHASES
+             if f"wall_s_{p}" in mine}
     flops = float(mine["total_flops"].fillna(0).sum()) if "total_flops" in mine else 0.0
-    out["flops_per_s"] = flops / seconds if seconds > 0 and flops > 0 else math.nan
+    out["flops_per_s"] = training_rate(flops, walls)
     device = mine["device"].dropna() if "device" in mine else pd.Series(dtype=str)
     out["device"] = str(device.iloc[0]) if len(device) else ""
     return out
@@ -268,6 +306,16 @@ def problems_text(fewest: int, most: int | None = None) -> str:
     return str(fewest) if most == fewest else f"{fewest}-{most}"
 
 
+def _tied(row) -> bool:
+    return isinstance(row.get("tied"), list) and bool(row["tied"])
+
+
+def leader_text(row) -> str:
+    """A findings row's leader: its config, or ``tie of a, b (no winner)``."""
+    return (f"tie of {', '.join(row['tied'])} (no winner)" if _tied(row)
+            else str(row["config_id"]))
+
+
 def best_by_target(findings: pd.DataFrame | None, targets: list[str],
                    problems: dict[str, tuple[int, int]], level: float = 0.9) -> dict:
     """The findings' target rows (the by-condition table's) in one line: the best config
@@ -275,7 +323,9 @@ def best_by_target(findings: pd.DataFrame | None, targets: list[str],
     leaders that differ are not yet a finding: the answer differs between targets only
     where another target's leader beats the primary target's leader on it with a ``level``
     interval excluding 0 (unpaired, so conservative); otherwise the line says the leaders
-    differ within their intervals. ``agree``: the point leaders are one config.
+    differ within their intervals. ``agree``: the point leaders are one config, every
+    target compared scored at least two configs past their warm starts and no target's
+    lead is a tie (:func:`ties`); else the line says which targets cannot be compared.
 
     Returns:
         {<target>: best config_id or None (not ranked: never scored past a warm start),
@@ -283,11 +333,12 @@ def best_by_target(findings: pd.DataFrame | None, targets: list[str],
     """
     rows = (findings[findings["by"] == "target"] if findings is not None and len(findings)
             else pd.DataFrame(columns=FINDING_COLUMNS))
-    best = {t: None for t in targets} | {str(r["value"]): str(r["config_id"])
+    best = {t: None for t in targets} | {str(r["value"]): (None if _tied(r) else
+                                                           str(r["config_id"]))
                                          for _, r in rows.iterrows()}
     agree = len(set(rows["config_id"])) <= 1
     parts = ", ".join(
-        f"{r['value']} -> {r['config_id']} ({r['score']:.3f} at {r['read_at']}"
+        f"{r['value']} -> {leader_text(r)} ({r['score']:.3f} at {r['read_at']}"
         + (f", n={problems_text(*problems[r['value']])}" if r["value"] in problems else "")
         + ")" for _, r in rows.iterrows())
     z, pick = z_of_level(level), (rows["config_id"].iloc[0] if len(rows) else None)
@@ -298,7 +349,17 @@ def best_by_target(findings: pd.DataFrame | None, targets: list[str],
              if r["config_id"] != pick and pd.notna(r.get("over_pick"))]
     clear = any(r["config_id"] != pick and r["over_pick"] - z * r["over_pick_se"] > 0
                 for _, r in rows.iloc[1:].iterrows() if pd.notna(r.get("over_pick")))
-    if not len(rows):
+    few = [str(r["value"]) for _, r in rows.iterrows()
+           if pd.notna(r.get("n_configs")) and int(r["n_configs"]) < 2]
+    tied = [f"{r['value']} ({', '.join(r['tied'])} at {r['score']:.3f})"
+            for _, r in rows.iterrows() if _tied(r)]
+    agree = agree and not few and not tied
+    if len(rows) and (few or tied):
+        message = "the targets cannot be compared: " + "; ".join(
+            ([f"only one config was scored past its warm start on {', '.join(few)}"]
+             if few else [])
+            + ([f"the leaders tie on {', '.join(tied)}"] if tied else [])) + f" ({parts})"
+    elif not len(rows):
         message = "no target has a ranked config"
     elif agree:
         message = f"the best allocation agrees across targets: {parts}"
@@ -309,7 +370,7 @@ def best_by_target(findings: pd.DataFrame | None, targets: list[str],
         message = (f"the targets' point leaders differ, but within their intervals: "
                    f"{parts}; " + (f"{', '.join(leads)} ({level:.0%} interval, holding 0)"
                                    if leads else f"{pick} was not scored on the others"))
-    unread = [t for t in targets if best[t] is None]
+    unread = [t for t in targets if t not in set(rows["value"])]
     if unread and len(rows):
         message += (f"; not ranked: {', '.join(unread)} (no config was scored on it past "
                     f"its warm start)")

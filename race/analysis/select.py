@@ -17,11 +17,17 @@ from race.analysis.aggregate import (
     plain,
     target_evals,
     targets,
-    z_of_level,
 )
 from race.analysis.load import load_results
-from race.core.rungs import final_ranking, fmt_fraction, next_rung_bound
-from race.core.stats import BASES, REPORT, binomial_se
+from race.core.rungs import final_ranking, fmt_fraction, next_rung_bound, pool_seeds
+from race.core.stats import (
+    BASES,
+    REPORT,
+    binomial_se,
+    normal_interval,
+    pooled_se,
+    z_of_level,
+)
 from race.store.cell import CellDir
 from race.store.io import read_json
 from race.store.sweep_files import SweepDir
@@ -84,10 +90,10 @@ def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = TOP_K,
             diff, diff_se = score - start["accuracy"], math.hypot(se, start["se"])
             gain = {"start": start["accuracy"], "gain": diff, "gain_se": diff_se,
                     "gain_text": gain_text(diff, diff_se, z)}
+        lo, hi = normal_interval(score, se, level)
         chosen.append(gain | {
             "config_id": cand["config"], "cell_ids": list(cand["cell_ids"]),
-            "score": score, "lo": max(0.0, score - z * se),
-            "hi": min(1.0, score + z * se), "se": se, "rung": rung["rung"],
+            "score": score, "lo": lo, "hi": hi, "se": se, "rung": rung["rung"],
             "basis_used": f"observed at {where}", "interval_width": 2 * z * se,
             "regime": regime.get(cand["config"]), "model": cand["model"],
             "reward": cand["reward"], "guard": guard, "why": why, "rank": rank,
@@ -211,11 +217,9 @@ def rung_candidates(sweep_dir: Path, specs: list, config_of: dict[str, str],
         by_config.setdefault(config_of[spec.cell_id], []).append((spec, bound))
     candidates = []
     for config, members in sorted(by_config.items()):
-        k = len(members)
-        score = sum(b["score"] for _, b in members) / k
-        se = math.sqrt(sum(b["se"] ** 2 for _, b in members)) / k
-        predicted = sum(b["predicted"] for _, b in members) / k
-        predicted_se = math.sqrt(sum(b["predicted_se"] ** 2 for _, b in members)) / k
+        pooled = pool_seeds([b for _, b in members], z)  # seeds and problems
+        score, se = pooled["score"], pooled["se"]
+        predicted, predicted_se = pooled["predicted"], pooled["predicted_se"]
         cell_ids = [s.cell_id for s, _ in members]
         guard = fired[fired["cell_id"].isin(cell_ids)]
         spec = members[0][0]
@@ -259,11 +263,23 @@ def final_reads(evals: pd.DataFrame, target: str) -> pd.DataFrame:
 def pooled(reads: pd.DataFrame) -> tuple[float, float]:
     """The seeds' mean score and its standard error: each seed's binomial SE over the
     problems it scored (its ``n``), pooled, ``sqrt(sum se_i^2) / k``."""
-    k = len(reads)
-    score = float(reads["accuracy"].mean())
-    se = math.sqrt(sum(binomial_se(a, int(n)) ** 2
-                       for a, n in zip(reads["accuracy"], reads["n"]))) / k
-    return score, se
+    return float(reads["accuracy"].mean()), pooled_se(reads["accuracy"].tolist(),
+                                                      reads["n"].tolist())
+
+
+# the knobs that make an allocation (a config id also carries the pilot budget, so two
+# budgets' ids always differ): what "changes" between budgets compares
+ALLOCATION_KEYS = ("model", "reward", "group_size", "update_epochs", "prompts_per_step",
+                   "max_new_tokens", "lr", "lora_rank", "kl_coef", "temperature",
+                   "minibatch_size")
+
+
+def allocation(spec: dict) -> str:
+    """A cell's allocation as its knobs, ``model=tiny-m reward=rule group_size=4 ...``
+    (the budget and seed left out): equal across budgets where the allocation is."""
+    knobs = {k: spec.get(k) for k in ALLOCATION_KEYS}
+    knobs["reward"] = (spec.get("reward") or {}).get("name")
+    return " ".join(f"{k}={v}" for k, v in knobs.items() if v is not None)
 
 
 def budget_rows(budget: float, folder: Path, *, level: float = LEVEL) -> list[dict]:
@@ -274,7 +290,6 @@ def budget_rows(budget: float, folder: Path, *, level: float = LEVEL) -> list[di
     is read on a target only where it was scored past its warm start
     (:func:`final_reads`); ``n`` is the fewest problems a seed of the chosen config
     scored, ``n_max`` the most."""
-    z = z_of_level(level)
     sweep = SweepDir(folder)
     selection = read_json(sweep.selection)
     cells, evals, _ = load_results(folder)
@@ -305,17 +320,26 @@ def budget_rows(budget: float, folder: Path, *, level: float = LEVEL) -> list[di
         if not scored:
             continue
         best = None
+        if target == primary and selection.get("pick", "") is None:  # nothing learned
+            rows.append({"budget_flops": budget, "target": target, "selection": True,
+                         "config": "-", "allocation": "-",
+                         "score": math.nan, "se": math.nan, "lo": math.nan, "hi": math.nan,
+                         "n": min(s["n"] for s in scored),
+                         "n_max": max(s["n_max"] for s in scored), "seeds": 0,
+                         "read_at": "-", "guard": selection.get("pick_reason", "")})
+            continue
         if target == primary and selection["selected"]:
             chosen = selection["selected"][0]["config_id"]
             best = next((s for s in scored if s["config"] == chosen), None)
         best = best or min(scored, key=lambda s: (bool(s["guard"]), -s["score"], s["config"]))
         spec = best["spec"]
+        lo, hi = normal_interval(best["score"], best["se"], level)
         rows.append({"budget_flops": budget, "target": target, "selection": target == primary,
-                     "config": best["config"], "model": spec["model"],
+                     "config": best["config"], "allocation": allocation(spec),
+                     "model": spec["model"],
                      "reward": spec["reward"]["name"], "group_size": spec["group_size"],
                      "update_epochs": spec["update_epochs"], "score": best["score"],
-                     "se": best["se"], "lo": max(0.0, best["score"] - z * best["se"]),
-                     "hi": min(1.0, best["score"] + z * best["se"]), "n": best["n"],
+                     "se": best["se"], "lo": lo, "hi": hi, "n": best["n"],
                      "n_max": best["n_max"], "seeds": best["seeds"],
                      "read_at": fmt_fraction(best["fraction"]),
                      "guard": best["guard"] or ""})

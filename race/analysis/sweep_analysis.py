@@ -31,6 +31,7 @@ from race.analysis.headline import (
     scored_problems,
 )
 from race.analysis.ladder_curves import ladder_points, lineage_fits
+from race.analysis.learning import Learning, check_learning
 from race.analysis.load import load_results, run_specs
 from race.analysis.response import ResponseSurface
 from race.analysis.select import (
@@ -41,6 +42,7 @@ from race.analysis.select import (
     warm_starts,
 )
 from race.analysis.size_buys import budget_buys
+from race.analysis.spend import pilot_spend
 from race.analysis.surfaces import response_surfaces
 from race.core.guards import DEFAULT, GuardThresholds
 from race.core.stats import BASES, REPORT
@@ -78,6 +80,10 @@ class SweepAnalysis:
     (what the full budget buys at each size with the pick's recipe,
     :func:`race.analysis.size_buys.budget_buys`; ``buys_note``: why it is empty) and
     ``full`` (the pick's size's row of it, with its measured FLOP/s).
+    ``learning``: per config, whether it learned (:mod:`race.analysis.learning`); where
+    none did, ``no_pick`` says so with the likely causes, and nothing is selected.
+    ``spend``: the pilot compute as spent beside the plan
+    (:func:`race.analysis.spend.pilot_spend`).
     ``every_eval``: every rung's checkpoint evals; a ladder's ``points`` (target ->
     :func:`race.analysis.ladder_curves.ladder_points`) and ``lineage_fits`` (its
     lineages' curve fits on the primary target) are what its figures draw, and its
@@ -118,6 +124,9 @@ class SweepAnalysis:
     full: dict = field(default_factory=dict)
     points: dict = field(default_factory=dict)
     lineage_fits: pd.DataFrame | None = None
+    learning: Learning | None = None
+    no_pick: str = ""
+    spend: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -162,7 +171,7 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
         raise no_ok_cells(sweep_dir, every_cell)
     check_consistent(every_cell)
     ladder = (read_result(folder.ladder, SWEEP_JSON_FIX) if folder.ladder.is_file() else None)
-    cells, every_eval = every_cell, evals
+    cells, every_eval, every_step = every_cell, evals, steps
     if ladder is not None:  # rank on the first rung: every config at one budget
         first = set(ladder["rungs"][0]["cells"])
         cells = every_cell[every_cell["cell_id"].isin(first)]
@@ -198,8 +207,10 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
         if not ok["cell_id"].isin(scored).any():
             result.unranked[target] = _unranked(target, ladder is not None)
             continue
+        # a ladder's reads carry the problems' pooled SE, as its rungs did
         configs, regimes = rank_regimes(ok[ok["cell_id"].isin(scored)], examples,
-                                        target=target, n_boot=n_boot, level=level)
+                                        target=target, level=level,
+                                        over_seeds=ladder is None)
         fits = fit_cells(evals, cells, target=target)
         raw[target], result.fits[target] = configs, fits
         result.ranked[target] = (configs.merge(_fit_columns(fits), on="config_id",
@@ -211,10 +222,11 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
     result.problems = scored_problems(every_eval)
     result.starts = warm_starts(evals, cells, target=primary)
     result.surfaces = response_surfaces(ok, evals, target=primary, level=level, boot=n_boot)
+    result.spend = pilot_spend(every_cell, ladder, _record(sweep_dir))
+    result.learning = check_learning(every_cell, every_eval, every_step, target=primary,
+                                     starts=result.starts, ladder=ladder, level=level)
     _select(result, raw[primary], evals, examples, steps, basis)
-    _answer(result)
-    result.by_target = best_by_target(result.findings, result.targets, result.problems,
-                                      result.level)
+    _answer_or_none(result)
     config_order = {cid: i for i, cid in enumerate(result.primary_configs["config_id"])}
     result.order = ok.assign(_o=ok["config_id"].map(config_order)).sort_values(
         ["_o", "seed", "cell_id"], kind="stable")["cell_id"].tolist()
@@ -243,6 +255,19 @@ def _select(result: SweepAnalysis, configs: pd.DataFrame, evals: pd.DataFrame,
     result.guards_fired = fired.to_dict("records")
     result.selected = select_for_validation(configs, result.fits[primary], k=k, basis=basis,
                                             guarded=guarded)
+
+
+def _answer_or_none(result: SweepAnalysis) -> None:
+    """The answer (:func:`_answer`) and the best allocation by target; where nothing
+    learned, no selection, no pick and no best allocation, saying why."""
+    if result.learning.nothing:  # no best allocation: nothing to validate
+        result.selected, result.no_pick = [], result.learning.reason()
+    else:
+        _answer(result)
+    result.by_target = best_by_target(result.findings, result.targets, result.problems,
+                                      result.level)
+    if result.no_pick:
+        result.by_target["message"] = f"{result.no_pick}; no target has a best allocation"
 
 
 def _answer(result: SweepAnalysis) -> None:
@@ -314,10 +339,15 @@ def _fit_columns(fits: pd.DataFrame) -> pd.DataFrame:
         predict_at=("predict_at", "mean"), fit_reason=("reason", reasons))[columns]
 
 
+def _record(sweep_dir: Path) -> dict:
+    """The sweep's ``sweep.json`` ({} where there is none)."""
+    path = SweepDir(sweep_dir).record
+    return read_result(path, SWEEP_JSON_FIX) if path.is_file() else {}
+
+
 def _guard_thresholds(sweep_dir: Path):
     """The guard thresholds the sweep ran with (``sweep.json``), else the defaults."""
-    path = SweepDir(sweep_dir).record
-    record = read_result(path, SWEEP_JSON_FIX) if path.is_file() else {}
+    record = _record(sweep_dir)
     given = record.get("config", {}).get("selection", {}).get("guards")
     return GuardThresholds(**given) if given else DEFAULT
 

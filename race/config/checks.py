@@ -89,6 +89,10 @@ def selection_problems(selection: SelectionConfig) -> list[str]:
                         f"e.g. selection.pilot_budget=1.0)")
     if selection.z < 0:
         problems.append(f"selection.z={selection.z}: must be >= 0")
+    if not (isinstance(selection.replicates, int) and selection.replicates >= 1):
+        problems.append(f"selection.replicates={selection.replicates}: must be an integer "
+                        f">= 1 (seeds each config of the last rung is read on, e.g. "
+                        f"selection.replicates=2)")
     if selection.promote_by not in PROMOTE_BY:
         problems.append(f"selection.promote_by={selection.promote_by!r}: use "
                         + " or ".join(f"selection.promote_by={k}" for k in PROMOTE_BY))
@@ -354,6 +358,11 @@ def sweep_name_problems(sweep: SweepConfig) -> list[str]:
         problems.append(f"sweep.name={name}: must name a folder inside sweep.out_dir="
                         f"{sweep.out_dir} (no '..', no absolute path); e.g. "
                         f"sweep.name=my-sweep, or set sweep.out_dir to write elsewhere")
+    elif not name.isprintable():  # a quoted newline or tab: a folder name nobody can type
+        problems.append(f"sweep.name={name!r}: holds a control character "
+                        f"({', '.join(sorted({repr(c) for c in name if not c.isprintable()}))})"
+                        f"; give a name on one line without it, e.g. "
+                        f"sweep.name={''.join(c for c in name if c.isprintable())}")
     elif any(len(part.encode()) > MAX_NAME_BYTES for part in parts):
         problems.append(f"sweep.name={name[:40]}...: {len(name.encode())} bytes, past the "
                         f"{MAX_NAME_BYTES} a folder name may have here (file systems allow "

@@ -329,6 +329,11 @@ class SelectionConfig:
     # close: a policy size keeps its best config at each rung while that config's upper
     # bound (plus z SE) reaches the leader's lower bound | all: every size always does
     keep_sizes: str = "close"
+    # seeds each config of a ladder's last rung is read on: 1 (the default) reads one;
+    # k > 1 runs k - 1 more seeds afresh to the last rung within the same pilot compute
+    # (the rungs shrink to pay for them) and ranks by the pooled seed mean, its interval
+    # from the seeds' spread (seeds and problems) where that is wider than the problems'
+    replicates: int = 1
     # when a config's guard fires (never promoted, extrapolated or preferred)
     guards: GuardConfig = field(default_factory=GuardConfig)
 
@@ -356,6 +361,9 @@ class ValidateConfig:
     # problems of the selection target each validation run scores (at least the pilots'):
     # SE sqrt(p(1-p)/n) <= 0.016 at n=1000; eval is not charged to the budget
     select_examples: int = 1000
+    # ask before starting more than 1 h of runs (y/N on a terminal; elsewhere race validate
+    # exits 2 unless --yes); false: start without asking
+    confirm: bool = True
 
 
 @with_knobs("accounting")

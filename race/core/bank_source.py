@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from race.core.rungs import DEFAULT_PROMOTE_BY, next_rung_bound
+from race.core.rungs import DEFAULT_PROMOTE_BY, next_rung_bound, pool_seeds
 
 
 class RecordedCurve(Protocol):
@@ -61,6 +61,9 @@ class BankSource:
         promote_by: what a promotion reads (:data:`race.core.rungs.PROMOTE_BY`).
         guard: ``guard(curve, fraction, reads)``: what fired on the curve at rung
             ``fraction``, read at the rung ends ``reads`` (None: no guards).
+        replicates: config -> its curves on other seeds (``selection.replicates``): at
+            the last rung each is read too, run afresh to it (and paid for), and the
+            config's candidate pools every seed (:func:`race.core.rungs.pool_seeds`).
 
     After a climb, ``charged`` is the compute spent (share of F: each rung's configs pay
     their increment over the rung below) and ``pilots`` {rung read: configs run to it}.
@@ -69,9 +72,11 @@ class BankSource:
     def __init__(self, curves: Mapping[str, RecordedCurve], models: Mapping[str, str],
                  reads: Sequence[float], *, z: float = 1.0,
                  promote_by: str = DEFAULT_PROMOTE_BY,
-                 guard: Callable[[RecordedCurve, float, tuple], str | None] | None = None):
+                 guard: Callable[[RecordedCurve, float, tuple], str | None] | None = None,
+                 replicates: Mapping[str, Sequence[RecordedCurve]] | None = None):
         self.curves, self.models, self.reads = curves, models, list(reads)
         self.z, self.promote_by, self.guard = z, promote_by, guard
+        self.replicates = replicates or {}
         self.charged, self.pilots, self._before = 0.0, {}, 0.0
 
     def run_rung(self, index: int, configs: Sequence[str]) -> list[dict]:
@@ -82,17 +87,26 @@ class BankSource:
         self.pilots[fraction] = len(configs)
         self._before = fraction
         reads = tuple(self.reads[:index + 1])
-        nxt = self.reads[index + 1] if index + 1 < len(self.reads) else fraction
+        last = index + 1 == len(self.reads)
+        nxt = fraction if last else self.reads[index + 1]
         candidates = []
         for config in configs:
             curve = self.curves[config]
-            keep = np.isin(curve.fraction, (0.0, *reads))  # the warm start and rung ends
-            bound = next_rung_bound(curve.flops[keep].tolist(), curve.read[keep].tolist(),
-                                    curve.read_n[keep].astype(int).tolist(),
-                                    nxt * curve.full, z=self.z, promote_by=self.promote_by)
+            bounds = [self._bound(curve, reads, nxt)]
+            if last:  # the replicates, run afresh to the last rung
+                extra = self.replicates.get(config, ())
+                self.charged += len(extra) * fraction
+                bounds += [self._bound(c, (fraction,), nxt) for c in extra]
+            bound = pool_seeds(bounds, self.z)
             candidates.append({"config": config, "model": self.models[config],
                                "lcb": bound["lcb"], "score": bound["score"],
-                               "ucb": bound["predicted"] + self.z * bound["predicted_se"],
+                               "ucb": bound["ucb"],
                                "guard": (self.guard(curve, fraction, reads)
                                          if self.guard is not None else None)})
         return candidates
+
+    def _bound(self, curve: RecordedCurve, reads: tuple, nxt: float) -> dict:
+        keep = np.isin(curve.fraction, (0.0, *reads))  # the warm start and rung ends
+        return next_rung_bound(curve.flops[keep].tolist(), curve.read[keep].tolist(),
+                               curve.read_n[keep].astype(int).tolist(), nxt * curve.full,
+                               z=self.z, promote_by=self.promote_by)

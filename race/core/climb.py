@@ -94,11 +94,14 @@ def rung_eval_costs(n_rungs: int, evaluations: int, *, select_cost: float,
 
 
 def ladder_eval_cost(counts: Sequence[float], rung_costs: Sequence[float], *,
-                     seeds: int = 1, start_cost: float = 0.0) -> float:
+                     seeds: int = 1, start_cost: float = 0.0, replicates: int = 1) -> float:
     """A ladder's planned eval: ``start_cost`` (each warm start scored once), then per
     rung its ``counts[i] x seeds`` pilots at ``rung_costs[i]`` each (a continued cell
-    scores only its checkpoints above the rung below). In the units of the costs."""
+    scores only its checkpoints above the rung below), and the last rung's ``replicates -
+    1`` extra seeds at its cost (an upper bound: a fresh cell scores the last rung's
+    checkpoints). In the units of the costs."""
     total = start_cost
     for count, cost in zip(counts, rung_costs):
         total += count * seeds * cost
-    return total
+    extra = counts[-1] * seeds * (replicates - 1) * rung_costs[-1] if replicates > 1 else 0.0
+    return total + extra

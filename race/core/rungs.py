@@ -70,6 +70,8 @@ class LadderPlan:
             continued cell pays only its increment over the rung before).
         scaled: the factor the requested rungs were multiplied by to fit ``share`` (1.0:
             they fit as given).
+        replicates: seeds each config of the last rung is read on (``selection.replicates``):
+            the first continued, the others run afresh to the last rung's budget.
     """
 
     rungs: tuple[float, ...]
@@ -77,6 +79,7 @@ class LadderPlan:
     seeds: int
     cost_share: float
     scaled: float = 1.0
+    replicates: int = 1
 
 
 def fmt_fraction(fraction: float) -> str:
@@ -95,21 +98,24 @@ def rung_counts(n_configs: int, n_rungs: int, reduction: int, n_sizes: int = 1) 
     return tuple(counts)
 
 
-def ladder_cost(rungs: Sequence[float], counts: Sequence[int], seeds: int) -> float:
+def ladder_cost(rungs: Sequence[float], counts: Sequence[int], seeds: int,
+                replicates: int = 1) -> float:
     """Pilot compute of a ladder as a share of one full run: each rung's cells pay only
-    their increment over the rung before (a continued cell resumes its checkpoint)."""
+    their increment over the rung before (a continued cell resumes its checkpoint); each
+    of the last rung's ``replicates - 1`` extra seeds runs afresh to the last rung."""
     spent, before = 0.0, 0.0
     for rung, count in zip(rungs, counts):
         spent += count * seeds * (rung - before)
         before = rung
-    return spent
+    return spent + (counts[-1] * seeds * (replicates - 1) * rungs[-1] if replicates > 1 else 0.0)
 
 
 def plan_ladder(n_configs: int, *, seeds: int = 1, n_sizes: int = 1,
                 rungs: Sequence[float] = DEFAULT_RUNGS,
                 reduction: int = DEFAULT_REDUCTION, share: float = 1.0,
-                fill: bool = False) -> LadderPlan:
-    """The ladder for ``n_configs`` configs of ``seeds`` cells each.
+                fill: bool = False, replicates: int = 1) -> LadderPlan:
+    """The ladder for ``n_configs`` configs of ``seeds`` cells each (the last rung's
+    configs on ``replicates`` seeds each, within the same ``share``).
 
     When the rungs as given would cost more than ``share`` of one full run (a large
     grid), every rung shrinks by one factor until the ladder costs exactly ``share``.
@@ -117,10 +123,11 @@ def plan_ladder(n_configs: int, *, seeds: int = 1, n_sizes: int = 1,
     rung as late as the share allows), as long as the last stays within F.
     """
     counts = rung_counts(n_configs, len(rungs), reduction, n_sizes)
-    cost = ladder_cost(rungs, counts, seeds)
+    cost = ladder_cost(rungs, counts, seeds, replicates)
     scale = share / cost if cost > 0 else 1.0
     scale = min(scale, 1 / rungs[-1]) if fill else min(scale, 1.0)
-    return LadderPlan(tuple(r * scale for r in rungs), counts, seeds, cost * scale, scale)
+    return LadderPlan(tuple(r * scale for r in rungs), counts, seeds, cost * scale, scale,
+                      replicates)
 
 
 def trend_per_log_flops(flops: Sequence[float], accuracy: Sequence[float],
@@ -169,6 +176,24 @@ def next_rung_bound(flops: Sequence[float], accuracy: Sequence[float],
     predicted_se = math.sqrt(se ** 2 + (slope_se * distance) ** 2)
     return {"score": p, "se": se, "predicted": predicted, "predicted_se": predicted_se,
             "lcb": predicted - z * predicted_se}
+
+
+def pool_seeds(bounds: Sequence[dict], z: float = 1.0) -> dict:
+    """One config's :func:`next_rung_bound` results on several seeds, pooled: the seed
+    means of ``score`` and ``predicted``, and their SEs from the problems (each seed's
+    binomial SE) or, with two seeds or more, from the seeds' spread where that is larger
+    (the seed-to-seed noise a one-seed read cannot see). Returns the keys of
+    :func:`next_rung_bound` plus ``ucb`` and ``seeds``."""
+    k = len(bounds)
+    out = {"seeds": k}
+    for key, se_key in (("score", "se"), ("predicted", "predicted_se")):
+        values = [b[key] for b in bounds]
+        mean = sum(values) / k
+        problems = math.sqrt(sum(b[se_key] ** 2 for b in bounds)) / k
+        spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1) / k) if k > 1 else 0.0
+        out |= {key: mean, se_key: max(problems, spread)}
+    return out | {"lcb": out["predicted"] - z * out["predicted_se"],
+                  "ucb": out["predicted"] + z * out["predicted_se"]}
 
 
 def promote(candidates: list[dict], count: int, *, keep_sizes: str = "close") -> list[dict]:

@@ -311,7 +311,15 @@ def continued_state(spec: RunSpec, cell_dir: Path) -> PilotState | None:
     if earlier.lineage_id != spec.lineage_id or earlier.budget_flops >= spec.budget_flops:
         raise UsageError(f"cell {spec.cell_id} continues {spec.continues}, another cell "
                          f"(different knobs, or a budget not below {spec.budget_flops:.3g})")
-    state = load_state(below.state, earlier) if below.is_ok() else None
+    try:
+        state = load_state(below.state, earlier) if below.is_ok() else None
+    except UsageError as error:  # deleting its state alone would leave an ok cell stateless
+        cause = error.__cause__ or error
+        raise UsageError(f"cell {spec.cell_id} continues {spec.continues}, whose final state "
+                         f"in {below.state} cannot be read ({type(cause).__name__}: {cause}); "
+                         f"remove the damaged cell folder "
+                         f"{below.path} so that its rung reruns, then rerun the sweep"
+                         ) from error
     if state is None:
         raise UsageError(f"cell {spec.cell_id} continues {spec.continues}, which has no "
                          f"final state (not finished ok, or run without keeping it); rerun "

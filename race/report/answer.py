@@ -9,7 +9,7 @@ import math
 
 import pandas as pd
 
-from race.analysis.headline import problems_text, verdict
+from race.analysis.headline import leader_text, problems_text, verdict
 from race.analysis.sweep_analysis import SweepAnalysis
 from race.core.fmt import CHARGED_PHASES, fmt_flops
 from race.core.fmt import acc as _acc
@@ -17,6 +17,7 @@ from race.core.fmt import interval as _interval
 from race.core.fmt import label as _label
 from race.core.fmt import md_table as _md_table
 from race.report.buys import count
+from race.report.honesty import covers, nothing_learned_lines, nothing_learned_markdown
 
 
 def _split(shares: dict) -> str:
@@ -36,23 +37,38 @@ def _rho(pick: dict) -> str:
     return ", ".join(parts) if parts else "rho unknown"
 
 
-def _score(pick: dict, target: str) -> str:
-    """The pick's score as selection read it, with its SE and gain."""
+def _score(pick: dict, target: str, scope: str = "") -> str:
+    """The pick's score as selection read it, with its SE (``scope``: what its interval
+    covers) and gain."""
     basis = {"observed": "observed at the pilot's end",
              "extrapolated": "predicted at the full budget"}.get(pick["basis_used"],
                                                                  pick["basis_used"])
     text = (f"`{target}` {_interval(pick['score'], pick['lo'], pick['hi'])} "
-            f"(SE {_acc(pick.get('se'))}), {basis}")
+            f"(SE {_acc(pick.get('se'))}{'; ' + scope if scope else ''}), {basis}")
     if pick.get("basis_used") == "extrapolated" and "observed" in pick:
         observed = _interval(pick["observed"], pick["observed_lo"], pick["observed_hi"])
         text += f"; observed {observed}"
     return text + (f"; {pick['gain_text']}" if pick.get("gain_text") else "")
 
 
+def pick_tie(result: SweepAnalysis) -> list[str]:
+    """The configs the pick ties with on the primary target (empty: it stands alone)."""
+    rows = result.findings
+    if rows is None or not len(rows):
+        return []
+    mine = rows[(rows["by"] == "target") & (rows["value"] == result.primary)]
+    return list(mine["tied"].iloc[0]) if len(mine) and mine["tied"].iloc[0] else []
+
+
 def pick_line(result: SweepAnalysis) -> str:
-    pick = result.pick
+    pick, tie = result.pick, pick_tie(result)
+    score = _score(pick, result.primary, covers(result))
+    if tie:  # an order among tied reads is noise: name no winner
+        return (f"**No winner: a tie of {', '.join(f'`{c}`' for c in tie)}** on "
+                f"`{result.primary}` (equal scores, or intervals that all hold 0); the "
+                f"ladder's order among them is not a ranking. First listed: {score}.")
     return (f"**Pick: `{pick['config_id']}`, {_label(pick)}**: {pick.get('regime')} regime "
-            f"({_rho(pick)}); FLOPs {_split(pick['shares'])}. {_score(pick, result.primary)}.")
+            f"({_rho(pick)}); FLOPs {_split(pick['shares'])}. {score}.")
 
 
 def runner_up_line(result: SweepAnalysis) -> str:
@@ -78,7 +94,8 @@ def full_line(result: SweepAnalysis) -> str:
     if rate and not math.isnan(rate):
         hours = full_flops / rate / 3600
         text += (f", about {hours:.2g} h at the {fmt_flops(rate)} FLOP/s its size's "
-                 f"pilots ran at{' on ' + row['device'] if row.get('device') else ''}")
+                 f"pilots trained at{' on ' + row['device'] if row.get('device') else ''} "
+                 f"(loading and eval left out, as `race validate` estimates)")
     prediction = _pick_prediction(result)
     return text + "." + (f" {prediction}." if prediction else "")
 
@@ -109,7 +126,10 @@ def findings_markdown(findings: pd.DataFrame, level: float,
         gain = ("-" if f["gain"] is None or math.isnan(f["gain"]) else
                 f"{f['gain']:+.3f} (SE {f['gain_se']:.3f})")
         span = (problems or {}).get(f["target"])
-        rows.append([f["by"], f["value"], f"`{f['config_id']}`", _label(f),
+        tied = isinstance(f.get("tied"), list) and bool(f["tied"])
+        rows.append([f["by"], f["value"],
+                     f"tie of {', '.join(f'`{c}`' for c in f['tied'])} (no winner)" if tied
+                     else f"`{f['config_id']}`", "-" if tied else _label(f),
                      f"{_interval(f['score'], f['lo'], f['hi'])}", gain, f["target"],
                      problems_text(*span) if span else "-", f["read_at"]])
     return _md_table(["by", "condition", "config", "allocation", f"score [{level:.0%}]",
@@ -120,13 +140,16 @@ def answer_markdown(result: SweepAnalysis) -> str:
     """The leaderboard's opening: the pick, the runner-up, the full-budget cost, then
     the findings table (about 25 lines for two sizes, two rewards, three targets and
     four rungs)."""
+    if result.no_pick:
+        return nothing_learned_markdown(result)
     if not result.pick:
         return "No config was selected."
     parts = [pick_line(result), runner_up_line(result), full_line(result)]
     if result.findings is not None and len(result.findings):
         scope = ("; a flat sweep has one budget: `race sweep budget=a,b` compares budgets"
                  if result.ladder is None else "; budget: the leader at each rung")
-        parts += [f"Best allocation by condition ({result.level:.0%} intervals; gain over "
+        parts += [f"Best allocation by condition ({result.level:.0%} intervals covering "
+                  f"{covers(result)}; gain over "
                   f"the size's warm start on the same target, with SE; n: the problems a "
                   f"read of that target scored{scope}; a target is read only past the "
                   f"warm start):",
@@ -137,16 +160,22 @@ def answer_markdown(result: SweepAnalysis) -> str:
 def _best(findings: pd.DataFrame, by: str) -> str:
     part = findings[findings["by"] == by]
     return ", ".join(f"{r['value']} {_interval(r['score'], r['lo'], r['hi'])} "
-                     f"({r['config_id']})" for _, r in part.iterrows())
+                     f"({leader_text(r)})" for _, r in part.iterrows())
 
 
 def answer_lines(result: SweepAnalysis) -> list[str]:
     """The terminal summary's opening: the same answer, one line each."""
+    if result.no_pick:
+        return nothing_learned_lines(result)
     if not result.pick:
         return ["no config was selected"]
     pick, lines = result.pick, []
-    lines.append(f"pick: {pick['config_id']} {_label(pick)} ({pick.get('regime')}, "
-                 f"{_rho(pick)}): {_score(pick, result.primary).replace('`', '')}")
+    tie = pick_tie(result)
+    lines.append((f"no winner: a tie of {', '.join(tie)} on {result.primary}; first listed "
+                  if tie else "pick: ")
+                 + f"{pick['config_id']} {_label(pick)} ({pick.get('regime')}, "
+                 f"{_rho(pick)}): "
+                 f"{_score(pick, result.primary, covers(result)).replace('`', '')}")
     runner = result.runner_up
     if runner is not None:
         lines.append(f"runner-up: {runner['config_id']} {_label(runner)} "

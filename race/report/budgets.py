@@ -21,7 +21,9 @@ from race.store.sweep_files import SweepDir
 def write_budget_report(parent: Path | str, folders: dict[float, Path], *,
                         level: float = REPORT.level) -> str:
     """``budgets.md`` and ``budgets.csv`` of a multi-budget sweep: per target, the
-    selected allocation at each budget with its interval, and where it changes.
+    selected allocation at each budget with its interval, and where it changes: where
+    its knobs change (:func:`race.analysis.select.allocation`), not its config id, which
+    carries the pilot budget.
 
     Args:
         parent: the folder holding one sweep folder per budget.
@@ -43,17 +45,22 @@ def write_budget_report(parent: Path | str, folders: dict[float, Path], *,
             f"ladder's last rung); n: the problems each seed scored on the target (fewer "
             f"than asked where the target holds fewer). Selection reads the first target; "
             f"the others are reported, each with the last rung's best config on it, read "
-            f"only where it was scored past its warm start."]
+            f"only where it was scored past its warm start. \"changes\": the allocation's "
+            f"knobs (model, reward, G, mu, prompts per step, tokens, lr, LoRA rank, ...) "
+            f"differ from the budget below; config ids always differ (they carry the "
+            f"pilot budget)."]
     if missing:
         text.append(f"No selection (no ok cell) at budget {', '.join(missing)}.")
     lines = []
     for target, group in (frame.groupby("target", sort=False) if len(frame) else []):
         table, previous = [], None
         for r in group.itertuples():
-            knobs = f"{r.model}/{r.reward} G{r.group_size} mu{r.update_epochs}"
-            changed = "-" if previous is None else ("**changes**" if r.config != previous
-                                                    else "same")
-            previous = r.config
+            knobs = ("no pick" if r.config == "-" else
+                     f"{r.model}/{r.reward} G{r.group_size} mu{r.update_epochs}")
+            # the allocation's knobs, not its id (an id carries the pilot budget)
+            changed = ("-" if previous in (None, "-") or r.config == "-" else  # no pick
+                       "**changes**" if r.allocation != previous else "same")
+            previous = r.allocation
             n = problems_text(r.n, r.n_max)
             table.append([fmt_flops(r.budget_flops), f"`{r.config}`", knobs,
                           _interval(r.score, r.lo, r.hi), n, r.seeds, r.read_at, changed,

@@ -21,6 +21,7 @@ from race.core.fmt import num as _num
 from race.core.fmt import params as _params
 from race.core.fmt import share as _share
 from race.errors import UsageError
+from race.store.pilots import counts_text
 
 CONVENTION_TEXT = {  # docs/accounting.md, FLOP conventions
     "model": "2 per multiply-add on real tokens, causal attention, LoRA's cheaper backward",
@@ -139,10 +140,12 @@ def _latex_card(name: str, totals: dict, by_model: dict[str, tuple[float, float]
 
 def compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[str],
                   names: list[str], shapes: dict | None = None,
-                  buys: str = "") -> tuple[str, str, dict]:
+                  buys: str = "", refused: int = 0) -> tuple[str, str, dict]:
     """compute_card.md, its LaTeX block, and the sweep totals (``shapes``: the sweep's
     model shapes by name, :func:`race.analysis.load.model_shapes`; ``buys``: the table
-    of what the full budget buys per size, :func:`race.report.buys.buys_markdown`)."""
+    of what the full budget buys per size, :func:`race.report.buys.buys_markdown`;
+    ``refused``: cells refused at planning, never run). ``cells`` counts as the sweep
+    did, by each cell's own status (every rung's)."""
     totals = _phase_totals(cells)
     charged = totals["total"]
     convention = ok["convention"].iloc[0] if "convention" in ok else "model"
@@ -150,7 +153,7 @@ def compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[s
     by_model = {m: (float(g["total_flops"].fillna(0).sum()), float(g["params"].iloc[0]))
                 for m, g in cells.groupby("model", sort=False)}
     by_model = dict(sorted(by_model.items(), key=lambda kv: (kv[1][1], kv[0])))  # by size
-    text = [*_totals_markdown(name, cells, ok, totals, convention, full),
+    text = [*_totals_markdown(name, cells, totals, convention, full, refused),
             *_used_markdown(totals, full),
             f"The sweep's pilots together cost {_share(charged, full)} of one full run.",
             "## By policy model",
@@ -177,8 +180,8 @@ def compute_card(name: str, cells: pd.DataFrame, ok: pd.DataFrame, order: list[s
     return "\n\n".join(text) + "\n", latex, totals
 
 
-def _totals_markdown(name: str, cells: pd.DataFrame, ok: pd.DataFrame, totals: dict,
-                     convention: str, full: float) -> list[str]:
+def _totals_markdown(name: str, cells: pd.DataFrame, totals: dict, convention: str,
+                     full: float, refused: int = 0) -> list[str]:
     """The card's opening: what is counted, and the sweep's FLOPs by phase."""
     charged = totals["total"]
     spent = cells[cells["total_flops"].fillna(0) > 0] if "total_flops" in cells else cells
@@ -195,8 +198,10 @@ def _totals_markdown(name: str, cells: pd.DataFrame, ok: pd.DataFrame, totals: d
             "forward + backward per update epoch, old-policy and reference log-probs), "
             "feedback (reward-model forward; a rule verifier costs 0), eval (held-out "
             "evaluation, counted but not charged to the budget).",
-            f"Full-run budget {fmt_flops(full)} FLOPs; {len(cells)} cells ({len(ok)} ok, "
-            f"{len(cells) - len(ok)} failed or missing).",
+            f"Full-run budget {fmt_flops(full)} FLOPs; {len(cells)} cells "
+            f"({counts_text(cells['status'])}, by their summaries, as the sweep counted "
+            f"them)" + (f"; {refused} more refused at planning (never run)" if refused
+                        else "") + ".",
             "## Sweep totals", _md_table(["phase", "FLOPs", "share of charged"], rows, "lrr")]
     if len(failed):
         text.append(f"The total includes {fmt_flops(float(failed['total_flops'].sum()))} "

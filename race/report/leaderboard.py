@@ -22,6 +22,13 @@ from race.core.rungs import fmt_fraction
 from race.report.answer import answer_lines, answer_markdown
 from race.report.buys import buys_markdown
 from race.report.card import cost_shares
+from race.report.honesty import (
+    flat_spend_note,
+    interval_text,
+    rung_spend_note,
+    spend_markdown,
+    unlearned_lines,
+)
 from race.store.pilots import counts_text
 
 
@@ -30,13 +37,15 @@ def leaderboard_markdown(result: SweepAnalysis) -> str:
     budget, the best allocation by condition), then the ladder (a ladder's sweep), what
     the budget buys per size, the rankings per target, the response surface, the guards."""
     ladder, primary = result.ladder, result.primary
-    parts = [f"# Leaderboard: {result.name}", answer_markdown(result)]
+    parts = [f"# Leaderboard: {result.name}", answer_markdown(result), spend_markdown(result)]
     if ladder is not None:
-        parts.append(_ladder_markdown(ladder, primary, result.selected, result.starts))
+        parts.append(_ladder_markdown(ladder, primary, result.selected, result.starts,
+                                      result.spend))
     parts += [_buys_section(result),
               _leaderboard_markdown(result),
               _surfaces_markdown(result.surfaces, primary, result.level),
-              _guards_markdown(result.checks, primary, len(result.ok), ladder)]
+              _guards_markdown(result.checks, primary, len(result.ok), ladder,
+                               unlearned_lines(result))]
     return "\n\n".join(part.strip("\n") for part in parts) + "\n"
 
 
@@ -53,7 +62,7 @@ def summary_text(result: SweepAnalysis, ok: pd.DataFrame, totals: dict, paths: d
     return _summary(result.name, result.sweep_dir, result.every_cell, ok, totals,
                     result.primary, result.primary_configs, result.ranked[result.primary][1],
                     result.by_target, result.selected, result.basis, result.level, paths,
-                    result.ladder, answer_lines(result))
+                    result.ladder, answer_lines(result), result.no_pick)
 
 
 def has_fit(configs: pd.DataFrame) -> bool:
@@ -80,7 +89,7 @@ def no_fit_reason(ranked: dict) -> str:
 def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) -> str:
     fitted = has_fit(configs)
     header = ["rank", "config", "model", "reward", "G", "mu", "LoRA r", "regime", "seeds",
-              f"mean [{level:.0%} CI]", "SE", "CI over",
+              f"mean [{level:.0%} CI]", "SE", "CI covers",
               *([f"predicted at {fmt_flops(full_flops)} FLOPs [lo, hi]", "fit"] if fitted
                 else []), "rho planned / realized"]
     rows, fallbacks = [], {}
@@ -97,7 +106,7 @@ def _configs_markdown(configs: pd.DataFrame, full_flops: float, level: float) ->
                      _int(row.get("group_size")), _int(row.get("update_epochs")),
                      _int(row.get("lora_rank")), row["regime"], _int(row["n_seeds"]),
                      _interval(row["mean"], row["lo"], row["hi"]), _acc(row.get("se")),
-                     row["interval_source"], *predicted,
+                     row.get("covers") or "-", *predicted,
                      f"{_acc(row.get('rho_planned'), 2)} / {_acc(row.get('rho_realized'), 2)}"])
     text = _md_table(header, rows, "rlllrrrlrrrl" + ("rl" if fitted else "") + "r")
     if fitted and fallbacks:  # one line per reason, naming its configs
@@ -180,12 +189,13 @@ def _leaderboard_markdown(result: SweepAnalysis) -> str:
         f"{where}Each pilot spends up to {fmt_flops(pilot)} FLOPs; a full run is "
         f"{fmt_flops(full)} FLOPs. Cells: "
         f"{counts_text([*ok['status'], *(excluded['status'] if len(excluded) else [])])}. "
-        f"Intervals: {level:.0%} percentile bootstrap of the final accuracy over "
-        f"seeds (over prompts when a config has one seed). {predicted}n: the problems "
+        f"{interval_text(result)} {predicted}n: the problems "
         "each read of a target scored, past the warm start (fewer than asked where the "
         "target holds fewer). A pilot ranking is evidence, not a guarantee: "
         "`race validate` checks it.",
     ]
+    if not ladder and (note := flat_spend_note(result.spend)):
+        parts.append(note)
     for target in result.targets:
         tag = " (primary)" if target == primary else ""
         span = result.problems.get(target)
@@ -208,10 +218,14 @@ def _leaderboard_markdown(result: SweepAnalysis) -> str:
 
 
 def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
-                     starts: dict[str, dict] | None = None) -> str:
-    """The leaderboard's ladder section: every rung's configs, scores and decisions, each
-    score beside its size's warm start."""
-    starts = starts or {}
+                     starts: dict[str, dict] | None = None, spend: dict | None = None
+                     ) -> str:
+    """The leaderboard's ladder section: every rung's configs, scores, charged FLOPs
+    spent and decisions, each score beside its size's warm start (``spend``:
+    :func:`race.analysis.spend.pilot_spend`'s, whose rung spends say where a rung's
+    cells spent unequal compute)."""
+    starts, spend = starts or {}, spend or {}
+    spent_at = {r["rung"]: r["spends"] for r in spend.get("rungs", [])}
     text = ["", "## Ladder (successive halving)",
             f"Every config ran to the first rung; after each rung the configs with the "
             f"highest lower confidence bound of their `{target}` score "
@@ -225,8 +239,8 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
                if ladder.get("keep_sizes", "all") == "all" else
                "a config of each policy size whose upper bound reached the leader's lower "
                "bound") +
-            "; a config whose guard fired is never promoted. Pilot compute: "
-            f"{ladder.get('cost_share', float('nan')):.1%} of one full run as planned."]
+            "; a config whose guard fired is never promoted (pilot compute, as spent and "
+            "as planned, is above)."]
     if starts:
         text.append(f"Warm start on `{target}` (each size's checkpoint 0, before any update; "
                     "the \"vs start\" column is a score minus its size's): " + ", ".join(
@@ -234,12 +248,14 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
                         for model, s in sorted(starts.items())) + ".")
     for rung in ladder["rungs"]:
         last = rung is ladder["rungs"][-1]
-        rows = []
+        rows, spends = [], spent_at.get(rung["rung"], {})
         for c in rung["candidates"]:
+            mine = [spends[cell] for cell in c["cell_ids"] if cell in spends]
             decision = ("-" if last and not c.get("guard") else
                         "promoted" if c.get("promoted") else c.get("why", "-"))
             rows.append([f"`{c['config']}`", f"{c['model']}/{c['reward']} G{c['group_size']} "
-                         f"mu{c['update_epochs']}", len(c["cell_ids"]), _acc(c["score"]),
+                         f"mu{c['update_epochs']}", len(c["cell_ids"]),
+                         fmt_flops(sum(mine) / len(mine)) if mine else "-", _acc(c["score"]),
                          _acc(c["se"]), "-" if last else _acc(c["predicted"]),
                          "-" if last else _acc(c["lcb"]),
                          (f"{c['score'] - starts[c['model']]['accuracy']:+.3f}"
@@ -249,9 +265,11 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
         text += [f"### Rung {rung['rung']}: {fmt_fraction(rung['fraction'])} "
                  f"({fmt_flops(rung['budget_flops'])} FLOPs per cell), "
                  f"{len(rung['candidates'])} config(s)",
-                 _md_table(["config", "knobs", "seeds", f"{target}", "SE",
+                 _md_table(["config", "knobs", "seeds", "FLOPs spent", f"{target}", "SE",
                             "promotion score", "LCB", "vs start", "decision", "guard"],
-                           rows, "llrrrrrrll")]
+                           rows, "llrrrrrrrll")]
+        if note := rung_spend_note(spend, rung["rung"]):
+            text.append(note)
     if selected:
         pick = selected[0]
         text.append(f"**Pick: `{pick['config_id']}` ({pick['model']}/{pick['reward']}), "
@@ -262,7 +280,7 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
 
 
 def _guards_markdown(checks: pd.DataFrame | None, target: str, n_cells: int,
-                     ladder: dict | None = None) -> str:
+                     ladder: dict | None = None, unlearned: list[str] | None = None) -> str:
     """The leaderboard's guard section: every guard that fired, with its evidence (with a
     ladder, at every rung, read from it: ``checks`` is then not needed)."""
     text = ["", "## Guards against late failure",
@@ -282,6 +300,9 @@ def _guards_markdown(checks: pd.DataFrame | None, target: str, n_cells: int,
                 for r in checks[checks["fired"]].itertuples()]
         header = ["cell", "config", "guard", "evidence"]
     text.append(_md_table(header, rows, "l" * len(header)) if rows else "No guard fired.")
+    if unlearned:  # reported, not acted on: the ladder's pick is its own
+        text.append("Configs whose train reward or selection score never left its start "
+                    "(no learning; listed, not excluded):\n" + "\n".join(unlearned))
     return "\n\n".join(text) + "\n"
 
 
@@ -315,7 +336,7 @@ def _summary(name: str, sweep_dir, cells: pd.DataFrame, ok: pd.DataFrame,
              totals: dict, primary: str, configs: pd.DataFrame, regimes: pd.DataFrame,
              by_target: dict, selected: list[dict], basis: str, level: float,
              paths: dict, ladder: dict | None = None,
-             opening: list[str] | None = None) -> str:
+             opening: list[str] | None = None, no_pick: str = "") -> str:
     charged = totals["total"]
     split = ", ".join(f"{p} {_share(totals[p], charged)}" for p in CHARGED_PHASES)
     full = float(ok["full_budget_flops"].iloc[0])
@@ -333,7 +354,10 @@ def _summary(name: str, sweep_dir, cells: pd.DataFrame, ok: pd.DataFrame,
         lines.append("ladder: " + " -> ".join(
             f"{len(r['candidates'])} at {fmt_fraction(r['fraction'])}"
             for r in ladder["rungs"]) + " config(s)")
-    lines.append(f"selected for validation (k={len(selected)}, basis {basis}):")
+    if no_pick:
+        lines.append(f"no validation runs: {no_pick}")
+    else:
+        lines.append(f"selected for validation (k={len(selected)}, basis {basis}):")
     for s in selected:
         why = {"distinct regime": "best of a distinct regime",
                "guarded": f"a guard fired ({s.get('guard')}), chosen for lack of others",

@@ -22,8 +22,10 @@ from race.core.fmt import md_table as _md_table
 from race.core.fmt import share as _share
 from race.core.stats import REPORT
 from race.report import ladder_plots, plots
+from race.report.answer import pick_tie
 from race.report.buys import buys_figure, buys_markdown
 from race.report.card import compute_card
+from race.report.honesty import covers
 from race.report.leaderboard import leaderboard_markdown, summary_text
 from race.report.validation import validation_section
 from race.store.io import read_result, write_csv, write_json, write_text
@@ -76,7 +78,7 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
             if result.buys is not None and len(result.buys) else "")
     card, latex, totals = compute_card(name, increments(result.every_cell), result.ok,
                                        result.order, result.targets, model_shapes(sweep_dir),
-                                       buys)
+                                       buys, refused=result.spend.get("refused", 0))
     write_text(paths["compute_card_md"], card)
     write_text(paths["compute_card_tex"], latex)
     _plots(result, paths)
@@ -118,14 +120,22 @@ RHO_KEYS = ("cell_id", "config_id", "model", "reward", "status", "rho_planned",
 
 
 def _selection_record(result: SweepAnalysis) -> dict:
-    """What selection.json holds: the choices, why, and what was left out; each chosen
+    """What selection.json holds: the pick (None, with ``pick_reason``, where nothing
+    learned or the lead is a tie), the choices, why, and what was left out; each chosen
     config's prediction at the full budget; every cell's rho and the response surface's
     recommendation per (model, reward)."""
     excluded = [{"cell_id": str(r["cell_id"]), "status": str(r["status"]),
                  "error": None if pd.isna(r.get("error")) else str(r.get("error"))}
                 for _, r in result.excluded.iterrows()]
     predicted, chosen = result.predictions, [c["config_id"] for c in result.selected]
+    tie = pick_tie(result) if result.pick else []
+    pick = None if result.no_pick or tie or not chosen else chosen[0]
+    reason = (result.no_pick or (f"a tie of {', '.join(tie)} on {result.primary}: no "
+                                 f"winner by order" if tie else "")
+              or ("" if chosen else "no config selected"))
     return {"target": result.primary, "basis": result.basis, "k": result.top_k,
+            "pick": pick, "pick_reason": reason,
+            "intervals_cover": covers(result),
             "selected": result.selected, "by_target": result.by_target,
             # what race validate checks the full-budget runs against
             "predicted_at_full": {c: predicted[c] for c in chosen if c in predicted},

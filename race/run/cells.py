@@ -99,8 +99,9 @@ def warm_start(specs, workers: int, command: str = "race sweep") -> list[str]:
     if not policies and not prms:
         return []
     start = time.perf_counter()
-    print(f"{command}: warm start of {', '.join(policies + prms)} (cached after the first "
-          f"sweep)...", file=sys.stderr, flush=True)
+    print(f"{command}: warm start of {', '.join(policies + prms)} (the weights RACE ships "
+          f"for the default recipes; another recipe is trained here, once)...",
+          file=sys.stderr, flush=True)
     for task, warm in sorted({(tuple(s.task), tuple(s.warmstart)) for s in specs}):
         build_family(policies, prms=prms, workers=workers, task=dict(task),
                      warmstart=dict(warm))

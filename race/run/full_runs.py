@@ -6,12 +6,14 @@ budget.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from race.analysis.aggregate import compare_predictions
+from race.analysis.spend import training_rate
 from race.core.fmt import fmt_flops
 from race.core.specs import RunSpec
 from race.errors import DamagedResult, UsageError
@@ -46,16 +48,39 @@ def _cell_spec(cell: CellDir) -> dict:
     return read_result(path, fix)
 
 
-def run_validation(sweep_dir: Path, cfg, top_k: int | None = None) -> dict:
-    """Run the selected cells of ``selection.json`` at the full budget; compare.
+# above this many hours (one run after another) race validate asks before it starts
+CONFIRM_ABOVE_H = 1.0
 
-    The runs go to ``<sweep>/validate/cells/<cell_id>/`` through the configured launcher,
-    with the same resume rule as sweeps (cells with an ok summary are not rerun).
-    Before they start, one line on stderr says what they cost (:func:`validation_cost`).
-    Returns ``aggregate.compare_predictions``'s dict on the pilots' reads, its rows and
-    coverage made over to the prediction at the full budget (:func:`at_full_budget`),
-    plus ``target``, ``failed`` and ``budget_flops``.
-    """
+
+@dataclass(frozen=True)
+class ValidationPlan:
+    """What ``race validate`` will run: the ``chosen`` selection entries, every run's
+    ``specs`` (``todo``: those not yet ok), ``config_of`` (cell -> config), the full
+    budget, the selection target, and its cost: ``cost`` (one line, runs, FLOPs and
+    hours, :func:`validation_cost`) and ``hours`` (NaN: not measurable)."""
+
+    chosen: list
+    specs: list
+    todo: list
+    config_of: dict
+    full_flops: float
+    target: str
+    predicted: dict
+    cost: str
+    hours: float
+
+    def needs_confirmation(self, confirm: bool = True) -> bool:
+        """Whether to ask before starting: more than :data:`CONFIRM_ABOVE_H` hours left
+        to run (or hours unknown), unless ``validate.confirm=false``."""
+        if not confirm or not self.todo:
+            return False
+        return math.isnan(self.hours) or self.hours > CONFIRM_ABOVE_H
+
+
+def plan_validation(sweep_dir: Path, cfg, top_k: int | None = None) -> ValidationPlan:
+    """The full-budget runs of ``selection.json``'s choices and what they cost, before
+    anything starts. Raises UsageError where the report selected nothing (its
+    ``pick_reason``, e.g. nothing learned)."""
     sweep = SweepDir(sweep_dir)
     selection = read_result(sweep.selection, REPORT_FIX)
     record = read_result(sweep.record, SWEEP_JSON_FIX)
@@ -64,10 +89,11 @@ def run_validation(sweep_dir: Path, cfg, top_k: int | None = None) -> dict:
                             REPORT_FIX)
     chosen = selection["selected"][:top_k] if top_k else selection["selected"]
     if not chosen:
-        raise UsageError(f"{sweep_dir}/{SELECTION_JSON}: selects no cells; run `race report "
-                         f"{sweep_dir}` after a sweep with ok cells")
+        why = selection.get("pick_reason") or "no ok cell to select"
+        raise UsageError(f"{sweep_dir}/{SELECTION_JSON}: selects no config ({why}); "
+                         f"nothing to validate: fix the sweep, rerun it, then `race report "
+                         f"{sweep_dir}`")
     full = record["budget_flops"]
-    out_dir = sweep.validate
     specs, config_of = [], {}
     for choice in chosen:
         for cell_id in choice["cell_ids"]:
@@ -75,38 +101,59 @@ def run_validation(sweep_dir: Path, cfg, top_k: int | None = None) -> dict:
                                     cfg.validate.select_examples)
             config_of[spec.cell_id] = choice["config_id"]
             specs.append(spec)
+    todo = [s for s in specs if not CellDir.of(sweep.validate, s.cell_id).is_ok()]
+    rates = pilot_rates(sweep_dir)
+    return ValidationPlan(chosen, specs, todo, config_of, full, selection["target"],
+                          selection.get("predicted_at_full", {}),
+                          validation_cost(todo, rates, len(specs)),
+                          validation_hours(todo, rates))
+
+
+def run_validation(sweep_dir: Path, cfg, top_k: int | None = None,
+                   plan: ValidationPlan | None = None) -> dict:
+    """Run the selected cells of ``selection.json`` at the full budget; compare.
+
+    The runs go to ``<sweep>/validate/cells/<cell_id>/`` through the configured launcher,
+    with the same resume rule as sweeps (cells with an ok summary are not rerun).
+    ``plan``: :func:`plan_validation`'s (the CLI states its cost and asks first); without
+    one, it is planned here and its cost printed on stderr before the runs start.
+    Returns ``aggregate.compare_predictions``'s dict on the pilots' reads, its rows and
+    coverage made over to the prediction at the full budget (:func:`at_full_budget`),
+    plus ``target``, ``failed`` and ``budget_flops``.
+    """
+    if plan is None:
+        plan = plan_validation(sweep_dir, cfg, top_k)
+        print(f"{COMMAND}: {plan.cost}", file=sys.stderr, flush=True)
+    out_dir = SweepDir(sweep_dir).validate
     write_json(out_dir / "validate.json", {
-        "budget_flops": full, "target": selection["target"], "cells": config_of,
-        "selected": [c["config_id"] for c in chosen], "started": time.time()})
-    todo = [s for s in specs if not CellDir.of(out_dir, s.cell_id).is_ok()]
-    print(f"{COMMAND}: {validation_cost(todo, pilot_rates(sweep_dir), len(specs))}",
-          file=sys.stderr, flush=True)
-    launch_cells(out_dir, specs, cfg.launcher, this_process(), log="validate.log",
+        "budget_flops": plan.full_flops, "target": plan.target, "cells": plan.config_of,
+        "selected": [c["config_id"] for c in plan.chosen], "started": time.time()})
+    launch_cells(out_dir, plan.specs, cfg.launcher, this_process(), log="validate.log",
                  command=COMMAND)
-    target = selection["target"]
     realized: dict[str, list[float]] = {}
     failed = []
-    for cell_id, config_id in config_of.items():
+    for cell_id, config_id in plan.config_of.items():
         summary = read_json(CellDir.of(out_dir, cell_id).summary)
         if summary["status"] != "ok":
             failed.append({"cell_id": cell_id, "error": summary["error"]})
             continue
-        realized.setdefault(config_id, []).append(summary["final_eval"][target]["accuracy"])
+        realized.setdefault(config_id, []).append(
+            summary["final_eval"][plan.target]["accuracy"])
     means = {k: sum(v) / len(v) for k, v in realized.items()}
-    comparison = at_full_budget(compare_predictions(chosen, means),
-                                selection.get("predicted_at_full", {}))
-    comparison |= {"target": target, "failed": failed, "budget_flops": full}
+    comparison = at_full_budget(compare_predictions(plan.chosen, means), plan.predicted)
+    comparison |= {"target": plan.target, "failed": failed, "budget_flops": plan.full_flops}
     write_json(out_dir / "comparison.json", comparison)
     return comparison
 
 
 def pilot_rates(sweep_dir: Path) -> dict[str, float]:
-    """Policy size -> the FLOP/s the sweep's own pilots of that size ran at: their charged
-    FLOPs over their wall seconds (every phase of ``summary.json``'s ``wall_s``: loading
-    and eval included, as a full run pays them), over the ok cells that continue no other
+    """Policy size -> the FLOP/s the sweep's own pilots of that size trained at: their
+    charged FLOPs over the wall seconds of their charged phases (rollout, learning,
+    feedback; loading and eval left out), :func:`race.analysis.spend.training_rate`, the
+    rate the leaderboard's estimate reads too; over the ok cells that continue no other
     (a continued rung's FLOPs accumulate along its lineage)."""
     flops: dict[str, float] = {}
-    seconds: dict[str, float] = {}
+    walls: dict[str, dict[str, float]] = {}
     for path in cell_dirs(sweep_dir):
         cell = CellDir(path)
         if not cell.is_ok():
@@ -115,13 +162,15 @@ def pilot_rates(sweep_dir: Path) -> dict[str, float]:
             spec, summary = read_json(cell.spec), read_json(cell.summary)
         except (ValueError, OSError):  # a damaged cell measures nothing (the report says so)
             continue
-        if spec.get("continues"):
+        if spec.get("continues") or not summary.get("total_flops"):
             continue
-        wall = sum(float(v) for v in (summary.get("wall_s") or {}).values())
-        if wall > 0 and summary.get("total_flops"):
-            flops[spec["model"]] = flops.get(spec["model"], 0.0) + summary["total_flops"]
-            seconds[spec["model"]] = seconds.get(spec["model"], 0.0) + wall
-    return {model: flops[model] / seconds[model] for model in flops}
+        model = spec["model"]
+        flops[model] = flops.get(model, 0.0) + float(summary["total_flops"])
+        mine = walls.setdefault(model, {})
+        for phase, seconds in (summary.get("wall_s") or {}).items():
+            mine[phase] = mine.get(phase, 0.0) + float(seconds or 0.0)
+    rates = {model: training_rate(flops[model], walls[model]) for model in flops}
+    return {model: rate for model, rate in rates.items() if rate > 0}
 
 
 def validation_cost(specs: list, rates: dict[str, float], planned: int | None = None) -> str:
@@ -142,11 +191,19 @@ def validation_cost(specs: list, rates: dict[str, float], planned: int | None = 
     if unknown:
         return (f"{text}; hours unknown: no ok pilot of {', '.join(unknown)} with a "
                 f"measured wall time in this sweep")
-    seconds = sum(s.budget_flops / rates[s.model] for s in specs)
+    seconds = validation_hours(specs, rates) * 3600
     measured = ", ".join(f"{m} {fmt_flops(rates[m])}" for m in sizes)
     return (f"{text}; about {_duration(seconds)} one after another at the FLOP/s this "
-            f"sweep's pilots ran at ({measured} FLOP/s; a launcher that runs several at "
-            f"once takes less)")
+            f"sweep's pilots ran at ({measured} FLOP/s while training: loading and eval "
+            f"left out; a launcher that runs several at once takes less)")
+
+
+def validation_hours(specs: list, rates: dict[str, float]) -> float:
+    """Hours the runs of ``specs`` take one after another at ``rates``
+    (:func:`pilot_rates`); NaN where a size has no measured rate; 0 for none."""
+    if any(not rates.get(s.model, 0) > 0 for s in specs):
+        return math.nan
+    return sum(s.budget_flops / rates[s.model] for s in specs) / 3600
 
 
 def _duration(seconds: float) -> str:

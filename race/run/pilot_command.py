@@ -1,6 +1,7 @@
 """``race pilot``'s planning side: the one cell it runs (:func:`pilot_spec`), how a
-too-small pilot budget is named (:func:`pilot_budget_key`), and ``race pilot -m``, Hydra's
-own multirun over single pilots (:func:`pilot_multirun`).
+too-small pilot budget is named (:func:`pilot_budget_key`), the checks ``race sweep`` runs
+on its cells, run on that one before anything is written (:func:`check_pilot`), and
+``race pilot -m``, Hydra's own multirun over single pilots (:func:`pilot_multirun`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 import hydra
 from omegaconf import OmegaConf
 
-from race import catalog
+from race import catalog, preflight
 from race.config import (
     Overrides,
     check_device,
@@ -23,8 +24,13 @@ from race.config import (
 )
 from race.core.fmt import fmt_flops
 from race.core.specs import pilot_flops
+from race.errors import UsageError
 from race.pilot.budget import check_budget
 from race.pilot.loop import run_pilot
+from race.run.bounds import check_bounds, pilot_device
+from race.run.grid import solve_cell
+from race.run.launch.slurm import check_sbatch
+from race.run.launch_checks import check_launch
 from race.store.cell import CellDir
 
 
@@ -38,6 +44,28 @@ def pilot_budget_key(cfg) -> str:
     """How a too-small pilot budget is named: the budget, the fraction and their product."""
     return (f"budget={full_budget(cfg):.3g} x pilot.fraction={cfg.pilot.fraction} = pilot "
             f"budget")
+
+
+def check_pilot(cfg, spec) -> None:
+    """What ``race sweep`` checks of each cell, for ``race pilot``'s one (``spec``, at
+    ``pilot.fraction x budget``), before anything is written; UsageError (exit 2, one line)
+    on the first problem.
+
+    The same functions the sweep calls: the cell solved as a sweep solves it
+    (:func:`race.run.grid.solve_cell`: the cap against the context, what vLLM cannot
+    serve, the memory bound), its budget (one worst-case step), its steps and hours
+    against ``pilot.max_steps`` and ``pilot.max_hours``, every file it reads
+    (:func:`race.preflight.check_plan`: data, model folders, each problem's length) and
+    the hub and model caches (:func:`race.run.launch_checks.check_launch`).
+    """
+    budget = full_budget(cfg)
+    cell = solve_cell(cfg, budget, (), (), fraction=cfg.pilot.fraction)
+    check_budget(spec, prompt_tokens=1, key=pilot_budget_key(cfg))
+    if cell.refused:  # past the budget's own check: the memory bound
+        raise UsageError(f"model={spec.model}: {cell.refused}")
+    check_bounds([cell], cfg, budget, spec.budget_flops, device=pilot_device(cfg, True))
+    preflight.check_plan([spec])
+    check_launch([spec])
 
 
 def hydra_pilot(cfg) -> str:
@@ -57,11 +85,12 @@ def pilot_multirun(overrides: Overrides) -> int:
     launches anything); then ``hydra.main`` runs the sweep with whichever launcher
     ``hydra/launcher=`` names (basic, submitit_local, submitit_slurm).
     """
+    check_hydra_launcher(overrides)
     ours = Overrides([t for t, _ in overrides.items() if not t.lstrip("+~").startswith("hydra")])
     fixed, axes = ours.split()
     for values in itertools.product(*axes.values()):
         cfg = compose_config(fixed + [f"{k}={v}" for k, v in zip(axes, values)])
-        check_budget(pilot_spec(cfg), prompt_tokens=1, key=pilot_budget_key(cfg))
+        check_pilot(cfg, pilot_spec(cfg))
     register_configs()
     argv = sys.argv  # hydra.main reads its overrides from sys.argv
     sys.argv = ["race-pilot", "--multirun", *overrides]
@@ -71,3 +100,19 @@ def pilot_multirun(overrides: Overrides) -> int:
     finally:
         sys.argv = argv
     return 0
+
+
+
+# Hydra launchers that submit to SLURM
+SLURM_LAUNCHERS = ("submitit_slurm",)
+
+
+def check_hydra_launcher(overrides: Overrides) -> None:
+    """Refuse ``hydra/launcher=submitit_slurm`` where SLURM is absent, before Hydra's
+    launcher starts and fails deep inside submitit ("Could not detect srun")."""
+    for text, _ in overrides.items():
+        key, _, value = text.lstrip("+~").partition("=")
+        if key == "hydra/launcher" and value.strip() in SLURM_LAUNCHERS:
+            check_sbatch(f"hydra/launcher={value.strip()}", fix="run on a SLURM login node, "
+                         "or drop the hydra/launcher override (or use "
+                         "hydra/launcher=submitit_local)")

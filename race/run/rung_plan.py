@@ -33,7 +33,8 @@ def grid_ladder(base, axes: Mapping[str, list[str]], *,
         configs *= 1 if key == "pilot.seed" else len(values)
     return plan_ladder(configs, seeds=seeds, n_sizes=len(axes.get("model", [None])),
                        rungs=selection.rungs, reduction=selection.reduction,
-                       share=selection.share if share is None else share)
+                       share=selection.share if share is None else share,
+                       replicates=selection.replicates)
 
 
 def ladder_eval_plan(cells: list, ladder: LadderPlan, budget: float) -> list:
@@ -75,7 +76,8 @@ def ladder_eval_flops(cells: list, ladder: LadderPlan, budget: float) -> float:
                                                             start))
                          for c in cells) / len(cells))
         below = rung
-    return ladder_eval_cost(ladder.counts, costs, seeds=ladder.seeds, start_cost=starts)
+    return ladder_eval_cost(ladder.counts, costs, seeds=ladder.seeds, start_cost=starts,
+                            replicates=ladder.replicates)
 
 
 def fit_ladder_to_eval(ladder: LadderPlan, cells: list, base, axes,

@@ -16,6 +16,7 @@ reuses it and runs only what is not done.
 from __future__ import annotations
 
 import hashlib
+import math
 import subprocess
 import sys
 import time
@@ -27,16 +28,15 @@ from race import DISTRIBUTION
 from race.analysis.surfaces import with_update_fractions
 from race.config import Overrides
 from race.errors import DamagedResult, UsageError
-from race.run.cells import launch_cells, needs_warm_start
+from race.run.cells import launch_cells
 from race.run.grid import Plan, plan_grid
-from race.run.ladder import run_ladder
-from race.run.launch.launcher_base import launcher_for
-from race.run.prefetch import check_needs, hub_needs
+from race.run.ladder import check_recorded_states, run_ladder
+from race.run.launch_checks import check_launch
 from race.store import claims
+from race.store.cell import CellDir, cell_dirs
 from race.store.io import SWEEP_JSON_FIX, read_json, read_result, write_csv, write_json
 from race.store.pilots import counts_text, pilots_frame, status_counts
 from race.store.sweep_files import SweepDir, set_aside
-from race.warmstart.policies import check_cache_writable
 
 
 def sweep_name(plan: Plan) -> str:
@@ -88,12 +88,10 @@ def plan_sweep(overrides: Overrides) -> tuple[Plan, Path]:
     compared (:func:`check_same_plan`)."""
     plan = plan_grid(overrides)
     base = plan.base
-    launcher_for(base.launcher.name).check(base.launcher)  # e.g. SLURM against sinfo
-    check_needs(hub_needs(c.spec for c in plan.runnable))  # hub weights, before any folder
-    if any(needs_warm_start(c.spec) for c in plan.runnable):
-        check_cache_writable()  # the tiny family is built into the cache
+    check_launch([c.spec for c in plan.runnable], base.launcher)  # as race pilot does
     folder = Path(base.sweep.out_dir) / (base.sweep.name or sweep_name(plan))
     check_same_plan(folder, plan, list(overrides), extend=base.sweep.extend)
+    check_recorded_states(folder)  # a damaged state a rung above would continue
     return plan, folder
 
 
@@ -119,14 +117,18 @@ def check_same_plan(folder: Path, plan: Plan, overrides: list[str], *,
     (or part of it) resumes, a different one (another budget, grid or knob) would mix two
     experiments in one report, so it is a UsageError naming what differs, unless ``extend``
     (``sweep.extend=true``: add the new cells to the folder on purpose). An extension
-    keeps the folder's budget: one folder holds one budget's ladder, and its report reads
-    one budget (budgets are compared as an axis, ``budget=1e12,2e12``, one folder each).
+    keeps what one report compares across its cells (:data:`EXTEND_KEYS`: the task, the
+    budget, the pilots' fraction of it, the selection policy), each refused with its fix
+    (:func:`check_extension`). A folder whose cells already mix tasks or pilot budgets
+    (an older RACE's extension) is refused, naming the cell folders to remove
+    (:func:`check_not_mixed`); so is a budget list's parent folder taken for one budget's.
     A folder with no ``sweep.json`` is new; a damaged one (torn, edited) is no plan to
     compare, so the folder's cell folders stand for it (:func:`run_sweep` sets the file
     aside and writes it anew). Nothing is written here.
     """
     path = SweepDir(folder).record
     if not path.is_file():
+        _check_not_budget_parent(folder, plan.budget_flops)
         return
     planned = {c.spec.cell_id for c in plan.runnable}
     try:
@@ -134,8 +136,10 @@ def check_same_plan(folder: Path, plan: Plan, overrides: list[str], *,
     except DamagedResult as error:
         _check_cells_planned(folder, planned, error)
         return
+    specs = _cell_specs(folder)
+    check_not_mixed(folder, specs)
     if extend:
-        _check_same_budget(folder, record, plan.budget_flops)
+        check_extension(folder, record, specs, plan)
         return
     held = _planned_ids(record.get("cells", []))
     if planned <= held:  # the same plan (or part of it, after an extension): resume
@@ -161,18 +165,162 @@ def check_same_plan(folder: Path, plan: Plan, overrides: list[str], *,
                      f"sweep.extend=true to add these cells to it on purpose")
 
 
-def _check_same_budget(folder: Path, record: dict, budget_flops: float) -> None:
-    """``sweep.extend=true`` at another budget than the folder's: UsageError (the new
-    pilots' budgets would differ from the old ones' in one report that names one)."""
-    held = record.get("budget_flops")
-    if not isinstance(held, (int, float)) or held == budget_flops:
+def _cell_specs(folder: Path) -> dict[str, dict]:
+    """The ``spec.json`` of every cell folder of ``folder`` that has a readable one."""
+    specs = {}
+    for path in cell_dirs(folder):
+        try:
+            spec = read_json(CellDir(path).spec)
+        except (OSError, ValueError):
+            continue  # a damaged cell: the report names it
+        if isinstance(spec, dict):
+            specs[path.name] = spec
+    return specs
+
+
+def _task_of(spec: dict) -> str | None:
+    return (spec.get("task") or {}).get("name")
+
+
+def _first_pilots(folder: Path, specs: dict[str, dict]) -> dict[str, float]:
+    """A flat folder's pilots by cell id, their pilot budgets in FLOPs (a ladder's rungs
+    differ on purpose; cells that continue another are a rung above the first)."""
+    if SweepDir(folder).ladder.is_file():
+        return {}
+    return {cell_id: float(spec["budget_flops"]) for cell_id, spec in specs.items()
+            if not spec.get("continues") and isinstance(spec.get("budget_flops"), (int, float))}
+
+
+def check_not_mixed(folder: Path, specs: dict[str, dict]) -> None:
+    """A folder whose cells mix tasks, or (flat) pilot budgets: UsageError naming the cell
+    folders that are not the folder's own (those of the groups other than the one holding
+    its oldest cell), to remove. Only an older RACE's ``sweep.extend=true`` mixed them; the
+    report cannot rank such a folder, and no command should add to it."""
+    budgets = _first_pilots(folder, specs)
+    for key, value_of in (("task", lambda c: _task_of(specs[c])),
+                          ("pilot budget", lambda c: budgets.get(c))):
+        groups: dict[object, list[str]] = {}
+        for cell_id in specs:
+            value = value_of(cell_id)
+            if value is not None:
+                groups.setdefault(value, []).append(cell_id)
+        if len(groups) < 2:
+            continue
+        oldest = min((c for cells in groups.values() for c in cells),
+                     key=lambda c: CellDir.of(folder, c).spec.stat().st_mtime)
+        own = value_of(oldest)
+        others = sorted(c for value, cells in groups.items() if value != own for c in cells)
+        shown = {v: (f"{v:.3g}" if isinstance(v, float) else str(v)) for v in groups}
+        raise UsageError(
+            f"sweep.name={folder.name}: {folder} mixes {key} "
+            f"{' and '.join(shown[v] for v in sorted(groups, key=lambda v: v != own))} (cells "
+            f"an older RACE's sweep.extend=true "
+            f"added), which no report can rank together; remove the {len(others)} cell "
+            f"folder(s) not of its first {key} ({shown[own]}): "
+            f"{' '.join(str(CellDir.of(folder, c).path) for c in others)}, then rerun")
+
+
+# What one report compares across a folder's cells, so an extension must keep it:
+# (key, its noun in a fix, why, the folder's value, the plan's value). A value of None
+# (a record too old to say, a ladder's pilots) is not compared.
+EXTEND_KEYS = (
+    ("task", "task", "one report ranks one task's pilots",
+     lambda folder, record, specs: (next(iter({_task_of(s) for s in specs.values()} - {None}),
+                                         None) if specs else None) or record.get("task"),
+     lambda plan: plan.task),
+    ("budget", "budget", "one folder holds one budget's pilots",
+     lambda folder, record, specs: record.get("budget_flops"),
+     lambda plan: plan.budget_flops),
+    ("selection.policy", "policy", "its report ranks one policy's cells (a ladder's report "
+     "reads its first rung only)",
+     lambda folder, record, specs: "ladder" if SweepDir(folder).ladder.is_file() else
+     (record.get("config") or {}).get("selection", {}).get("policy"),
+     lambda plan: plan.base.selection.policy),
+    ("pilot.fraction", "fraction", "one report ranks pilots of one budget",
+     lambda folder, record, specs: _folder_fraction(folder, record, specs),
+     lambda plan: plan.pilot_fraction if plan.ladder is None else None),
+)
+
+
+def _folder_fraction(folder: Path, record: dict, specs: dict[str, dict]) -> float | None:
+    """A flat folder's pilot fraction: its pilots' budget over the folder's (its cells say
+    what ran; ``sweep.json`` says what the last command planned)."""
+    if SweepDir(folder).ladder.is_file() or (record.get("config") or {}).get(
+            "selection", {}).get("policy") == "ladder":
+        return None
+    budgets = set(_first_pilots(folder, specs).values())
+    full = record.get("budget_flops")
+    if len(budgets) == 1 and isinstance(full, (int, float)) and full > 0:
+        return budgets.pop() / full
+    return record.get("pilot_fraction")
+
+
+def _shown(key: str, value) -> str:
+    if key == "budget":
+        return f"{value:.6g}".replace("+", "")
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=1e-9)
+    return a == b
+
+
+def check_extension(folder: Path, record: dict, specs: dict[str, dict], plan: Plan) -> None:
+    """``sweep.extend=true`` with another value of a key of :data:`EXTEND_KEYS` than the
+    folder's: UsageError, every such key on one line, each naming its value here, the
+    folder's value and the fix (that value, or another ``sweep.name``)."""
+    problems = []
+    for key, noun, why, held_of, here_of in EXTEND_KEYS:
+        held, here = held_of(folder, record, specs), here_of(plan)
+        if held is None or here is None or _same(held, here):
+            continue
+        there, mine = _shown(key, held), _shown(key, here)
+        also = (f" (or for both listed as an axis, budget={there},{mine}: one folder per "
+                f"budget and a report across them)" if key == "budget" else "")
+        problems.append(f"{key}={mine}: sweep.extend=true adds cells to {folder}, a sweep at "
+                        f"{key}={there} (its sweep.json), and {why}; give "
+                        f"{key}={there} to extend it, or another sweep.name for this "
+                        f"{noun}{also}")
+    if problems:
+        raise UsageError("; ".join(problems))
+
+
+def _check_not_budget_parent(folder: Path, budget_flops: float) -> None:
+    """One budget's sweep into a budget list's parent folder (``budget-<B>/`` folders,
+    no ``sweep.json`` of its own): UsageError naming the folder to extend instead."""
+    if not folder.is_dir():
         return
-    there, here = (f"{b:.6g}".replace("+", "") for b in (held, budget_flops))
-    raise UsageError(f"budget={here}: sweep.extend=true adds cells to {folder}, a sweep at "
-                     f"budget={there} (its sweep.json), and one folder holds one budget's "
-                     f"pilots; give budget={there} to extend it, or another sweep.name for "
-                     f"this budget (or for both listed as an axis, budget={there},{here}: "
-                     f"one folder per budget and a report across them)")
+    held = sorted(p.name for p in folder.glob("budget-*") if SweepDir(p).record.is_file())
+    if not held:
+        return
+    mine = f"budget-{budget_flops:.3g}".replace("+", "")
+    raise UsageError(f"sweep.name={folder.name}: {folder} holds a budget list's sweeps "
+                     f"({', '.join(held)}), one folder per budget; give the budget list "
+                     f"again to extend them, or sweep.name={folder.name}/{mine} for this "
+                     f"budget's folder alone")
+
+
+def _check_one_budget_folder(parent: Path, budgets: list[float]) -> None:
+    """A budget list into one budget's sweep folder (its ``sweep.json`` or ``cells/``):
+    UsageError (a budget list writes a folder per budget under its ``sweep.name``; nested
+    in a sweep folder, its report would mix with the folder's own)."""
+    folder = SweepDir(parent)
+    if not (folder.record.is_file() or folder.cells.is_dir()):
+        return
+    try:
+        there = float(read_json(folder.record)["budget_flops"])
+    except (OSError, ValueError, KeyError, TypeError):
+        there = None
+    listed = ",".join(f"{b:.6g}".replace("+", "") for b in budgets)
+    at = f" at budget={_shown('budget', there)}" if there else ""
+    extend = (f", or extend it at its own budget with budget={_shown('budget', there)}"
+              if there else "")
+    raise UsageError(f"budget={listed}: sweep.name={parent.name} is one budget's sweep "
+                     f"folder ({parent}{at}), and a budget list writes one folder per budget "
+                     f"(budget-<B>/) under its sweep.name; give another sweep.name for the "
+                     f"list, e.g. sweep.name={parent.name}-budgets{extend}")
 
 
 def _check_cells_planned(folder: Path, planned: set[str], damage: DamagedResult) -> None:
@@ -205,19 +353,18 @@ def plan_budget_sweeps(rest: Overrides, budgets: list[float]
     by ascending budget."""
     plans = [plan_grid(rest.with_budget(b)) for b in budgets]  # all checked first
     base = plans[0].base
-    launcher_for(base.launcher.name).check(base.launcher)  # e.g. SLURM against sinfo
-    check_needs(hub_needs(c.spec for p in plans for c in p.runnable))
-    if any(needs_warm_start(c.spec) for p in plans for c in p.runnable):
-        check_cache_writable()
+    check_launch([c.spec for p in plans for c in p.runnable], base.launcher)
     name = base.sweep.name or "-".join([plans[0].task, "budgets", *(
         sweep_name(p).rsplit("-", 1)[1] for p in plans)])[:80]
     parent = Path(base.sweep.out_dir) / name
+    _check_one_budget_folder(parent, budgets)
     sweeps = [BudgetSweep(p, rest.with_budget(p.budget_flops),
                           parent / f"budget-{p.budget_flops:.3g}".replace("+", ""))
               for p in plans]
     for sweep in sweeps:
         check_same_plan(sweep.folder, sweep.plan, list(sweep.overrides),
                         extend=base.sweep.extend)
+        check_recorded_states(sweep.folder)
     return parent, sweeps
 
 
@@ -234,10 +381,12 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
     pilot is seen too), is not launched again but waited for, so no two processes ever
     run one cell or write one cell folder at once.
 
-    Returns ``{"ok", "counts", "skipped", "ran", "wall_s", "by_other"}`` (``counts``: the
-    folder's cells by status, :func:`race.store.pilots.counts_text`); ``by_other`` maps the cells
-    another process ran to that process (pid, host, command). Bad launcher input has been
-    refused before this is called; a failed pilot never stops the others.
+    Returns ``{"ok", "counts", "skipped", "ran", "wall_s", "by_other", "cells"}``
+    (``counts``: the folder's cells by status, :func:`race.store.pilots.counts_text`);
+    ``by_other`` maps the cells another process ran to that process (pid, host, command);
+    ``cells``: this command's own cells, every rung's (what its exit code answers for).
+    Bad launcher input has been refused before this is called; a failed pilot never stops
+    the others.
     """
     started = time.time()
     me = claims.this_process()
@@ -249,6 +398,7 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
     _write_record(sweep_dir, record)
     if plan.ladder is None:
         outcome = launch_cells(sweep_dir, [c.spec for c in plan.runnable], cfg.launcher, me)
+        outcome["cells"] = [c.spec.cell_id for c in plan.runnable]
     else:
         outcome = run_ladder(plan, cfg, sweep_dir, me)
     # a concurrent extension of the folder may have added cells since: they are read too
@@ -264,7 +414,8 @@ def run_sweep(plan: Plan, cfg, overrides: list[str], sweep_dir: Path) -> dict:
                 "by_other": outcome["by_other"]}
     _write_record(sweep_dir, record, this_run)
     return {"ok": ok, "counts": counts_text(status), "skipped": outcome["skipped"],
-            "ran": outcome["ran"], "wall_s": outcome["wall_s"], "by_other": outcome["by_other"]}
+            "ran": outcome["ran"], "wall_s": outcome["wall_s"], "by_other": outcome["by_other"],
+            "cells": outcome["cells"]}
 
 
 def _set_aside_if_damaged(sweep_dir: Path) -> None:

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from pathlib import Path
 
 from race.store.io import read_json
+from race.store.sweep_files import CELLS, listed_cell_ids
 
-CELLS = "cells"
 SPEC = "spec.json"
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
@@ -101,6 +102,24 @@ class CellDir:
         except FileNotFoundError:
             return False
 
+    def state_problem(self) -> str:
+        """Why the newest saved state (``state/step-*/``) cannot be read, "" when it can:
+        there is none, or a file of it does not open (a JSON file that does not parse; a
+        torch file, a zip archive, whose directory does not read: an emptied or cut-short
+        file). Reads no tensors; what a later ladder rung checks before it continues it."""
+        saved = sorted(p for p in self.state.glob("step-*") if p.is_dir())
+        if not saved:
+            return f"no saved state in {self.state}"
+        for path in sorted(saved[-1].iterdir()):
+            try:
+                if path.suffix == ".json":
+                    read_json(path)
+                elif path.suffix == ".pt":
+                    zipfile.ZipFile(path).close()
+            except (OSError, ValueError, zipfile.BadZipFile) as error:
+                return f"{path.name} does not read ({type(error).__name__}: {error})"
+        return ""
+
     def rerun_fix(self) -> str:
         """The fix for a damaged file of this cell: delete the cell, rerun the sweep."""
         return (f"delete the cell folder {self.path} and rerun the same race sweep command "
@@ -132,7 +151,16 @@ def cell_dirs(sweep_dir: Path) -> list[Path]:
 
 
 def every_cell_dir(sweep_dir: Path) -> list[Path]:
-    """Every folder under ``<sweep>/cells/``, sorted, whether or not it holds a spec.json:
-    what a report must account for (a folder without its spec is damaged, not absent)."""
+    """Every cell a report must account for, sorted: each folder under ``<sweep>/cells/``,
+    whether or not it holds a spec.json (a folder without its spec is damaged, not
+    absent), and the folder of each cell ``sweep.json`` or ``ladder.json`` lists that is
+    gone (a deleted cell is missing, not absent: :func:`gone`)."""
     folder = Path(sweep_dir) / CELLS
-    return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    present = sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    names = {p.name for p in present}
+    return sorted([*present, *(folder / c for c in listed_cell_ids(sweep_dir) - names)])
+
+
+def gone(cell_dir: Path) -> bool:
+    """Whether a cell's folder is absent (a listed cell whose folder was deleted)."""
+    return not Path(cell_dir).is_dir()

@@ -13,14 +13,15 @@ from pathlib import Path
 import pandas as pd
 
 from race.core.specs import PhaseFlops
-from race.store.cell import SPEC, SUMMARY, CellDir, every_cell_dir
+from race.store.cell import SPEC, SUMMARY, CellDir, every_cell_dir, gone
 from race.store.claims import running_pilot
 from race.store.io import read_result
 from race.store.records import PilotSession, PilotSummary, phase_flops_from
 
 # what a cell folder can be, in the order counts are printed: ok and failed pilots left a
-# verdict; missing ones never finished (a rerun resumes them); running ones hold their run
-# lock now; damaged folders lack their spec.json, so nothing says what they ran
+# verdict; missing ones never finished (a rerun resumes them) or lost their folder (the
+# sweep's records list them); running ones hold their run lock now; damaged folders lack
+# their spec.json, so nothing says what they ran
 STATUSES = ("ok", "failed", "missing", "running", "damaged")
 
 # spec fields copied into every row
@@ -35,9 +36,15 @@ def pilot_row(cell_dir: Path) -> dict:
 
     A cell without ``summary.json`` is ``running`` while a pilot holds its run lock, else
     ``missing`` (never finished); a folder without ``spec.json`` is ``damaged`` (or
-    ``running``, while its pilot is starting), its id the folder's name.
+    ``running``, while its pilot is starting), its id the folder's name. A cell the
+    sweep's records list whose folder is gone (deleted) is ``missing``, and says so.
     """
     cell = CellDir(cell_dir)
+    if gone(cell.path):
+        return {"cell_id": cell.path.name, "status": "missing",
+                "error": f"its folder {cell.path} is gone (the sweep's sweep.json or "
+                         f"ladder.json lists it); rerun the command that planned it to run "
+                         f"it again"}
     rerun = cell.rerun_fix()
     if not cell.spec.is_file():
         if running_pilot(cell.path) is not None:

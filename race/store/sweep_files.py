@@ -13,11 +13,11 @@ Layout (docs/design.md, results contract)::
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
-from race.store.cell import CELLS
-
+CELLS = "cells"
 SWEEP_JSON = "sweep.json"
 PILOTS_CSV = "pilots.csv"
 LADDER_JSON = "ladder.json"
@@ -59,6 +59,29 @@ class SweepDir:
     @property
     def validate(self) -> Path:
         return self.path / VALIDATE
+
+
+def listed_cell_ids(sweep_dir: str | Path) -> set[str]:
+    """The cells a sweep folder's records say it ran: every planned, unrefused cell of
+    ``sweep.json`` and every rung's cells of ``ladder.json`` (a later rung's cells are
+    listed there only). A record that cannot be read lists nothing here (the report
+    names a damaged one when it reads it)."""
+    folder, ids = SweepDir(sweep_dir), set()
+    for path, cells_of in ((folder.record, _sweep_json_cells), (folder.ladder, _ladder_cells)):
+        try:
+            ids |= cells_of(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+    return ids
+
+
+def _sweep_json_cells(record: dict) -> set[str]:
+    return {c["cell_id"] for c in record.get("cells", [])
+            if isinstance(c, dict) and c.get("cell_id") and not c.get("refused")}
+
+
+def _ladder_cells(ladder: dict) -> set[str]:
+    return {cell_id for rung in ladder.get("rungs", []) for cell_id in rung.get("cells", {})}
 
 
 def set_aside(path: Path) -> Path:

@@ -27,7 +27,7 @@ from race.errors import UnknownName, UsageError
 from race.tasks.arith import ArithTask
 from race.tasks.gsm8k import load_gsm8k
 from race.tasks.hub_data import dataset_source
-from race.tasks.math import MathTask, eval_entries
+from race.tasks.math import MathTask, eval_entries, unique_problems
 from race.tasks.reasoning_gym import ReasoningGymTask, has_ood
 from race.tasks.task_base import HELD_OUT, Example, sample_rows
 from race.tasks.verify import answers_match
@@ -61,9 +61,11 @@ class Gsm8kTask:
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def rows(self, split: str) -> list[Example]:
-        """Every problem of ``split`` (loaded once)."""
+        """Every problem of ``split`` (loaded once); a held-out split holds each problem
+        once (a repeated question is scored once, :func:`race.tasks.math.unique_problems`)."""
         if split not in self._cache:
-            self._cache[split] = self._load(split)
+            rows = self._load(split)
+            self._cache[split] = rows if split == "train" else unique_problems(rows)
         return self._cache[split]
 
     def _load(self, split: str) -> list[Example]:

@@ -7,14 +7,16 @@ line, then ``#### N`` (N may carry thousands commas, a sign or decimals). Source
   JSON array of rows);
 * a local ``.parquet`` file (the Hugging Face dataset's layout), read with pandas;
 * a local folder holding such files, one per split (``data/test.jsonl``, or a Hugging
-  Face snapshot's ``main/test-00000-of-00001.parquet``);
+  Face snapshot's ``main/test-00000-of-00001.parquet``); a split sharded the hub's way
+  (``data/train-00000-of-00002.parquet``, ``data/train-00001-of-00002.parquet``) is read
+  whole, shard by shard, and one with a shard absent is refused (:class:`MissingShard`);
 * anything else is a dataset name (``openai/gsm8k``), read as such a folder from its
   snapshot in the Hugging Face cache (:mod:`race.tasks.hub_data`), or, where the cache
   lacks it and the hub is reachable, with ``datasets.load_dataset(name, "main",
   split=...)``.
 
-Bad rows are never silent: by default the first one raises, naming the file, its 1-based
-line (or row) and how many rows are bad (the message asks to fix or delete them: no
+Bad rows are never silent: by default the first one raises, naming the file (the shard),
+its 1-based line (or row) and how many rows are bad (the message asks to fix or delete them: no
 config key skips them); called from Python, ``skip_invalid=True`` drops them and reports
 them in ``GSM8KLoad.invalid_rows`` (and in a logged warning from ``load_gsm8k``). A file
 that is not UTF-8 text (a binary) is refused, named.
@@ -58,9 +60,10 @@ class GSM8KLoad:
 
     Attributes:
         examples: the parsed problems, in source order.
-        invalid_rows: 1-based line (JSON lines) or row numbers of the rows skipped.
+        invalid_rows: 1-based line (JSON lines) or row numbers of the rows skipped (each
+            within its own file, for a split read from several shards).
         first_error: why the first invalid row was refused ("" when none was).
-        source: the file or dataset name read.
+        source: the file, shards or dataset name read.
     """
 
     examples: list[Example]
@@ -177,57 +180,134 @@ def _parquet_rows(path: Path) -> Iterable[tuple[int, Any]]:
     return enumerate(frame.to_dict(orient="records"), start=1)
 
 
+def _file_rows(path: Path) -> Iterator[tuple[str, int, Any]]:
+    """(where, number, row) of each row of one data file: ``where`` is ``file:line`` (JSON
+    lines) or ``file row N`` (parquet, a JSON array), what a bad row's message names."""
+    if path.suffix == ".jsonl":
+        rows, unit = _json_lines(path), "line"
+    elif path.suffix == ".json":
+        rows, unit = _json_rows(path)
+    else:
+        rows, unit = _parquet_rows(path), "row"
+    for number, row in rows:
+        yield (f"{path}:{number}" if unit == "line" else f"{path} row {number}"), number, row
+
+
+def _files_rows(paths: list[Path]) -> Iterator[tuple[str, int, Any]]:
+    """:func:`_file_rows` of each file in turn: a sharded split's rows, shard by shard."""
+    for path in paths:
+        yield from _file_rows(path)
+
+
 def _dataset_rows(name: str, split: str, subset: str | None = "main"
-                  ) -> Iterable[tuple[int, Any]]:
-    """Rows of ``datasets.load_dataset(name, subset, split=split)`` (GSM8K's config is
-    ``main``; task=math passes its own ``task.subset``, None for none): a name the cache
-    lacks, where :func:`race.tasks.hub_data.dataset_source` found ``datasets`` able to
-    download it."""
+                  ) -> Iterator[tuple[str, int, Any]]:
+    """(where, row number, row) of ``datasets.load_dataset(name, subset, split=split)``
+    (GSM8K's config is ``main``; task=math passes its own ``task.subset``, None for none):
+    a name the cache lacks, where :func:`race.tasks.hub_data.dataset_source` found
+    ``datasets`` able to download it."""
     import datasets
 
-    return enumerate(datasets.load_dataset(name, subset, split=split), start=1)
+    label = f"dataset {name} (split {split})"
+    for number, row in enumerate(datasets.load_dataset(name, subset, split=split), start=1):
+        yield f"{label} row {number}", number, row
 
 
-def _split_file(folder: Path, split: str) -> Path:
-    """The data file for ``split`` inside a local dataset folder.
+class MissingShard(UsageError):
+    """A split sharded the hub's way (``train-00000-of-00003.parquet``, ...) with shards
+    absent: reading the others would train or score on part of the data.
 
-    Matches ``<split>.jsonl`` (GSM8K's release) and ``<split>-00000-of-00001.parquet``
-    (the Hugging Face snapshot; older uploads add ``-<hex>`` after the shard numbers);
-    where both configs are present, ``main/`` wins over ``socratic/``.
+    Attributes:
+        missing: the absent files (paths, as the shards present name them).
+        total: how many shards the names promise.
+        where: the setting that named the folder (``task.source=...``; "": none).
     """
-    name = re.compile(rf"{re.escape(split)}(?:-\d+-of-\d+(?:-[0-9a-f]+)?)?"
-                      rf"(?:\.jsonl|\.json|\.parquet)")
+
+    def __init__(self, missing: tuple[str, ...], total: int, where: str = ""):
+        self.missing, self.total, self.where = tuple(missing), total, where
+        named = ", ".join(self.missing[:3]) + (f" and {len(self.missing) - 3} more"
+                                                if len(self.missing) > 3 else "")
+        one = len(self.missing) == 1
+        super().__init__(f"{where + ': ' if where else ''}shard{'' if one else 's'} {named} "
+                         f"{'is' if one else 'are'} missing "
+                         f"({len(self.missing)} of the split's {total}); a split is read "
+                         f"whole: put all {total} shards in that folder (for a dataset named "
+                         f"by hub id, `race prefetch` downloads them) and rerun")
+
+    def __reduce__(self):  # raised in pilot processes, pickled back to the sweep
+        return (MissingShard, (self.missing, self.total, self.where))
+
+
+# a split's file: "<split>.jsonl", or shard i of n, "<split>-0000i-of-0000n.parquet" (older
+# hub uploads add "-<hex>" after the shard numbers)
+_SPLIT_NAME = (r"{split}(?:-(?P<index>\d+)-of-(?P<total>\d+)(?:-[0-9a-f]+)?)?"
+               r"(?P<ext>\.jsonl|\.json|\.parquet)")
+
+
+def _split_files(folder: Path, split: str) -> list[Path]:
+    """The data files of ``split`` inside a local dataset folder, in order.
+
+    Matches ``<split>.jsonl`` (GSM8K's release) and a hub snapshot's shards
+    ``<split>-0000i-of-0000n.parquet`` (any n; every shard of the split, in index order);
+    where both configs are present, ``main/`` wins over ``socratic/``.
+
+    Raises:
+        FileNotFoundError: no file for ``split``, or several that are not one split's
+            shards (files in two subfolders, ``test.jsonl`` beside ``test.parquet``).
+        MissingShard: shards named ``-of-0000n`` with some of the n absent.
+    """
+    name = re.compile(_SPLIT_NAME.format(split=re.escape(split)))
     found = sorted(p for p in folder.rglob("*") if p.is_file() and name.fullmatch(p.name))
     if len(found) > 1 and any("main" in p.relative_to(folder).parts for p in found):
         found = [p for p in found if "main" in p.relative_to(folder).parts]
-    if len(found) != 1:
+    names = {p: name.fullmatch(p.name) for p in found}
+    shards = {int(m["index"]): p for p, m in names.items() if m["index"]}
+    one_split = len(found) == 1 or (len({p.parent for p in found}) == 1
+                                    and len(shards) == len(found)
+                                    and len({m["total"] for m in names.values()}) == 1)
+    if not found or not one_split:
         what = "no file" if not found else f"{len(found)} files {[str(p) for p in found]}"
         raise FileNotFoundError(f"source={str(folder)!r}: found {what} for split={split!r} "
-                                f"(named '{split}.jsonl' or '{split}-*-of-*.parquet'); pass "
-                                f"the data file itself")
-    return found[0]
+                                f"(named '{split}.jsonl' or '{split}-*-of-*.parquet', the "
+                                f"shards of one split in one folder); pass the data file "
+                                f"itself")
+    if not shards:
+        return found
+    first = names[found[0]]
+    total, width = int(first["total"]), len(first["index"])
+    missing = [str(found[0].parent / f"{split}-{i:0{width}d}-of-{first['total']}"
+                   f"{first['ext']}") for i in range(total) if i not in shards]
+    if missing:
+        raise MissingShard(tuple(missing), total)
+    if max(shards) >= total:
+        raise FileNotFoundError(f"source={str(folder)!r}: {shards[max(shards)]} is shard "
+                                f"{max(shards)} of a split of {total}; remove it or pass the "
+                                f"data files of one split")
+    return [shards[i] for i in sorted(shards)]
 
 
-def _resolve(source: str | Path, split: str) -> tuple[str, Iterable[tuple[int, Any]], str]:
-    """(label used in messages, numbered rows, 'line' or 'row')."""
+def _label(files: list[Path], split: str) -> str:
+    """What messages call a split's files: the file, or its folder and shard count."""
+    return str(files[0]) if len(files) == 1 else \
+        f"{files[0].parent} (split {split}, {len(files)} shards)"
+
+
+def _resolve(source: str | Path, split: str) -> tuple[str, Iterator[tuple[str, int, Any]]]:
+    """(label used in messages, (where, number, row) of every row)."""
     source = dataset_source(str(source))  # a dataset name: its cached snapshot folder
     path = Path(source).expanduser()
     if path.is_dir():
-        path = _split_file(path, split)
+        files = _split_files(path, split)
+        return _label(files, split), _files_rows(files)
     if path.suffix in FILE_SUFFIXES:
         if not path.is_file():
             raise FileNotFoundError(f"source={str(source)!r}: no such file; check the path, "
                                     f"or pass a dataset name (e.g. 'openai/gsm8k') to read "
                                     f"it with `datasets`")
-        if path.suffix == ".jsonl":
-            return str(path), _json_lines(path), "line"
-        if path.suffix == ".json":
-            return (str(path), *_json_rows(path))
-        return str(path), _parquet_rows(path), "row"
+        return str(path), _files_rows([path])
     if path.is_file():
         raise UsageError(f"source={str(source)!r}: unsupported file type {path.suffix!r}; "
                          f"convert it to one of {list(FILE_SUFFIXES)}")
-    return f"dataset {source!s} (split {split})", _dataset_rows(str(source), split), "row"
+    return f"dataset {source!s} (split {split})", _dataset_rows(str(source), split)
 
 
 def read_gsm8k(source: str | Path, split: str = "test", limit: int | None = None, *,
@@ -260,11 +340,11 @@ def read_gsm8k(source: str | Path, split: str = "test", limit: int | None = None
         raise ValueError(f"limit={limit!r}: must be a non-negative integer or None")
     if "{question}" not in template:
         raise ValueError(f"template={template!r}: must contain '{{question}}'")
-    label, rows, unit = _resolve(source, split)
+    label, rows = _resolve(source, split)
     examples: list[Example] = []
     invalid: list[int] = []
-    first_reason = ""
-    for number, row in rows:
+    first_reason = where = ""
+    for at, number, row in rows:
         if limit is not None and len(examples) >= limit:
             break
         try:
@@ -272,10 +352,7 @@ def read_gsm8k(source: str | Path, split: str = "test", limit: int | None = None
                                      strip_calculator=strip_calculator))
         except ValueError as error:
             invalid.append(number)
-            first_reason = first_reason or str(error)
-    where = ""
-    if invalid:
-        where = f"{label}:{invalid[0]}" if unit == "line" else f"{label} row {invalid[0]}"
+            first_reason, where = first_reason or str(error), where or at
     if invalid and not skip_invalid:
         raise UsageError(f"{where}: invalid GSM8K row ({first_reason}); "
                          f"{len(invalid)} invalid row(s) in all. Each row needs 'question' "

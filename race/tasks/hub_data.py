@@ -4,8 +4,9 @@ snapshot in the Hugging Face cache, the files ``race prefetch`` leaves there.
 ``datasets.load_dataset`` run offline reads its own cache (``$HF_DATASETS_CACHE``), not the
 hub snapshot, so a check that finds the snapshot cannot promise that ``load_dataset`` will
 load it. Tasks therefore read a cached snapshot's files themselves, with the readers they
-use for a local folder: a config subfolder (GSM8K's ``main/``) and a split file
-(``test.jsonl``, ``main/test-00000-of-00001.parquet``). The plan's check
+use for a local folder: a config subfolder (GSM8K's ``main/``) and a split's files
+(``test.jsonl``, ``main/test-00000-of-00001.parquet``, or every shard of
+``data/train-0000i-of-0000n.parquet``). The plan's check
 (:func:`race.preflight.open_task`) reads the same files, so a source it accepts loads in the
 pilot. Only a name with no cached snapshot goes to ``datasets``, which downloads it, and
 only where the hub is on and ``datasets`` is installed; elsewhere it is refused, naming
@@ -22,7 +23,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from race.errors import WeightsMissing
+from race.errors import UsageError, WeightsMissing
 from race.tasks.task_base import is_local
 
 
@@ -85,6 +86,12 @@ def dataset_source(source: str, *, key: str = "source") -> str:
         return source
     folder = snapshot_folder(source)
     if folder is not None:
+        if broken := sorted(p for p in folder.rglob("*") if p.is_symlink() and not p.exists()):
+            raise UsageError(f"{key}={source}: the Hugging Face cache's snapshot {folder} is "
+                             f"damaged: {broken[0].relative_to(folder)} points to a blob that "
+                             f"is gone ({len(broken)} such file(s)); download it again with "
+                             f"`race prefetch` (or huggingface-cli download {source} --repo-type "
+                             f"dataset), or remove {folder.parent.parent} and fetch it afresh")
         return str(folder)
     why = fetch_blocker()
     if why:

@@ -11,9 +11,10 @@ first raises a UsageError naming the file and its 1-based line (JSON lines) or r
 
 Sources, read with race.tasks.gsm8k's file readers: a ``.jsonl``/``.json``/``.parquet``
 file; a folder of split files (``test.jsonl``, a hub snapshot's
-``data/test-00000-of-00001.parquet``) where ``subset`` picks a config subfolder (``main/``
-by default); else a dataset name, read as that folder from its snapshot in the Hugging Face
-cache (:mod:`race.tasks.hub_data`), or, where the cache lacks it, with
+``data/test-00000-of-00001.parquet``; a split in n shards, ``-0000i-of-0000n``, is read
+whole, and refused when a shard is absent) where ``subset`` picks a config subfolder
+(``main/`` by default); else a dataset name, read as that folder from its snapshot in the
+Hugging Face cache (:mod:`race.tasks.hub_data`), or, where the cache lacks it, with
 ``datasets.load_dataset(source, subset or None, split=split)``.
 """
 
@@ -47,40 +48,38 @@ EVAL_DEFAULTS = {"source": "", "subset": "", "split": "test", "problem_key": "",
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def _split_path(folder: Path, split: str, subset: str) -> Path:
-    """The file of ``split`` in a local dataset folder (``subset``: a config subfolder)."""
+def _split_paths(folder: Path, split: str, subset: str) -> list[Path]:
+    """The files of ``split`` in a local dataset folder, every shard in order (``subset``:
+    a config subfolder)."""
     subsets = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name[0] != ".")
     if subset and subset not in subsets:
         raise UsageError(f"subset={subset!r}: {folder} has no such subfolder (it has "
                          f"{subsets}); set task.subset to one of them")
     try:
-        return gsm8k._split_file(folder / subset if subset else folder, split)
-    except FileNotFoundError as error:
-        raise UsageError(f"{error}, or pick a config subfolder with task.subset "
-                         f"(subfolders: {subsets})") from None
+        return gsm8k._split_files(folder / subset if subset else folder, split)
+    except FileNotFoundError as error:  # a subset helps only where there are several
+        hint = (f", or pick a config subfolder with task.subset (subfolders: {subsets})"
+                if not subset and len(subsets) > 1 else "")
+        raise UsageError(f"{error}{hint}") from None
 
 
 def _locate(source: str | Path, split: str, subset: str
-            ) -> tuple[str, Iterable[tuple[int, Any]], str]:
-    """(label used in messages, numbered rows, 'line' or 'row') of a source's split."""
+            ) -> Iterable[tuple[str, int, Any]]:
+    """(where, number, row) of every row of a source's split, shard by shard: ``where``
+    is what a bad row's message names (``file:line``, ``file row N``)."""
     text = dataset_source(str(source))
     path = Path(text).expanduser()
     if path.is_dir():
-        path = _split_path(path, split, subset)
-    elif not path.exists() and is_local(text):
+        return gsm8k._files_rows(_split_paths(path, split, subset))
+    if not path.exists() and is_local(text):
         raise UsageError(f"source={text!r}: no such file or folder; check the path, or give "
                          f"a dataset name (e.g. 'HuggingFaceH4/MATH-500') for `datasets`")
     if not path.is_file():
-        rows = gsm8k._dataset_rows(text, split, subset or None)
-        return f"dataset {text} (split {split})", rows, "row"
+        return gsm8k._dataset_rows(text, split, subset or None)
     if path.suffix not in FILE_SUFFIXES:
         raise UsageError(f"source={text!r}: unsupported file type {path.suffix!r}; convert it "
                          f"to one of {list(FILE_SUFFIXES)}")
-    if path.suffix == ".jsonl":
-        return str(path), gsm8k._json_lines(path), "line"
-    if path.suffix == ".json":
-        return (str(path), *gsm8k._json_rows(path))
-    return str(path), gsm8k._parquet_rows(path), "row"
+    return gsm8k._files_rows([path])
 
 
 def _text(row: Mapping[str, Any], key: str) -> str:
@@ -144,21 +143,20 @@ def read_math(source: str | Path, split: str = "train", *, subset: str = "",
     """
     if limit is not None and (not isinstance(limit, int) or limit < 0):
         raise UsageError(f"limit={limit!r}: must be a non-negative integer or None")
-    label, rows, unit = _locate(source, split, subset)
+    rows = _locate(source, split, subset)
     examples: list[Example] = []
-    bad: list[int] = []
+    bad: list[str] = []
     reason = ""
-    for number, row in rows:
+    for where, _, row in rows:
         if limit is not None and len(examples) >= limit:
             break
         try:
             examples.append(_example(row, split, problem_key, answer_key, solution_key))
         except ValueError as error:
-            bad.append(number)
+            bad.append(where)
             reason = reason or str(error)
     if bad:
-        where = f"{label}:{bad[0]}" if unit == "line" else f"{label} row {bad[0]}"
-        raise UsageError(f"{where}: bad row ({reason}); {len(bad)} bad row(s) in all. Name "
+        raise UsageError(f"{bad[0]}: bad row ({reason}); {len(bad)} bad row(s) in all. Name "
                          f"the fields with task.problem_key / task.answer_key, or fix or "
                          f"delete those rows")
     return examples
@@ -205,7 +203,29 @@ def eval_entries(text: str, *, has_source: bool = True) -> dict[str, dict]:
 
 
 def _norm(problem: str) -> str:
+    """The key problems are compared by (whitespace ignored): the training split's overlap
+    with the targets, and a target's repeats."""
     return " ".join(problem.split())
+
+
+def unique_problems(rows: list[Example]) -> list[Example]:
+    """``rows`` less repeats: the first row of each problem (:func:`_norm`), in order."""
+    first: dict[str, Example] = {}
+    for ex in rows:
+        first.setdefault(_norm(ex.problem), ex)
+    return list(first.values())
+
+
+# (task setting, message) of each note logged in this process: `race plan` opens a task once
+# for its checks and again for its counts (two equal MathTasks, each loading its rows), and
+# a note about the data is said once per command, not once per load
+_SAID: set[tuple[Any, str]] = set()
+
+
+def _say_once(task: MathTask, message: str) -> None:
+    if (task, message) not in _SAID:
+        _SAID.add((task, message))
+        logger.warning("%s", message)
 
 
 def _bucket(problem: str) -> str:
@@ -224,9 +244,11 @@ class MathTask:
     split) replace their cut. ``eval`` (JSON text, :func:`eval_entries`) names further
     targets; with ``source=""`` the task is evaluation-only and has only those. Training
     problems that appear in a target read from elsewhere are dropped from ``train``
-    (:meth:`dropped_overlap`). ``problem_key``/``answer_key``/``solution_key`` apply to
-    source, val_source and test_source; ``system_prompt`` and ``answer_format`` are what
-    the chat template wraps each problem in.
+    (:meth:`dropped_overlap`), and a target's repeated problems are kept once (both
+    compared with whitespace ignored; each such drop is logged once per process).
+    ``problem_key``/``answer_key``/``solution_key`` apply to source, val_source and
+    test_source; ``system_prompt`` and ``answer_format`` are what the chat template wraps
+    each problem in.
     """
 
     source: str = ""
@@ -249,13 +271,19 @@ class MathTask:
         return (*own, *eval_entries(self.eval, has_source=bool(self.source)))
 
     def rows(self, split: str) -> list[Example]:
-        """Every problem of ``split`` (``train`` or a target), loaded once, in order."""
+        """Every problem of ``split`` (``train`` or a target), loaded once, in order; a
+        target holds each problem once (its first row), as evaluation never repeats one."""
         if split not in self._cache:
             loaded = self._load(split)
             if not loaded:
                 raise UsageError(f"task {self.name}: {split} holds no problems; give a source "
                                  f"with more rows (a hash cut takes a tenth of them)")
-            self._cache[split] = [dataclasses.replace(ex, split=split) for ex in loaded]
+            unique = loaded if split == "train" else unique_problems(loaded)
+            if len(unique) < len(loaded):
+                _say_once(self, f"task {self.name}: dropped {len(loaded) - len(unique)} "
+                                f"repeated problem(s) from {split}, which scores each of its "
+                                f"{len(unique)} problems once")
+            self._cache[split] = [dataclasses.replace(ex, split=split) for ex in unique]
         return self._cache[split]
 
     def dropped_overlap(self) -> int:
@@ -304,6 +332,8 @@ class MathTask:
         readable = dataset_source(source, key=key)  # a dataset name: its cached snapshot
         try:
             return read_math(readable, split, **keys)
+        except gsm8k.MissingShard as error:
+            raise gsm8k.MissingShard(error.missing, error.total, f"{key}={source}") from None
         except UsageError as error:
             raise UsageError(f"{key}={source}: {error}") from None
 
@@ -350,8 +380,8 @@ class MathTask:
                              f"it trained on); give a training source that differs from the "
                              f"targets")
         if len(kept) < len(rows):
-            logger.warning("task %s: dropped %d training problem(s) also in %s", self.name,
-                           len(rows) - len(kept), ", ".join(overlapping))
+            _say_once(self, f"task {self.name}: dropped {len(rows) - len(kept)} training "
+                            f"problem(s) also in {', '.join(overlapping)}")
         return kept
 
     def _named(self, target: str) -> str:

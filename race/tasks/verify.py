@@ -51,25 +51,44 @@ only for the answer it states, compared whole:
   (:func:`gold_parses` is False; a data loader should refuse such rows) is matched only by
   exact string equality, whitespace ignored.
 
-Pure string functions, safe in worker threads. math-verify's own timeouts use
-``signal.alarm``, which works only in the main thread, so they are disabled
-(``parsing_timeout=None``, ``timeout_seconds=None``) and the work is bounded instead by the
-text handed to it: an answer or gold longer than ``MAX_VERIFY_CHARS`` is never parsed and
-matches only by exact string equality, whitespace ignored. math_verify is imported on the
-first comparison that needs it (heavy: it loads sympy).
+- **Bounded.** Every call returns within a bound, whatever the text. math-verify's own
+  timeouts use ``signal.alarm``, which works only in the main thread, so they are disabled
+  (``parsing_timeout=None``, ``timeout_seconds=None``) and three bounds stand instead:
+  an answer or gold longer than ``MAX_VERIFY_CHARS`` is never parsed; a parsed expression
+  whose value could have more than ``MAX_VALUE_DIGITS`` digits (a power tower such as
+  ``10^{10^{10}}``, ``9^{9^9}``, ``10^{1000000}``, ``(10^{10})!``: sympy would compute it
+  whole, for ever) counts as unparsed, checked on the unevaluated expression before any
+  comparison (:func:`value_digits`); and all sympy work runs in one child process
+  (:mod:`race.tasks.bounded`) that is killed when one comparison outlives
+  ``VERIFY_TIMEOUT_S``. Each of these compares the two texts only, whitespace ignored:
+  a wrong answer is never paid, a right one written as the gold is. (A gold that is too
+  large is refused by :func:`gold_parses`.)
+
+Safe in worker threads. Where no child process can start, the comparison runs in-process,
+bounded by the text and size rules only. math_verify is imported by the child on start
+(heavy: it loads sympy).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 
+from race.tasks.bounded import BoundedWorker, TimedOut, Unavailable, serve_lines
+
 # Longest answer or gold text handed to math_verify/sympy; longer ones compare as strings.
 MAX_VERIFY_CHARS = 200
+# Most decimal digits a parsed value may reach (a bound read off the unevaluated
+# expression): sympy evaluates numbers whole, so 10^{10^{10}} would never finish. 2^{10000}
+# (3011 digits) is graded; 10^{100000} and 2^{2^{2^{2^{2}}}} (19729 digits) are not.
+MAX_VALUE_DIGITS = 10_000
+# Wall-clock bound on one comparison's sympy work, seconds (the child process is killed).
+VERIFY_TIMEOUT_S = 5.0
 
 # "1,234", "-3.5", "+7", ".5": thousands groups must be exact so "1,2345" is not 12345,
 # and a sign counts only where it cannot be a minus between two terms ("5-3").
@@ -299,9 +318,67 @@ def _parse(text: str, is_gold: bool) -> list:
     units = _TEXT_THEN_DIGIT_RE.search(text) is None
     parse = _math_verify()[0]
     # first_match: the first matching pattern decides, no later pattern picks a fragment
-    return parse(f"\\boxed{{{text}}}", extraction_config=_extraction_config(is_gold, units),
-                 fallback_mode="no_fallback", extraction_mode="first_match",
-                 parsing_timeout=None)
+    parsed = parse(f"\\boxed{{{text}}}", extraction_config=_extraction_config(is_gold, units),
+                   fallback_mode="no_fallback", extraction_mode="first_match",
+                   parsing_timeout=None)
+    # a value too large to compute (10^{10^{10}}) is read as no answer: never evaluated
+    if any(value_digits(expr) > MAX_VALUE_DIGITS for expr in parsed):
+        return []
+    return parsed
+
+
+# functions whose value at n has about n log10(n) digits
+_FACTORIALS = frozenset({"factorial", "factorial2", "subfactorial", "gamma", "RisingFactorial",
+                         "FallingFactorial", "binomial"})
+
+
+def value_digits(expr) -> float:
+    """An upper bound on the decimal digits of any number ``expr`` (an unevaluated sympy
+    expression) evaluates to, read off its tree without evaluating anything; ``inf`` when
+    there is none that small.
+
+    Integers and rationals count their digits; ``b^e`` with a numeric exponent at most
+    ``digits(b) x |e|`` (``|e| <= 10^digits(e)`` when ``e`` is itself an expression),
+    ``exp(x)`` at most ``0.44 |x|``, ``n!`` (and gamma, binomials) at most ``n x
+    digits(n)``, a sum or product over ``k = a..b`` its terms times ``digits(b)``; any other
+    node at most the sum of its arguments' digits plus one. Symbols and constants count 1.
+    """
+    if getattr(expr, "is_Rational", False):
+        return max(_int_digits(expr.p), _int_digits(expr.q))
+    if getattr(expr, "is_Float", False):
+        _, mantissa, exponent, bits = expr._mpf_
+        return 1.0 if not mantissa else abs(exponent + bits) * math.log10(2) + 1
+    args = getattr(expr, "args", ())
+    if not args:  # a symbol, a constant (pi, E, I, oo), an unknown atom
+        return 1.0
+    name = type(expr).__name__
+    if name == "Pow" or name == "exp":
+        base, exponent = (args[0], args[1]) if name == "Pow" else (None, args[0])
+        if getattr(exponent, "free_symbols", None):  # x^y is not a number to compute
+            return sum(value_digits(a) for a in args) + 1
+        base_digits = 0.44 if base is None else value_digits(base)
+        return base_digits * _magnitude(exponent) + 1
+    if name in _FACTORIALS:
+        n = max(_magnitude(a) for a in args)
+        return n * (math.log10(n) + 1 if n < math.inf else math.inf) + 1
+    if name in ("Sum", "Product"):
+        limits = [value_digits(bound) for limit in args[1:] for bound in limit.args[1:]]
+        terms = 10.0 ** min(max(limits, default=0.0), 400)
+        return terms * (value_digits(args[0]) + max(limits, default=1.0)) + 1
+    return sum(value_digits(a) for a in args) + 1
+
+
+def _int_digits(n: int) -> float:
+    """About log10 of ``|n|`` (its bits x log10 2): 2 -> 0.6, 10 -> 1.2, 1000 -> 3.0."""
+    return abs(int(n)).bit_length() * math.log10(2)
+
+
+def _magnitude(expr) -> float:
+    """An upper bound on ``|expr|``: its value for a literal, else ``10^digits``."""
+    if getattr(expr, "is_Rational", False):
+        return float(abs(expr.p) // abs(expr.q) + 1) if _int_digits(expr.p) < 300 else math.inf
+    digits = value_digits(expr)
+    return 10.0 ** digits if digits < 300 else math.inf
 
 
 @functools.lru_cache(maxsize=4096)
@@ -318,16 +395,20 @@ def gold_parses(gold: str) -> bool:
             marker (``#### 72``, ``\\boxed{...}``) holds the answer.
 
     Returns:
-        True when its answer is a plain number, or at most ``MAX_VERIFY_CHARS`` long and
-        parsed by math-verify. A loader should refuse rows where this is False: a
-        completion can then match them only by writing the same string.
+        True when its answer is a plain number, or at most ``MAX_VERIFY_CHARS`` long,
+        parsed by math-verify within ``VERIFY_TIMEOUT_S``, and no larger than
+        ``MAX_VALUE_DIGITS`` digits (``10^{10^{10}}`` is False). A loader should refuse
+        rows where this is False: a completion can then match them only by writing the
+        same string.
     """
     answer = _gold_answer(gold)
     if answer is None:
         return False
     if answer.is_number:
         return True
-    return len(answer.text) <= MAX_VERIFY_CHARS and bool(_parsed_gold(answer.text))
+    if len(answer.text) > MAX_VERIFY_CHARS:
+        return False
+    return bool(_bounded(["gold", answer.text], default=False))
 
 
 def _same_text(a: str, b: str) -> bool:
@@ -461,11 +542,52 @@ def answers_match(completion: str, gold: str) -> bool:
     answer, target = _stated_answer(completion), _gold_answer(gold)
     if answer is None or target is None:
         return False
+    if answer.is_number and target.is_number:  # no sympy, no child process
+        return _equivalent(answer, target)
     if len(answer.text) > MAX_VERIFY_CHARS or len(target.text) > MAX_VERIFY_CHARS:
         return _same_text(answer.text, target.text)
+    # sympy's work, in the child process: a comparison past VERIFY_TIMEOUT_S is unequal
+    # unless the texts are the same
+    request = ["match", [answer.text, answer.is_number, answer.hash_line],
+               [target.text, target.is_number, target.hash_line]]
+    return bool(_bounded(request, default=_same_text(answer.text, target.text)))
+
+
+def _match(answer: _Answer, target: _Answer) -> bool:
+    """:func:`answers_match` once both answers are read (runs where sympy runs)."""
     if not _relation_kinds(answer):
         return _equivalent(answer, target)
     gold_kinds = _relation_kinds(target)
     if gold_kinds:
         return _states_gold_relation(answer, target, gold_kinds)
     return _states_gold(answer, target)
+
+
+# the child process that runs every sympy comparison (started on first use)
+_WORKER = BoundedWorker("race.tasks.verify:serve")
+
+
+def _handle(request: list) -> bool:
+    """One request in the child: ``["gold", text]`` or ``["match", answer, target]``."""
+    if request[0] == "gold":
+        return bool(_parsed_gold(request[1]))
+    return _match(_Answer(*request[1]), _Answer(*request[2]))
+
+
+def _bounded(request: list, *, default: bool) -> bool:
+    """``_handle(request)`` in the child process within ``VERIFY_TIMEOUT_S`` (``default``
+    past it); in-process where no child can start."""
+    try:
+        return bool(_WORKER.call(request, timeout_s=VERIFY_TIMEOUT_S))
+    except TimedOut:
+        logging.getLogger(__name__).warning(
+            "math-verify: a comparison took longer than %g s and was stopped; graded by "
+            "its text alone (%.80s)", VERIFY_TIMEOUT_S, request[1:])
+        return default
+    except Unavailable:
+        return _handle(request)
+
+
+def serve() -> None:
+    """The child process's loop (:class:`race.tasks.bounded.BoundedWorker`)."""
+    serve_lines(_handle, warm_up=_math_verify)

@@ -12,9 +12,10 @@ from race.warmstart.policies import build_tiny_policy, warm_start_recipe
 from race.warmstart.prm import INIT_FROM, family_prm
 
 
-def _policy(name: str, task: dict, warmstart: dict, rebuild: bool) -> Path:
+def _policy(name: str, task: dict, warmstart: dict, rebuild: bool,
+            train: bool = True) -> Path | None:
     return build_tiny_policy(name, recipe=warm_start_recipe(name, task, warmstart),
-                             rebuild=rebuild)
+                             rebuild=rebuild, train=train)
 
 
 def build_family(names: list[str], *, workers: int = 2, rebuild: bool = False,
@@ -26,9 +27,16 @@ def build_family(names: list[str], *, workers: int = 2, rebuild: bool = False,
     the embedded defaults); every model is built for them. The largest policy starts
     first, so on 2 cores tiny-l runs beside tiny-s then tiny-m. Each PRM in ``prms``
     starts as soon as the policy its body starts from is built (never before: two
-    processes would build the same policy). Returns every name's folder.
+    processes would build the same policy). Shipped or cached models
+    (:mod:`race.warmstart.shipped`) need no pool: when every one is, they are installed
+    or found in this process. Returns every name's folder.
     """
     task, warmstart = dict(task or {}), dict(warmstart or {})
+    if not rebuild:  # shipped or cached: in this process, in a second (no pool to start)
+        ready = {n: _policy(n, task, warmstart, False, train=False) for n in names}
+        ready |= {n: family_prm(n, task, warmstart, train=False) for n in prms}
+        if all(ready.values()):
+            return ready
     order = sorted(names, key=lambda n: load_model_shape(n).total_params, reverse=True)
     if workers <= 1 or len(order) + len(prms) == 1:
         folders = {n: _policy(n, task, warmstart, rebuild) for n in order}

@@ -147,7 +147,7 @@ def check_cache_writable() -> None:
 
 
 def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], dict], *,
-                 rebuild: bool = False) -> Path:
+                 rebuild: bool = False, train: bool = True) -> Path | None:
     """``cache_dir()/kind/name-<hash of payload>``, built once by ``build(staging)``.
 
     A folder RACE ships (:mod:`race.warmstart.shipped`: the recipes the docs ran from) is
@@ -155,7 +155,8 @@ def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], di
     local build (then marked ``local_build``, and warned about at each load). Any other
     recipe is built on this machine, saying so. ``build`` trains into a staging folder, on
     one torch thread, and returns the build info; the folder is renamed into place only
-    when complete, so a crash never leaves a half-built model.
+    when complete, so a crash never leaves a half-built model. ``train=False``: None
+    where the folder would have to be trained (shipped and cached folders are returned).
     """
     key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
     folder = cache_dir() / kind / f"{name}-{key}"
@@ -165,6 +166,8 @@ def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], di
             return shipped.install(shipped_name, folder)
     if (folder / "build_info.json").is_file() and not rebuild:
         return folder
+    if not train:  # the caller trains it elsewhere (build_family's pool)
+        return None
     print(f"warm start {name}-{key}: " + (
         "rebuilt on this machine at your request" if shipped.archive_of(shipped_name) else
         "not a warm start RACE ships (the warmstart.* knobs or the task differ from a "
@@ -334,7 +337,7 @@ def _train(recipe: WarmStartRecipe, shape: ModelShape, folder: Path) -> dict:
 
 
 def build_tiny_policy(name: str, *, seed: int = 0, rebuild: bool = False,
-                      recipe: WarmStartRecipe | None = None) -> Path:
+                      recipe: WarmStartRecipe | None = None, train: bool = True) -> Path | None:
     """Folder of the warm-started policy ``name`` (tiny-s/m/l), building it if not cached.
 
     The folder holds the model (``from_pretrained``-loadable), its tokenizer and
@@ -346,7 +349,8 @@ def build_tiny_policy(name: str, *, seed: int = 0, rebuild: bool = False,
                          f"by RACE; {name} loads from {shape.hf_id or 'its hf_id'}")
     recipe = recipe or WarmStartRecipe(model=name, seed=seed)
     return cached_build("policies", name, {"recipe": asdict(recipe), "shape": asdict(shape)},
-                        lambda folder: _train(recipe, shape, folder), rebuild=rebuild)
+                        lambda folder: _train(recipe, shape, folder), rebuild=rebuild,
+                        train=train)
 
 
 def build_info(folder: Path) -> dict:

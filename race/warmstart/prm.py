@@ -287,7 +287,7 @@ def _train(recipe: PRMRecipe, shape: ModelShape, init: Path, folder: Path) -> di
 
 
 def family_prm(name: str, task: Mapping[str, Any] = (), warmstart: Mapping[str, Any] = (),
-               *, rebuild: bool = False) -> Path:
+               *, rebuild: bool = False, train: bool = True) -> Path | None:
     """Folder of the tiny PRM ``name`` for a cell's task entry and ``warmstart.*`` knobs
     (a ``RunSpec``'s ``task`` and ``warmstart``): trained on that task's traces, its body
     from that recipe's warm-started policy."""
@@ -295,11 +295,13 @@ def family_prm(name: str, task: Mapping[str, Any] = (), warmstart: Mapping[str, 
     policy_recipe = warm_start_recipe(init, task, warmstart)
     recipe = PRMRecipe(model=name, init_from=init, seed=policy_recipe.seed,
                        task=policy_recipe.task)
-    return build_tiny_prm(name, recipe=recipe, policy_recipe=policy_recipe, rebuild=rebuild)
+    return build_tiny_prm(name, recipe=recipe, policy_recipe=policy_recipe, rebuild=rebuild,
+                          train=train)
 
 
 def build_tiny_prm(name: str, *, seed: int = 0, rebuild: bool = False,
-                   recipe: PRMRecipe | None = None, policy_recipe=None) -> Path:
+                   recipe: PRMRecipe | None = None, policy_recipe=None,
+                   train: bool = True) -> Path | None:
     """Folder of the trained tiny PRM ``name`` (e.g. ``prm-tiny-m``), cached like policies.
 
     Its body starts from the warm-started policy of the same shape (``recipe.init_from``).
@@ -315,7 +317,11 @@ def build_tiny_prm(name: str, *, seed: int = 0, rebuild: bool = False,
     if any(getattr(init_shape, k) != getattr(shape, k) for k in body):
         raise UsageError(f"reward.model={name}: its body differs from init policy "
                          f"{recipe.init_from}; give conf/model/{name}.yaml that policy's shape")
-    init = build_tiny_policy(recipe.init_from, seed=recipe.seed, recipe=policy_recipe)
+    init = build_tiny_policy(recipe.init_from, seed=recipe.seed, recipe=policy_recipe,
+                             train=train)
+    if init is None:
+        return None
     return cached_build("prms", name, {"recipe": asdict(recipe), "shape": asdict(shape),
                                        "init": init.name},
-                        lambda folder: _train(recipe, shape, init, folder), rebuild=rebuild)
+                        lambda folder: _train(recipe, shape, init, folder), rebuild=rebuild,
+                        train=train)

@@ -10,6 +10,7 @@ and resume from their own last checkpoint.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -73,6 +74,16 @@ def parse_sinfo(text: str) -> dict[str, tuple[int, int, int, bool]]:
             default = default or seen[3]
         partitions[name] = (*node, default)
     return partitions
+
+
+def check_sbatch(key: str, *, fix: str) -> None:
+    """Refuse a SLURM launch where SLURM is absent (no ``sbatch`` on PATH), before a
+    launcher starts and fails deep inside submitit ("Could not detect srun").
+
+    Raises UsageError naming ``key`` (the override that asked for SLURM) and ``fix``.
+    """
+    if shutil.which("sbatch") is None:
+        raise UsageError(f"{key}: no SLURM here (sbatch not found on PATH); {fix}")
 
 
 def check_slurm(cfg) -> None:
