@@ -53,7 +53,7 @@ import pandas as pd
 
 from bench.common import add_quick
 from bench.curve_bank import read_bank
-from bench.worlds import WORLDS
+from bench.worlds import WORLDS, frozen_note
 from race.analysis.curves import EXTRAPOLATION_ERROR, fit_curve, full_budget_interval
 from race.analysis.ladder_curves import lineage_fits
 from race.config.schema import PilotConfig
@@ -233,6 +233,8 @@ def main() -> None:
         share, width, count = coverage(rows)
         lo, hi = clustered_interval(rows)
         forward = f"{share:.3f}"
+        for path in checks:
+            print(frozen_note(path))
         print(f"forward (calibrated on world 1, checked on {', '.join(p.name for p in checks)}"
               f", nothing refit): {_pct(share)} of {count} (width {width:.2f}); clustered by "
               f"config, 90% interval [{lo:.2f}, {hi:.2f}]; target >= 0.85")

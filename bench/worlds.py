@@ -54,7 +54,7 @@ WORLDS = {
 # The commit that froze everything world 2 judges (selection defaults and guard
 # thresholds, the prediction interval's calibration, bench/testbed.py's tests, the default
 # grid and its rule) before world 2's first cell ran; world 2's bank export records it.
-FROZEN = None  # set, with the commit's sha, by the commit after it
+FROZEN = "e8563c952d56a29c89a6a94b9ebdde1135cbeb30"
 
 
 def world(number: int) -> World:
@@ -62,3 +62,18 @@ def world(number: int) -> World:
     if number not in WORLDS:
         raise SystemExit(f"--world {number}: no such world; choose one of {sorted(WORLDS)}")
     return WORLDS[number]
+
+
+def frozen_note(path: Path) -> str:
+    """Whether the bank exported at ``path`` ran from the frozen commit (its export
+    records the git sha of the code that ran each command)."""
+    import gzip
+    import json
+
+    with gzip.open(path, "rt") as f:
+        bank = json.load(f)
+    shas = {bank.get("git_sha")} | {r.get("git_sha") for r in bank.get("runs", [])}
+    shas.discard(None)
+    ran = ", ".join(sorted(s[:10] for s in shas)) or "unknown"
+    verdict = "the frozen commit" if shas == {FROZEN} else f"NOT only the frozen {FROZEN[:10]}"
+    return f"{path.name} ran from {ran}: {verdict}"
