@@ -432,13 +432,17 @@ def test_compare_predictions_needs_three_for_correlations():
 
 
 def test_check_consistent_rejects_mixed_tasks_and_budgets():
-    mixed = make_cells(cell("a0", "A", 0.5, task="arith"), cell("b0", "B", 0.5, task="gsm8k"))
-    with pytest.raises(ValueError, match="results mix task=arith and task=gsm8k: aggregate one "
-                                         "sweep at a time, or split the folder by task"):
+    mixed = make_cells(cell("a0", "A", 0.5, task="arith"), cell("a1", "A", 0.5, task="arith"),
+                       cell("b0", "B", 0.5, task="gsm8k"))
+    # the message names the folders to remove: the smaller group's
+    with pytest.raises(ValueError, match=r"^results mix task=arith \(2 cells\) and task=gsm8k "
+                                         r"\(1 cell\): aggregate one sweep at a time, split "
+                                         r"the folder by task, or remove cells/b0 to keep "
+                                         r"task=arith$"):
         check_consistent(mixed)
     budgets = make_cells(cell("a0", "A", 0.5), cell("b0", "B", 0.5, full=3.2e15))
-    with pytest.raises(ValueError, match=r"full_budget_flops=1.6e\+13 and "
-                                         r"full_budget_flops=3.2e\+15"):
+    with pytest.raises(ValueError, match=r"full_budget_flops=1.6e\+13 \(1 cell\) and "
+                                         r"full_budget_flops=3.2e\+15 \(1 cell\)"):
         check_consistent(budgets)
     assert check_consistent(make_cells(cell("a0", "A", 0.5), cell("b0", "B", 0.4))) is None
 

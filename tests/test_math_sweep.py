@@ -85,3 +85,62 @@ def test_math_sweep_ranks_on_a_named_target_and_reports_every_target(math_world,
                   tmp_path)
     assert check.returncode == 0, check.stderr[-3000:]
     assert (sweep / "validate").is_dir()
+
+
+class _TowerTexts:
+    """The pilot's own backend with every completion's text replaced by power towers (the
+    token ids, log-probs and FLOPs stay the backend's): what a policy that learned to
+    write ``\\boxed{10^{10^{10}}}`` would hand the verifier, at every step and every read."""
+
+    TEXTS = ("So the answer is $\\boxed{10^{10^{10}}}$.", "$\\boxed{5}$",
+             "\\boxed{9^{9^9}}", "The answer is $\\boxed{2^{2^{2^{2^{2}}}}}$")
+
+    def __init__(self, backend):
+        self._backend = backend
+        self.name = backend.name
+
+    def generate(self, prompts, **kw):
+        import dataclasses
+
+        out = self._backend.generate(prompts, **kw)
+        texts = tuple(self.TEXTS[i % len(self.TEXTS)] for i in range(len(out.texts)))
+        return dataclasses.replace(out, texts=texts)
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+
+def test_a_math_pilot_whose_completions_hold_towers_finishes(math_world, tmp_path):
+    """Issue "Reports that never claim more than the data", new case 1: a completion
+    holding a power tower stalls no pilot. Every completion of every step and every read is
+    a tower (or 5): the pilot runs to its budget with status ok and every read done. (A
+    tower gold is refused when the data loads: tests/test_rewards_verify.py.)"""
+    import dataclasses
+    import time
+
+    from race.core.specs import RunSpec
+    from race.pilot.budget import worst_step_flops
+    from race.pilot.components import build_components
+    from race.pilot.loop import run_pilot
+
+    task = (("name", "math"), ("source", str(math_world["polaris"])))
+    spec = RunSpec(str(math_world["policy"]), (("kind", "rule"), ("name", "rule")), task, 1.0,
+                   prompts_per_step=2, group_size=2, max_new_tokens=8, checkpoints=(0.5, 1.0),
+                   eval_examples=8, eval_targets=("val", "test"), select_examples=8)
+    spec = dataclasses.replace(spec, budget_flops=worst_step_flops(spec, 64) * 8)
+    parts = build_components(spec)
+    parts = dataclasses.replace(parts, backend=_TowerTexts(parts.backend))
+    start = time.perf_counter()
+    summary = run_pilot(spec, tmp_path / "cell", components=parts, checkpoint_every=0)
+    elapsed = time.perf_counter() - start
+    assert summary["status"] == "ok", summary["error"]
+    assert summary["steps"] >= 2
+    assert elapsed < 300, f"took {elapsed:.0f} s"  # a stalled verifier never returns
+    metrics = [json.loads(line) for line in w_lines(tmp_path / "cell" / "metrics.jsonl")]
+    reads = {(r["target"], r["checkpoint"]) for r in metrics if r["kind"] == "eval"}
+    assert reads >= {(t, c) for t in ("val", "test") for c in (0.5, 1.0)}  # every read ran
+    steps = [r for r in metrics if r["kind"] == "step"]
+    assert len(steps) == summary["steps"] and all(0 <= r["train_reward"] <= 1 for r in steps)
+
+def w_lines(path: Path) -> list[str]:
+    return [line for line in Path(path).read_text().splitlines() if line.strip()]

@@ -33,17 +33,27 @@ def split_status(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def check_consistent(cells: pd.DataFrame) -> None:
-    """Raise ValueError when the pilots mix tasks or full budgets (two sweeps in one folder)."""
+    """Raise UsageError when the pilots mix tasks or full budgets (two sweeps in one
+    folder), naming the cell folders of every group but the largest: removing those
+    leaves one sweep that reports and extends."""
     for column, fix in (("task", "split the folder by task"),
                         ("full_budget_flops", "split the folder by budget")):
         if column not in cells:
             continue
-        values = sorted(cells[column].dropna().unique())
-        if len(values) > 1:  # FLOPs print as 3.2e+15
-            shown = [f"{column}={float(v):.3g}" if column.endswith("_flops") else
-                     f"{column}={v}" for v in values]
-            mixed = ", ".join(shown[:-1]) + " and " + shown[-1]
-            raise UsageError(f"results mix {mixed}: aggregate one sweep at a time, or {fix}")
+        groups = cells.dropna(subset=[column]).groupby(column)["cell_id"].apply(sorted)
+        if len(groups) < 2:
+            continue
+        show = ((lambda v: f"{column}={float(v):.3g}") if column.endswith("_flops")
+                else (lambda v: f"{column}={v}"))  # FLOPs print as 3.2e+15
+        counted = [f"{show(v)} ({len(ids)} cell{'s' * (len(ids) != 1)})"
+                   for v, ids in groups.items()]
+        keep = max(groups.index, key=lambda v: (len(groups[v]), str(v)))
+        others = [f"cells/{i}" for v, ids in groups.items() if v != keep for i in ids]
+        listed = " ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6
+                                         else "")
+        raise UsageError(f"results mix {', '.join(counted[:-1])} and {counted[-1]}: "
+                         f"aggregate one sweep at a time, {fix}, or remove {listed} to "
+                         f"keep {show(keep)}")
 
 
 def increments(cells: pd.DataFrame) -> pd.DataFrame:
