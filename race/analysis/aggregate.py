@@ -43,9 +43,9 @@ def check_consistent(cells: pd.DataFrame) -> None:
         groups = cells.dropna(subset=[column]).groupby(column)["cell_id"].apply(sorted)
         if len(groups) < 2:
             continue
-        show = ((lambda v: f"{column}={float(v):.3g}") if column.endswith("_flops")
-                else (lambda v: f"{column}={v}"))  # FLOPs print as 3.2e+15
-        counted = [f"{show(v)} ({len(ids)} cell{'s' * (len(ids) != 1)})"
+        names = {v: f"{column}={float(v):.3g}" if column.endswith("_flops")  # 3.2e+15
+                 else f"{column}={v}" for v in groups.index}
+        counted = [f"{names[v]} ({len(ids)} cell{'s' * (len(ids) != 1)})"
                    for v, ids in groups.items()]
         keep = max(groups.index, key=lambda v: (len(groups[v]), str(v)))
         others = [f"cells/{i}" for v, ids in groups.items() if v != keep for i in ids]
@@ -53,7 +53,7 @@ def check_consistent(cells: pd.DataFrame) -> None:
                                          else "")
         raise UsageError(f"results mix {', '.join(counted[:-1])} and {counted[-1]}: "
                          f"aggregate one sweep at a time, {fix}, or remove {listed} to "
-                         f"keep {show(keep)}")
+                         f"keep {names[keep]}")
 
 
 def increments(cells: pd.DataFrame) -> pd.DataFrame:

@@ -198,23 +198,7 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
     primary = next((t for t in (*chosen[:1], "val", "test") if t in names), names[0])
     result.primary = primary
     result.targets = [primary, *(t for t in names if t != primary)]  # the primary first
-    raw, trained = {}, ranked_reads(evals)
-    for target in result.targets:
-        # a ladder's frontier spans every rung's checkpoints
-        result.fronts[target] = (frontier(evals, cells, target=target) if ladder is None
-                                 else frontier(every_eval, every_cell, target=target))
-        scored = set(trained.loc[trained["target"] == target, "cell_id"])
-        if not ok["cell_id"].isin(scored).any():
-            result.unranked[target] = _unranked(target, ladder is not None)
-            continue
-        # a ladder's reads carry the problems' pooled SE, as its rungs did
-        configs, regimes = rank_regimes(ok[ok["cell_id"].isin(scored)], examples,
-                                        target=target, level=level,
-                                        over_seeds=ladder is None)
-        fits = fit_cells(evals, cells, target=target)
-        raw[target], result.fits[target] = configs, fits
-        result.ranked[target] = (configs.merge(_fit_columns(fits), on="config_id",
-                                               how="left"), regimes)
+    raw = _rank_targets(result, examples)
     if primary in result.unranked:
         raise UsageError(f"{sweep_dir}: no ok cell was scored on {primary} past its warm "
                          f"start, so nothing trained can be ranked; check the cells' "
@@ -231,6 +215,33 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
     result.order = ok.assign(_o=ok["config_id"].map(config_order)).sort_values(
         ["_o", "seed", "cell_id"], kind="stable")["cell_id"].tolist()
     return result
+
+
+def _rank_targets(result: SweepAnalysis, examples: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Rank the ok cells on each of ``result.targets``, fit their curves and draw each
+    target's frontier, into ``result``; a target no ok cell was scored on past its warm
+    start goes to ``result.unranked``. Returns target -> its ranked configs, before their
+    fit columns are merged in (what selection reads)."""
+    evals, cells, ok, ladder = result.evals, result.cells, result.ok, result.ladder
+    raw, trained = {}, ranked_reads(evals)
+    for target in result.targets:
+        # a ladder's frontier spans every rung's checkpoints
+        result.fronts[target] = (frontier(evals, cells, target=target) if ladder is None
+                                 else frontier(result.every_eval, result.every_cell,
+                                               target=target))
+        scored = set(trained.loc[trained["target"] == target, "cell_id"])
+        if not ok["cell_id"].isin(scored).any():
+            result.unranked[target] = _unranked(target, ladder is not None)
+            continue
+        # a ladder's reads carry the problems' pooled SE, as its rungs did
+        configs, regimes = rank_regimes(ok[ok["cell_id"].isin(scored)], examples,
+                                        target=target, level=result.level,
+                                        over_seeds=ladder is None)
+        fits = fit_cells(evals, cells, target=target)
+        raw[target], result.fits[target] = configs, fits
+        result.ranked[target] = (configs.merge(_fit_columns(fits), on="config_id",
+                                               how="left"), regimes)
+    return raw
 
 
 def _select(result: SweepAnalysis, configs: pd.DataFrame, evals: pd.DataFrame,

@@ -33,9 +33,10 @@ from typing import Any
 
 import race.tasks.gsm8k as gsm8k
 from race.errors import UsageError
+from race.tasks.final_answer import _MATH_DOLLARS_RE, _last_marker
 from race.tasks.hub_data import dataset_source
 from race.tasks.task_base import FILE_SUFFIXES, HELD_OUT, Example, is_local
-from race.tasks.verify import _MATH_DOLLARS_RE, _last_marker, answers_match, gold_parses
+from race.tasks.verify import answers_match, gold_parses
 
 logger = logging.getLogger(__name__)
 

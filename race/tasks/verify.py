@@ -67,19 +67,34 @@ only for the answer it states, compared whole:
 Safe in worker threads. Where no child process can start, the comparison runs in-process,
 bounded by the text and size rules only. math_verify is imported by the child on start
 (heavy: it loads sympy).
+
+Reading what a text states (markers, plain numbers, relations and list items) is
+:mod:`race.tasks.final_answer`; the size bound on a parsed value is
+:mod:`race.tasks.value_size`. Both are pure, and their public names are importable here.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
 import re
 from collections import Counter
-from dataclasses import dataclass
 from decimal import Decimal
 
 from race.tasks.bounded import BoundedWorker, TimedOut, Unavailable, serve_lines
+from race.tasks.final_answer import (  # noqa: F401  (its public names, importable here)
+    _LIST_SEPARATOR_RE,
+    _RELATION_RE,
+    _Answer,
+    _gold_answer,
+    _relation_kinds,
+    _sides,
+    _split_top,
+    _stated_answer,
+    extract_final_answer,
+    normalize_number,
+)
+from race.tasks.value_size import value_digits
 
 # Longest answer or gold text handed to math_verify/sympy; longer ones compare as strings.
 MAX_VERIFY_CHARS = 200
@@ -90,182 +105,8 @@ MAX_VALUE_DIGITS = 10_000
 # Wall-clock bound on one comparison's sympy work, seconds (the child process is killed).
 VERIFY_TIMEOUT_S = 5.0
 
-# "1,234", "-3.5", "+7", ".5": thousands groups must be exact so "1,2345" is not 12345,
-# and a sign counts only where it cannot be a minus between two terms ("5-3").
-_NUMBER = r"(?:(?<![\w)\]}])[-+])?(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+)"
-_NUMBER_RE = re.compile(_NUMBER)
-# An answer marker: a "####" line, or the opening of \boxed{...} / \fbox{...}.
-_MARKER_RE = re.compile(r"####|\\(?:boxed|fbox)\s*\{")
-# The $ signs of inline maths at either end of an answer, not an escaped \$.
-_MATH_DOLLARS_RE = re.compile(r"^\$+|(?<!\\)\$+$")
-# What brace matching looks at: an escaped character (\{, \}, \\) or a brace.
-_BRACE_RE = re.compile(r"\\.|[{}]", re.DOTALL)
-# "#### 72 dollars": a number, then words of two or more letters and nothing else.
-_UNIT_WORDS_RE = re.compile(r"(\S+)\s+([A-Za-z]{2,}(?:\s+[A-Za-z]{2,})*)\.?")
 # A \text{...} (or \mbox, \mathrm) with a digit after it: unit removal would cut there.
 _TEXT_THEN_DIGIT_RE = re.compile(r"\\(?:text|mbox|mathrm)\s*\{.*\d", re.DOTALL)
-# Words that make "#### N word" something other than N: maths, numbers and scales, and
-# connectives that join N to another answer. A plural is checked without its "s".
-_NOT_UNITS = frozenset("""
-    pi sqrt root squared cubed power exp log ln sin cos tan mod cdot frac inf infty infinity
-    and or plus minus times over divided not
-    zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
-    fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy
-    eighty ninety hundred thousand million billion trillion dozen grand half halve third
-    quarter fourth fifth sixth seventh eighth ninth tenth
-""".split())
-# The relations a stated answer may hold, by kind. Only "=" (also written "\in") can
-# state a value; the other kinds never do. math-verify reads "~" and "->" as nothing
-# (``3 \approx 100`` parses as 3), so a gold holding one is compared side by side.
-_RELATIONS = {
-    "=": ("==", ":=", "=", "\\in", "∈"),
-    "<": ("<", ">", "\\lt", "\\gt"),
-    "<=": ("<=", ">=", "=<", "=>", "\\leqslant", "\\geqslant", "\\leqq", "\\geqq",
-           "\\leq", "\\geq", "\\le", "\\ge", "≤", "≥", "⩽", "⩾"),
-    "!=": ("!=", "\\neq", "\\ne", "\\notin", "\\not", "≠", "∉"),
-    "~": ("\\approx", "\\thickapprox", "\\simeq", "\\sim", "\\doteq", "\\cong",
-          "\\equiv", "\\propto", "≈", "∼", "≃", "≅", "≡"),
-    "->": ("\\to", "\\rightarrow", "\\Rightarrow", "\\implies", "\\iff",
-           "\\Leftrightarrow", "\\leftrightarrow", "\\mapsto", "\\subseteq", "\\subset",
-           "\\supseteq", "\\supset", "\\ll", "\\gg", "→", "⇒", "⟹", "⊂", "⊆"),
-}
-_RELATION_KIND = {symbol: kind for kind, symbols in _RELATIONS.items() for symbol in symbols}
-# longest first, so "<=" is not read as "<" and "\leq" not as "\le"; a command must end
-_RELATION_RE = re.compile("|".join(
-    re.escape(symbol) + ("(?![A-Za-z])" if symbol.startswith("\\") else "")
-    for symbol in sorted(_RELATION_KIND, key=len, reverse=True)))
-# What separates the answers of a list: a comma (not a thousands one), ";", \quad, and
-# "or"/"and", bare or in a \text{...}.
-_LIST_SEPARATOR_RE = re.compile(
-    r",(?!\d{3}(?!\d))|;|\\q?quad(?![A-Za-z])"
-    r"|\\(?:text|textrm|mbox|mathrm)\s*\{[^{}]*\b(?:or|and)\b[^{}]*\}|\b(?:or|and)\b")
-# A LaTeX token, and the ones that open or close a group (a relation inside one, as in
-# "\{x : x > 0\}" or "\text{so 2 = 2}", is not the answer's own).
-_TOKEN_RE = re.compile(r"\\[A-Za-z]+|\\.|.", re.DOTALL)
-_OPENERS = frozenset({"{", "(", "[", "\\{", "\\lbrace", "\\langle", "\\lbrack"})
-_CLOSERS = frozenset({"}", ")", "]", "\\}", "\\rbrace", "\\rangle", "\\rbrack"})
-
-
-def _strip_decoration(text: str) -> str:
-    """Drop what decorates an answer without changing it: spaces, ``$``, ``\\$``, a final
-    period or ``%``."""
-    text = text.replace("\\$", "").replace("\\%", "%").strip().strip("$").strip()
-    return text.rstrip(".%").rstrip()
-
-
-def normalize_number(text: str) -> str | None:
-    """Canonical string of a plain number, or None when ``text`` is not one.
-
-    Accepts a sign, thousands commas and decimals, and ignores surrounding ``$``,
-    ``\\$``, a trailing period and a trailing ``%``: ``"1,234" -> "1234"``,
-    ``"+72.50" -> "72.5"``, ``"72.0" -> "72"``, ``"-0" -> "0"``.
-    """
-    cleaned = _strip_decoration(text)
-    if not _NUMBER_RE.fullmatch(cleaned):
-        return None
-    value = Decimal(cleaned.replace(",", ""))
-    if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")
-
-
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    """A stated answer: ``text`` is what is compared (a plain number in canonical form,
-    :func:`normalize_number`, else the content as written); ``is_number`` says which;
-    ``hash_line`` whether it came after ``####`` (where unit words may follow a number)."""
-
-    text: str
-    is_number: bool
-    hash_line: bool = False
-
-
-def _closing_brace(text: str, start: int) -> int | None:
-    """Index of the brace that closes the group opened just before ``start``, or None."""
-    depth = 1
-    for match in _BRACE_RE.finditer(text, start):
-        if match.group() == "{":
-            depth += 1
-        elif match.group() == "}":
-            depth -= 1
-            if depth == 0:
-                return match.start()
-    return None
-
-
-def _last_marker(text: str) -> tuple[bool, str] | None:
-    """``(is_hash_line, content)`` of the last outermost marker, or None when there is
-    none; content is ``""`` when that marker is unclosed (everything after it is inside).
-
-    A ``####`` line's content ends at the line's end or at the next marker on it, which
-    is a later marker of its own (``#### 7 so \\boxed{10}`` states 10)."""
-    last, position = None, 0
-    while (match := _MARKER_RE.search(text, position)) is not None:
-        if match.group() == "####":
-            end = text.find("\n", match.end())
-            end = len(text) if end < 0 else end
-            following = _MARKER_RE.search(text, match.end(), end)
-            end = end if following is None else following.start()
-            last, position = (True, text[match.end():end]), end
-        else:
-            end = _closing_brace(text, match.end())
-            if end is None:
-                return False, ""
-            last, position = (False, text[match.end():end]), end + 1
-    return last
-
-
-def _unit_number(content: str) -> str | None:
-    """The number of ``N unit words`` after ``####`` (``72 dollars`` -> ``72``), or None."""
-    match = _UNIT_WORDS_RE.fullmatch(content)
-    if match is None:
-        return None
-    words = match.group(2).lower().split()
-    if any(word in _NOT_UNITS or word.removesuffix("s") in _NOT_UNITS for word in words):
-        return None
-    return normalize_number(match.group(1))
-
-
-def _read_answer(content: str, is_hash_line: bool) -> _Answer | None:
-    """A marker's content as an answer; None when it is empty."""
-    # a \boxed inside the answer only groups: "2 \text{ or } \boxed{3}" states "2 or 3"
-    text = _MARKER_RE.sub(lambda m: "{" if m.group() != "####" else "", content).strip()
-    # surrounding $...$ (an escaped \$ is the currency sign: normalize_number drops it)
-    text = _MATH_DOLLARS_RE.sub("", text).strip().removesuffix(".").strip()
-    if not text:
-        return None
-    number = normalize_number(text)
-    if number is None and is_hash_line:
-        number = _unit_number(text)
-    if number is None:
-        return _Answer(text, is_number=False, hash_line=is_hash_line)
-    return _Answer(number, is_number=True, hash_line=is_hash_line)
-
-
-def _stated_answer(text: str) -> _Answer | None:
-    """What ``text`` states by its last marker; None when it states nothing."""
-    marker = _last_marker(text)
-    return None if marker is None else _read_answer(marker[1], is_hash_line=marker[0])
-
-
-def _gold_answer(gold: str) -> _Answer | None:
-    """The gold answer: a reference solution's last marker, else the whole string."""
-    if _MARKER_RE.search(gold):
-        return _stated_answer(gold)
-    return _read_answer(gold, is_hash_line=False)
-
-
-def extract_final_answer(completion: str) -> str | None:
-    """The answer a completion states, exactly what :func:`answers_match` grades.
-
-    That is the content of its last answer marker by position, a ``#### ...`` line or a
-    ``\\boxed{...}`` / ``\\fbox{...}``; None when it has no marker or the last one is empty
-    or unclosed. Plain numbers come back normalised (``"1,234" -> "1234"``, and after
-    ``####`` ``"72 dollars" -> "72"``); anything else comes back as written, without
-    surrounding ``$`` or a final period.
-    """
-    answer = _stated_answer(completion)
-    return None if answer is None else answer.text
 
 
 class _QuietDisabledTimeout(logging.Filter):
@@ -327,60 +168,6 @@ def _parse(text: str, is_gold: bool) -> list:
     return parsed
 
 
-# functions whose value at n has about n log10(n) digits
-_FACTORIALS = frozenset({"factorial", "factorial2", "subfactorial", "gamma", "RisingFactorial",
-                         "FallingFactorial", "binomial"})
-
-
-def value_digits(expr) -> float:
-    """An upper bound on the decimal digits of any number ``expr`` (an unevaluated sympy
-    expression) evaluates to, read off its tree without evaluating anything; ``inf`` when
-    there is none that small.
-
-    Integers and rationals count their digits; ``b^e`` with a numeric exponent at most
-    ``digits(b) x |e|`` (``|e| <= 10^digits(e)`` when ``e`` is itself an expression),
-    ``exp(x)`` at most ``0.44 |x|``, ``n!`` (and gamma, binomials) at most ``n x
-    digits(n)``, a sum or product over ``k = a..b`` its terms times ``digits(b)``; any other
-    node at most the sum of its arguments' digits plus one. Symbols and constants count 1.
-    """
-    if getattr(expr, "is_Rational", False):
-        return max(_int_digits(expr.p), _int_digits(expr.q))
-    if getattr(expr, "is_Float", False):
-        _, mantissa, exponent, bits = expr._mpf_
-        return 1.0 if not mantissa else abs(exponent + bits) * math.log10(2) + 1
-    args = getattr(expr, "args", ())
-    if not args:  # a symbol, a constant (pi, E, I, oo), an unknown atom
-        return 1.0
-    name = type(expr).__name__
-    if name == "Pow" or name == "exp":
-        base, exponent = (args[0], args[1]) if name == "Pow" else (None, args[0])
-        if getattr(exponent, "free_symbols", None):  # x^y is not a number to compute
-            return sum(value_digits(a) for a in args) + 1
-        base_digits = 0.44 if base is None else value_digits(base)
-        return base_digits * _magnitude(exponent) + 1
-    if name in _FACTORIALS:
-        n = max(_magnitude(a) for a in args)
-        return n * (math.log10(n) + 1 if n < math.inf else math.inf) + 1
-    if name in ("Sum", "Product"):
-        limits = [value_digits(bound) for limit in args[1:] for bound in limit.args[1:]]
-        terms = 10.0 ** min(max(limits, default=0.0), 400)
-        return terms * (value_digits(args[0]) + max(limits, default=1.0)) + 1
-    return sum(value_digits(a) for a in args) + 1
-
-
-def _int_digits(n: int) -> float:
-    """About log10 of ``|n|`` (its bits x log10 2): 2 -> 0.6, 10 -> 1.2, 1000 -> 3.0."""
-    return abs(int(n)).bit_length() * math.log10(2)
-
-
-def _magnitude(expr) -> float:
-    """An upper bound on ``|expr|``: its value for a literal, else ``10^digits``."""
-    if getattr(expr, "is_Rational", False):
-        return float(abs(expr.p) // abs(expr.q) + 1) if _int_digits(expr.p) < 300 else math.inf
-    digits = value_digits(expr)
-    return 10.0 ** digits if digits < 300 else math.inf
-
-
 @functools.lru_cache(maxsize=4096)
 def _parsed_gold(text: str) -> tuple:
     """The gold answer parsed once per string; empty when math-verify cannot parse it."""
@@ -427,40 +214,6 @@ def _equivalent(answer: _Answer, target: _Answer) -> bool:
     verify = _math_verify()[1]
     answer_parsed = _parse(answer.text, is_gold=False)
     return bool(verify(list(gold_parsed), answer_parsed, timeout_seconds=None))
-
-
-def _top_level(pattern: re.Pattern, text: str) -> list[re.Match]:
-    """The matches of ``pattern`` that start outside every brace or bracket group."""
-    top, depth = set(), 0
-    for token in _TOKEN_RE.finditer(text):
-        if token.group() in _CLOSERS:
-            depth -= 1
-        if depth <= 0:
-            top.add(token.start())
-        if token.group() in _OPENERS:
-            depth += 1
-    return [match for match in pattern.finditer(text) if match.start() in top]
-
-
-def _split_top(pattern: re.Pattern, text: str) -> list[str]:
-    """``text`` cut at the top-level matches of ``pattern``, each piece stripped."""
-    pieces, start = [], 0
-    for match in _top_level(pattern, text):
-        pieces.append(text[start:match.start()].strip())
-        start = match.end()
-    return [*pieces, text[start:].strip()]
-
-
-def _relation_kinds(answer: _Answer) -> list[str]:
-    """The kinds of the top-level relations an answer states, in order (``[]``: none)."""
-    if answer.is_number:
-        return []
-    return [_RELATION_KIND[match.group()] for match in _top_level(_RELATION_RE, answer.text)]
-
-
-def _sides(answer: _Answer) -> list[_Answer | None]:
-    """The sides of an answer's relations (``x = 4 = 3``: x, 4, 3); None for an empty one."""
-    return [_read_answer(side, answer.hash_line) for side in _split_top(_RELATION_RE, answer.text)]
 
 
 def _is_symbolic(target: _Answer) -> bool:

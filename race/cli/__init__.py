@@ -7,6 +7,9 @@ down. Bad input (unknown names, impossible knobs, malformed overrides: a
 the key, the value and the fix, and exits with code 2; never a traceback. Anything else
 is a bug in RACE: its traceback, one line asking to report it, and exit code 1.
 
+``race sweep`` and ``race report`` live in :mod:`race.cli.sweep_commands`;
+``python -m race.cli`` runs :mod:`race.cli.__main__`.
+
 Nothing imports it. May import: analysis, catalog, config, core, errors, integrations,
 pilot, report, run, store.
 """
@@ -19,27 +22,23 @@ import json
 import sys
 import traceback
 from importlib import metadata
-from pathlib import Path
 
-import pandas as pd
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 import race
 from race import DISTRIBUTION
+from race.cli.sweep_commands import _report, _sweep_folder, cmd_report, cmd_sweep
 from race.config import Overrides, compose_config, to_specs, validate
 from race.core.fmt import fmt_flops
 from race.core.run_flops import cell_cards
 from race.errors import UsageError
-from race.integrations.trackers import log_sweep
 from race.pilot.loop import run_pilot
 from race.pilot.problems import plan_counts
-from race.report.budgets import write_budget_report
 from race.report.buys import budget_buys_text
 from race.report.card import cell_card_json, cell_card_text
-from race.report.pilot_text import PilotProgress, failures_table, pilot_summary_text
+from race.report.pilot_text import PilotProgress, pilot_summary_text
 from race.report.plan import (
-    cell_label,
     cost_warning,
     eval_budget_warning,
     plan_summary,
@@ -47,18 +46,15 @@ from race.report.plan import (
     problems_text,
 )
 from race.report.validation import validation_section
-from race.report.write import write_failures, write_report
 from race.run.bounds import cap_given, cap_warning, length_warning
-from race.run.cells import held_text
 from race.run.full_runs import CONFIRM_ABOVE_H, plan_validation, run_validation
 from race.run.grid import plan_grid
 from race.run.launch.launcher_base import launcher_for, launchers
 from race.run.pilot_command import check_pilot, pilot_multirun, pilot_spec
 from race.run.prefetch import hub_needs, plan_needs_text, prefetch
-from race.run.sweep import plan_budget_sweeps, plan_sweep, run_sweep
-from race.store.cell import CELLS, CellDir
-from race.store.io import SWEEP_JSON_FIX, no_space, read_result
-from race.store.sweep_files import SWEEP_JSON, SweepDir
+from race.store.cell import CellDir
+from race.store.io import no_space
+from race.store.sweep_files import SweepDir
 
 USAGE_ERROR = 2
 INTERNAL_ERROR = 1
@@ -180,124 +176,6 @@ def cmd_prefetch(overrides: Overrides) -> int:
     print(f"race prefetch: {len(needs)} repo(s) in the Hugging Face cache; `race sweep` with "
           f"the same overrides reads them offline (HF_HUB_OFFLINE=1 on the compute nodes)")
     return 0
-
-
-def cmd_sweep(overrides: Overrides) -> int:
-    """``race sweep``: plan, launch every cell without an ok summary, wait, summarise.
-
-    A budget list (``budget=1e12,4e12,1.6e13``) runs one sweep (one ladder) per budget in
-    ``<out_dir>/<name>/budget-<B>/``, then writes the budget-conditional report beside
-    them: the selected allocation at each budget and where it changes.
-    """
-    budgets, rest = overrides.budget_axis()
-    if not budgets:
-        plan, sweep_dir = plan_sweep(overrides)
-        return _sweep_one(plan, overrides, sweep_dir)
-    parent, sweeps = plan_budget_sweeps(rest, budgets)
-    failed = 0
-    for sweep in sweeps:
-        print(f"race sweep: == budget={sweep.plan.budget_flops:.3g} -> {sweep.folder} ==",
-              file=sys.stderr)
-        failed += _sweep_one(sweep.plan, sweep.overrides, sweep.folder) != 0
-    print(write_budget_report(parent, {s.plan.budget_flops: s.folder for s in sweeps},
-                              level=sweeps[0].plan.base.report.level))
-    return 0 if failed == 0 else 1
-
-
-def _sweep_one(plan, overrides: Overrides, sweep_dir: Path) -> int:
-    """One budget's sweep of ``plan`` into ``sweep_dir``, then its report; the exit code."""
-    base = plan.base
-    print(f"race sweep: {plan_summary(plan)}", file=sys.stderr)
-    if cost_warning(plan):
-        print(f"race sweep: {cost_warning(plan)}", file=sys.stderr)
-    if eval_budget_warning(plan):
-        print(f"race sweep: {eval_budget_warning(plan)}", file=sys.stderr)
-    if length_warning(plan):
-        print(f"race sweep: {length_warning(plan)}", file=sys.stderr)
-    for cell in (c for c in plan.cells if c.refused):
-        print(f"race sweep: refused {cell_label(cell)} "
-              f"({' '.join(f'{k}={v}' for k, v in cell.knobs)}): {cell.refused}",
-              file=sys.stderr)
-    print(f"race sweep: {len(plan.runnable)} pilot(s) via launcher={base.launcher.name} -> "
-          f"{sweep_dir}", file=sys.stderr)
-    outcome = run_sweep(plan, base, list(overrides), sweep_dir)
-    frame = pd.read_csv(SweepDir(sweep_dir).pilots)
-    if outcome["ok"]:
-        written = _report(sweep_dir, base)
-        log_sweep(base.report.tracker, base.report.tracker_project, sweep_dir, written)
-    else:
-        write_failures(sweep_dir, frame)
-        print(failures_table(frame))
-    print(f"\n{outcome['counts']} ({outcome['skipped']} already "
-          f"done before this run); launch wall {outcome['wall_s']:.0f} s; results in "
-          f"{sweep_dir}")
-    if outcome["by_other"]:
-        print(f"race sweep: {len(outcome['by_other'])} cell(s) were run by "
-              f"{held_text(outcome['by_other'])}, not here: "
-              f"{', '.join(sorted(outcome['by_other']))}", file=sys.stderr)
-    # an extended folder holds other commands' cells: this command answers for its own
-    not_ok = frame[frame["status"] != "ok"]
-    ours = not_ok["cell_id"].isin(set(outcome["cells"]))  # every rung's, a ladder's
-    for _, row in not_ok[ours].iterrows():
-        print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
-    if (~ours).any():
-        others = not_ok[~ours].sort_values("cell_id")
-        print(f"race sweep: {len(others)} cell(s) of {sweep_dir} outside this command are "
-              f"not ok ({', '.join(f'{r.cell_id} {r.status}' for r in others.itertuples())})"
-              f": this command does not run them; rerun the command that described a "
-              f"stopped one to resume it", file=sys.stderr)
-    return 0 if not ours.any() else 1
-
-
-def _report(sweep_dir, cfg) -> dict:
-    report = cfg.report
-    written = write_report(sweep_dir, n_boot=report.n_boot, level=report.level,
-                           top_k=report.top_k, basis=report.basis)
-    print(written["summary"])
-    return written
-
-
-def _sweep_folder(path: str) -> Path:
-    folder = Path(path)
-    if not SweepDir(folder).record.is_file() and not SweepDir(folder).cells.is_dir():
-        raise UsageError(f"SWEEP_DIR={path}: not a sweep folder (no {SWEEP_JSON} or {CELLS}/); "
-                         f"give the folder `race sweep` printed, e.g. results/<sweep>")
-    return folder
-
-
-def cmd_report(sweep_dir: str, overrides: Overrides) -> int:
-    """``race report SWEEP_DIR``: leaderboard, compute card, plots, selection."""
-    folder = _sweep_folder(sweep_dir)
-    cfg = compose_config(overrides)
-    validate(cfg)
-    check_report_overrides(folder, overrides, cfg)
-    _report(folder, cfg)
-    return 0
-
-
-def check_report_overrides(folder: Path, overrides: Overrides, cfg) -> None:
-    """Refuse a ``report.*`` override the sweep's selection cannot honour, before anything
-    is written (it is never ignored in silence): on a ladder sweep (``ladder.json``),
-    ``report.basis`` (the picks are the ladder's own ranking) and a ``report.top_k`` past
-    the configs the ladder ranked."""
-    ladder_path = SweepDir(folder).ladder
-    given = {text.lstrip("+~").split("=", 1)[0]: text.split("=", 1)[1]
-             for text in overrides if "=" in text}
-    if not ladder_path.is_file():
-        return
-    if "report.basis" in given:
-        raise UsageError(f"report.basis={given['report.basis']}: this sweep ran "
-                         f"selection.policy=ladder, whose picks are the ladder's own ranking "
-                         f"(basis ladder); report.basis applies to flat sweeps "
-                         f"(selection.policy=flat); drop it")
-    if "report.top_k" in given:
-        ladder = read_result(ladder_path, SWEEP_JSON_FIX)
-        configs = {cand.get("config") for rung in ladder.get("rungs") or []
-                   for cand in rung.get("candidates") or []}
-        if cfg.report.top_k > len(configs):
-            raise UsageError(f"report.top_k={cfg.report.top_k}: this sweep's ladder ranked "
-                             f"{len(configs)} config(s), so at most {len(configs)} can be "
-                             f"selected; use report.top_k={len(configs)} or less")
 
 
 def cmd_validate(sweep_dir: str, overrides: Overrides, yes: bool = False) -> int:
@@ -455,5 +333,3 @@ def _internal_error(command: str, error: BaseException) -> int:
     return INTERNAL_ERROR
 
 
-if __name__ == "__main__":
-    sys.exit(main())
