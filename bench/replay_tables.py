@@ -135,18 +135,21 @@ def planned_rho(config: dict, budget: float) -> float:
     return planned_update_fraction(cell)
 
 
-def regime_section(configs: dict, budget: float, ladder_row: dict) -> str:
+def regime_section(configs: dict, budget: float, ladder_row: dict,
+                   most: int | None = None) -> str:
     """The response surface's leave-one-config-out check (``race.analysis.regime_check``)
     per (size, reward) on the bank, the pilot scores being each seed's ``val`` at F/16 (a
     flat pilot's), beside the ladder's pick rate there: the share of replicates in which
-    the ladder ranks the group's best config at F first among the group's configs."""
+    the ladder ranks the group's best config at F first among the group's configs.
+    ``most``: the first that many groups only (``--quick``: planning each config's rho
+    composes its plan, about a second each)."""
     groups: dict[tuple, list[str]] = {}
     for cid, config in sorted(configs.items()):
         groups.setdefault((config["model"], config["reward"]), []).append(cid)
     lines = [f"response surface in rho, leave one config out (pilot scores: val at F/{1 / FLAT:.0f}"
              f", every seed; rho as planned), against ladder+guards' pick rate within the "
              f"group:"]
-    for (model, reward), ids in groups.items():
+    for (model, reward), ids in list(groups.items())[:most]:
         rho = {cid: planned_rho(configs[cid], budget) for cid in ids}
         pilot = {cid: [curve.at(FLAT) for curve in configs[cid]["curves"].values()]
                  for cid in ids}

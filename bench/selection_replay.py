@@ -149,7 +149,8 @@ World 1 decides; world 2 reports. Nothing here changes a default in ``race/``.
 Usage: ``python bench/selection_replay.py [--bank PATH] [--truth all-seeds] [--boot 2000]
 [--grids N] [--jobs N]`` (needs the ``bench`` extra, ``pip install 'race-rl[bench]'``;
 ``--bank PATH``: that bank alone, as one world named "given"; ``--grids 2`` for a quick
-look, as ``--quick`` with 50 bootstrap draws; ``--jobs 2``: each policy's replicates over
+look, as ``--quick`` with 50 bootstrap draws and the response surface's check on the first
+(size, reward) group only; ``--jobs 2``: each policy's replicates over
 two processes, the same numbers sooner). Last lines: world 1's held-out half's
 ``held-out: policy=ladder+guards ...``, then ``worlds=N replay=leave-one-seed-out
 policy=ladder+guards top1_regret=R se=S within_size_kendall=K catastrophes=C
@@ -443,7 +444,8 @@ def replay_world(name: str, path: Path, args, *, tune: bool) -> dict | str:
     print(table(rows, configs))
     print(verdict_lines(rows, name))
     print("\n" + regime_section(configs, bank["budget_flops"],
-                                next(r for r in rows if r["policy"] == "ladder+guards")))
+                                next(r for r in rows if r["policy"] == "ladder+guards"),
+                                most=1 if args.quick else None))
     held = (tuned_and_held_out(configs, exported, most=args.grids, boot=args.boot,
                                by_grid=grids is not None) if tune else None)
     chosen = grids[:args.grids] if grids else None
@@ -543,7 +545,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1,
                         help="processes each policy's replicates are spread over (the "
                              "numbers do not depend on it)")
-    add_quick(parser, "2 grids a world, 50 bootstrap draws")
+    add_quick(parser, "2 grids a world, 50 bootstrap draws, the response surface's check "
+                      "on one (size, reward) group")
     args = parser.parse_args()
     if args.jobs < 1:
         parser.exit(2, f"--jobs={args.jobs}: give 1 or more processes\n")

@@ -3,6 +3,7 @@ warm-started tiny policy and tiny PRM, and a reward stand-in that makes every st
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -94,8 +95,6 @@ def broken_policy(tmp_path, policy):
     file of one wrongly shaped tensor: it passes every check before the pilot
     (race.preflight: the weights exist and are whole, the architecture is causal, the
     tokenizer fits), and its pilot fails when the model loads (a size mismatch)."""
-    from pathlib import Path
-
     from race import catalog
 
     broken = tmp_path / "broken-policy"
@@ -108,6 +107,45 @@ def broken_policy(tmp_path, policy):
 
     save_file({"model.norm.weight": torch.zeros(3)}, str(broken / "model.safetensors"))
     return broken
+
+
+def race_in_process(args: list[str], cwd) -> subprocess.CompletedProcess:
+    """``race <args>`` run in ``cwd`` by ``race.cli.main`` in this process (``from conftest
+    import race_in_process``): what ``python -m race.cli`` runs, without a fresh
+    interpreter's seconds of imports (torch, transformers). Its exit code and output, as
+    ``subprocess.run(..., capture_output=True, text=True)`` gives them.
+
+    For the calls whose process is not what a test checks; a test of what only a fresh
+    process shows (stray output of imports, signals, environment) keeps a subprocess.
+    What a process would take with it is put back: the environment, and torch's thread
+    count (a pilot sets it to its launcher's share)."""
+    import contextlib
+    import importlib.util
+    import io
+    import os
+    import sys
+
+    from race import cli
+
+    torch = importlib.import_module("torch") if importlib.util.find_spec("torch") else None
+    out, err, argv, stdin = io.StringIO(), io.StringIO(), sys.argv, sys.stdin
+    environ, threads = dict(os.environ), torch.get_num_threads() if torch else 0
+    # sys.argv as `python -m race.cli` sees it (sweep.json and claims record it), and an
+    # empty stdin, as a subprocess of CI's has: submitit's inline (debug) executor opens
+    # pdb on a pilot's exception, which then reads EOF and goes on
+    sys.argv = [str(Path(cli.__file__).with_name("__main__.py")), *map(str, args)]
+    sys.stdin = io.StringIO()
+    try:
+        with contextlib.chdir(cwd), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            code = cli.main(sys.argv[1:])
+    finally:
+        sys.argv, sys.stdin = argv, stdin
+        os.environ.clear()
+        os.environ.update(environ)
+        if torch:
+            torch.set_num_threads(threads)
+    return subprocess.CompletedProcess(["race", *args], code, out.getvalue(), err.getvalue())
 
 
 def gsm8k_rows(n: int, seed: int = 0) -> list[dict]:

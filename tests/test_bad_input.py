@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import race_in_process  # tests/conftest.py
 
 SLURM = pytest.mark.slurm
 
@@ -333,7 +334,7 @@ def _tiny_sweep(policy: Path, out_dir: Path, *more: str) -> list[str]:
 def finished_sweep(tmp_path_factory, policy):
     """A real one-cell sweep folder with its report (selection.json included)."""
     root = tmp_path_factory.mktemp("finished")
-    out = _run(_tiny_sweep(policy, root), root)
+    out = race_in_process(_tiny_sweep(policy, root), root)
     assert out.returncode == 0, out.stderr[-2000:]
     return root / "s"
 
@@ -393,7 +394,7 @@ def test_report_names_a_cell_folder_without_its_spec_as_damaged(finished_sweep, 
     shutil.copytree(_cell(sweep), lost)
     (lost / "spec.json").unlink()
     folders = len(list((sweep / "cells").iterdir()))
-    out = _run(["report", str(sweep)], tmp_path)
+    out = race_in_process(["report", sweep], tmp_path)
     assert out.returncode == 0, out.stderr
     counts = f"{folders - 1} ok, 0 failed, 0 missing, 1 damaged"  # adds up to every folder
     assert f"cells: {counts}" in out.stdout
@@ -556,7 +557,7 @@ def test_a_damaged_sweep_json_is_set_aside_and_rewritten_by_the_rerun(finished_s
     assert f"none of the {held} cell folder(s) there is planned by this command" in \
         _one_line(other, "sweep", "sweep.name=s: its sweep.json is damaged")
     assert not list(sweep.glob("sweep.json.damaged-*"))
-    out = _run(_tiny_sweep(policy, tmp_path), tmp_path)  # the fix the report gives
+    out = race_in_process(_tiny_sweep(policy, tmp_path), tmp_path)  # the fix the report gives
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Traceback" not in out.stderr
     moved = [line for line in out.stderr.splitlines() if "was damaged" in line]
@@ -564,7 +565,7 @@ def test_a_damaged_sweep_json_is_set_aside_and_rewritten_by_the_rerun(finished_s
     assert f"{held} already done before this run" in out.stdout  # nothing ran again
     assert len(list(sweep.glob("sweep.json.damaged-*"))) == 1
     assert json.loads((sweep / "sweep.json").read_text())["budget_flops"] == 2e10
-    assert _run(["report", str(sweep)], tmp_path).returncode == 0
+    assert race_in_process(["report", sweep], tmp_path).returncode == 0
 
 
 def test_a_non_ascii_eval_name_gets_a_fix_that_works(tmp_path):
@@ -603,11 +604,12 @@ def _still_reports_and_extends(sweep: Path, policy: Path, tmp_path: Path, *,
                                new_cell: bool = False) -> None:
     """The folder reports, and a valid extension runs into it: its own command again with
     sweep.extend=true (accepted, nothing to run), or with ``new_cell`` another learning
-    rate, whose pilot runs (tens of seconds: once is enough to show it)."""
-    assert _run(["report", str(sweep)], tmp_path).returncode == 0
+    rate, whose pilot runs (seconds: once is enough to show it). Both run in this process:
+    what is checked is that they work, not a fresh process's output."""
+    assert race_in_process(["report", sweep], tmp_path).returncode == 0
     held = len(list((sweep / "cells").iterdir()))
     more = ("grid.lr=2e-3",) if new_cell else ()
-    out = _run(_tiny_sweep(policy, tmp_path, *more, "sweep.extend=true"), tmp_path)
+    out = race_in_process(_tiny_sweep(policy, tmp_path, *more, "sweep.extend=true"), tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     now = len(list((sweep / "cells").iterdir()))
     assert now > held if new_cell else now == held
@@ -679,13 +681,14 @@ def test_a_deleted_cell_folder_is_reported_missing(finished_sweep, policy, tmp_p
     cells = sorted((sweep / "cells").iterdir())
     gone = next(c for c in cells if json.loads((c / "spec.json").read_text())["lr"] == 2e-3)
     shutil.rmtree(gone)  # a cell of the extension
-    out = _run(["report", str(sweep)], tmp_path)
+    out = race_in_process(["report", sweep], tmp_path)
     assert out.returncode == 0, out.stderr
     assert f"cells: {len(cells) - 1} ok, 0 failed, 1 missing" in out.stdout
     board = (sweep / "leaderboard.md").read_text()
     assert "every cell finished ok" not in board
     assert f"`{gone.name}`" in board and f"its folder {gone} is gone" in board
-    again = _run(_tiny_sweep(policy, tmp_path, "grid.lr=2e-3", "sweep.extend=true"), tmp_path)
+    again = race_in_process(_tiny_sweep(policy, tmp_path, "grid.lr=2e-3", "sweep.extend=true"),
+                            tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]  # the fix: the command reruns it
     assert (gone / "summary.json").is_file()
 
@@ -842,7 +845,8 @@ def test_a_report_override_a_ladder_cannot_honour_is_refused(overrides, needle, 
     _one_line(_run(["report", str(ladder_sweep), *overrides], tmp_path), "report", needle)
     assert _listing(ladder_sweep) == before  # nothing written
     # the fix: without the override (top_k within the ladder's configs) the folder reports
-    out = _run(["report", str(ladder_sweep), "report.top_k=4", "report.n_boot=50"], tmp_path)
+    out = race_in_process(["report", ladder_sweep, "report.top_k=4", "report.n_boot=50"],
+                          tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     selection = json.loads((ladder_sweep / "selection.json").read_text())
     assert (selection["k"], len(selection["selected"]), selection["basis"]) == (4, 4, "ladder")

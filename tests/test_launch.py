@@ -84,7 +84,12 @@ def test_slots_default_to_one_per_core_with_threads_split():
     assert threads(two) == len(os.sched_getaffinity(0))
 
 
-def test_a_job_that_dies_without_output_is_recorded_as_failed(tmp_path):
+def test_a_job_that_dies_without_output_is_recorded_as_failed(tmp_path, monkeypatch):
+    from submitit.local.local import LocalJob
+
+    # submitit waits up to 15 s for a late result file (a slow shared filesystem) each time
+    # a dead job is asked for its result; here the job is known dead, so 1 s is enough
+    monkeypatch.setattr(LocalJob, "_results_timeout_s", 1)
     cfg = compose_config(["launcher.slots=2", "launcher.poll_s=0.1"]).launcher
     (task,) = tasks(tmp_path, 1)
     counts = launch([task], cfg, tmp_path / "submitit", job=CrashJob())

@@ -59,7 +59,7 @@ def test_math_sweep_ranks_on_a_named_target_and_reports_every_target(math_world,
                  f"model={w['policy']}", "reward=rule", "grid.axes={}",
                  "grid.group_size=2,4", "grid.update_epochs=1", "grid.prompts_per_step=2",
                  "grid.max_new_tokens=16",
-                 "budget=4e10", "pilot.fraction=0.25", "selection.policy=flat",
+                 "budget=1e10", "pilot.fraction=0.25", "selection.policy=flat",
                  "pilot.select_target=gsm8k", "pilot.eval_examples=8",
                  "pilot.select_examples=8", "pilot.checkpoints=[1.0]", "launcher=inline",
                  f"sweep.out_dir={tmp_path}", "sweep.name=math"], tmp_path)

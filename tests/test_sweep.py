@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import race_in_process  # tests/conftest.py
 
 from bench.common import select_best_cell  # a flat pick where the stand-in learns nothing
 
@@ -25,13 +26,25 @@ SMALL = ["model=tiny-s", "reward=rule", "grid.prompts_per_step=2", "grid.group_s
 
 
 
-def sweep(tmp_path, policy, *extra):
+def sweep_args(tmp_path, policy, *extra) -> list[str]:
+    """``race sweep`` of SMALL into ``tmp_path/s`` (``extra``: more overrides)."""
     args = ["sweep", *SMALL, f"sweep.out_dir={tmp_path}", "sweep.name=s",
             "launcher.poll_s=0.2", *extra]
     if not any(a.startswith("model.hf_id=") for a in extra):
         args.append(f"model.hf_id={policy}")
-    return subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True,
-                          text=True, timeout=600, cwd=tmp_path)
+    return args
+
+
+def sweep(tmp_path, policy, *extra):
+    """:func:`sweep_args` as its own process (the local launcher's pilots are its children)."""
+    return subprocess.run([sys.executable, "-m", "race.cli", *sweep_args(tmp_path, policy,
+                                                                         *extra)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+
+
+def inline(tmp_path, policy, *extra):
+    """:func:`sweep_args` with launcher=inline, in this process (conftest.race_in_process)."""
+    return race_in_process(sweep_args(tmp_path, policy, "launcher=inline", *extra), tmp_path)
 
 
 def test_local_sweep_failure_recorded_and_rerun_runs_only_unfinished(tmp_path, policy,
@@ -60,7 +73,7 @@ def test_local_sweep_failure_recorded_and_rerun_runs_only_unfinished(tmp_path, p
 
 
 def test_inline_launcher_runs_in_process(tmp_path, policy):
-    out = sweep(tmp_path, policy, "launcher=inline")
+    out = inline(tmp_path, policy)
     assert out.returncode == 0, out.stderr
     frame = pd.read_csv(tmp_path / "s" / "pilots.csv")
     assert list(frame.status) == ["ok"]
@@ -96,11 +109,10 @@ def test_race_pilot_multirun_through_hydra_submitit_launcher(tmp_path, policy):
 
 def test_sweep_reports_then_validate_compares_predicted_with_realized(tmp_path, policy):
     knobs = [o for o in SMALL if not o.startswith(("budget=", "grid.group_size="))]
-    out = subprocess.run(
-        [sys.executable, "-m", "race.cli", "sweep", *knobs, "budget=2.5e9",
-         "pilot.fraction=0.5", "grid.group_size=2,4", f"model.hf_id={policy}",
-         "launcher=inline", f"sweep.out_dir={tmp_path}", "sweep.name=s"],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = race_in_process(
+        ["sweep", *knobs, "budget=2.5e9", "pilot.fraction=0.5", "grid.group_size=2,4",
+         f"model.hf_id={policy}", "launcher=inline", f"sweep.out_dir={tmp_path}",
+         "sweep.name=s"], tmp_path)
     assert out.returncode == 0, out.stderr
     folder = tmp_path / "s"
     for name in ("leaderboard.md", "leaderboard.csv", "compute_card.md", "frontier.png",
@@ -110,9 +122,8 @@ def test_sweep_reports_then_validate_compares_predicted_with_realized(tmp_path, 
     assert "nothing learned at these budgets" in out.stdout
     assert json.loads((folder / "selection.json").read_text())["selected"] == []
     first = select_best_cell(folder)
-    out = subprocess.run(
-        [sys.executable, "-m", "race.cli", "validate", str(folder), "validate.top_k=1",
-         "launcher=inline"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = race_in_process(["validate", folder, "validate.top_k=1", "launcher=inline"],
+                          tmp_path)
     assert out.returncode == 0, out.stderr
     # its cost first, at the rate the sweep's own pilots ran at; its lines its own name
     cost = next(line for line in out.stderr.splitlines() if "full-budget run" in line)
@@ -194,11 +205,9 @@ def test_a_budget_list_runs_one_ladder_per_budget_and_reports_where_the_pick_cha
         tmp_path, policy):
     small = [a for a in SMALL if not a.startswith(("budget=", "selection.policy=",
                                                    "grid.group_size="))]
-    out = subprocess.run(
-        [sys.executable, "-m", "race.cli", "sweep", *small, f"model.hf_id={policy}",
-         "grid.group_size=2,4", "budget=3e10,6e10", "launcher=inline",
-         f"sweep.out_dir={tmp_path}", "sweep.name=b"],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    out = race_in_process(
+        ["sweep", *small, f"model.hf_id={policy}", "grid.group_size=2,4", "budget=3e10,6e10",
+         "launcher=inline", f"sweep.out_dir={tmp_path}", "sweep.name=b"], tmp_path)
     assert out.returncode == 0, out.stderr
     parent = tmp_path / "b"
     for folder in ("budget-3e10", "budget-6e10"):  # one ladder (sweep folder) per budget
@@ -242,9 +251,8 @@ def test_a_budget_list_runs_one_ladder_per_budget_and_reports_where_the_pick_cha
     else:
         pick = select_best_cell(folder)  # nothing learned: none selected
     assert "Warm start on `test`" in (folder / "leaderboard.md").read_text()
-    out = subprocess.run(
-        [sys.executable, "-m", "race.cli", "validate", str(folder), "validate.top_k=1",
-         "launcher=inline"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    out = race_in_process(["validate", folder, "validate.top_k=1", "launcher=inline"],
+                          tmp_path)
     assert out.returncode == 0, out.stderr
     comparison = json.loads((folder / "validate" / "comparison.json").read_text())
     assert [r["config_id"] for r in comparison["rows"]] == [pick["config_id"]]
@@ -323,8 +331,7 @@ def test_a_ladder_whose_every_pilot_fails_exits_1_with_pilots_csv_and_the_failur
             "grid.lr=5e-5,1e-4", "launcher=inline", f"sweep.out_dir={tmp_path}",
             "sweep.name=s"]
     for _ in range(2):  # and the rerun, the same way
-        out = subprocess.run([sys.executable, "-m", "race.cli", *args], capture_output=True,
-                             text=True, timeout=600, cwd=tmp_path)
+        out = race_in_process(args, tmp_path)
         assert out.returncode == 1, out.stderr
         assert "Traceback" not in out.stderr
         frame = pd.read_csv(tmp_path / "s" / "pilots.csv")
@@ -500,7 +507,7 @@ def test_a_reused_sweep_name_with_another_plan_is_refused_and_the_same_plan_resu
     """sweep.name=s at 2e10, then at 4e10: refused with one line naming what differs, the
     folder untouched; the first command again resumes (nothing reruns); sweep.extend=true
     adds the second plan's cell on purpose, and sweep.json then lists both."""
-    first = sweep(tmp_path, policy, "launcher=inline")
+    first = inline(tmp_path, policy)
     assert first.returncode == 0, first.stderr[-2000:]
     record = (tmp_path / "s" / "sweep.json").read_text()
     other = subprocess.run([sys.executable, "-m", "race.cli", "sweep", *[
@@ -513,14 +520,14 @@ def test_a_reused_sweep_name_with_another_plan_is_refused_and_the_same_plan_resu
     assert lines[0].startswith("race sweep: sweep.name=s: ")
     assert "holds another plan's sweep (budget 2e+10 there, 4e+10 here)" in lines[0]
     assert "give another sweep.name, or pass sweep.extend=true" in lines[0]
-    knob = sweep(tmp_path, policy, "launcher=inline", "grid.lr=2e-3")
+    knob = inline(tmp_path, policy, "grid.lr=2e-3")
     assert knob.returncode == 2 and "(grid.lr=2e-3 here)" in knob.stderr, knob.stderr
     assert (tmp_path / "s" / "sweep.json").read_text() == record  # nothing written
     assert len(list((tmp_path / "s" / "cells").iterdir())) == 1
-    again = sweep(tmp_path, policy, "launcher=inline")
+    again = inline(tmp_path, policy)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "(1 already done before this run)" in again.stdout
-    extended = sweep(tmp_path, policy, "launcher=inline", "grid.lr=2e-3", "sweep.extend=true")
+    extended = inline(tmp_path, policy, "grid.lr=2e-3", "sweep.extend=true")
     assert extended.returncode == 0, extended.stderr[-2000:]
     cells = json.loads((tmp_path / "s" / "sweep.json").read_text())["cells"]
     assert len({c["cell_id"] for c in cells}) == 2
@@ -529,7 +536,7 @@ def test_a_reused_sweep_name_with_another_plan_is_refused_and_the_same_plan_resu
     # extended plan, answers for its own cell, and names the other without running it
     added = next(c for c in cells if c["cell_id"] != json.loads(record)["cells"][0]["cell_id"])
     (tmp_path / "s" / "cells" / added["cell_id"] / "summary.json").unlink()
-    resumed = sweep(tmp_path, policy, "launcher=inline")  # part of the extended plan
+    resumed = inline(tmp_path, policy)  # part of the extended plan
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert len(json.loads((tmp_path / "s" / "sweep.json").read_text())["cells"]) == 2
     assert (f"1 cell(s) of {tmp_path / 's'} outside this command are not ok "
@@ -543,7 +550,7 @@ def test_a_reused_sweep_name_with_another_plan_is_refused_and_the_same_plan_resu
 def test_report_during_a_running_pilot_says_running_not_missing(tmp_path, policy):
     from race.store import claims
 
-    out = sweep(tmp_path, policy, "launcher=inline", "grid.lr=1e-3,2e-3")
+    out = inline(tmp_path, policy, "grid.lr=1e-3,2e-3")
     assert out.returncode == 0, out.stderr[-2000:]
     cell = sorted((tmp_path / "s" / "cells").iterdir())[0]
     (cell / "summary.json").unlink()
@@ -614,12 +621,15 @@ def test_a_damaged_ladder_state_names_the_cell_folder_to_remove_and_the_fix_work
 
     small = [a for a in SMALL if not a.startswith(("budget=", "selection.policy=",
                                                    "grid.group_size="))]
-    args = [sys.executable, "-m", "race.cli", "sweep", *small, f"model.hf_id={policy}",
-            "grid.group_size=2,4", "budget=3e10", "launcher=inline",
-            f"sweep.out_dir={tmp_path}", "sweep.name=l"]
+    args = ["sweep", *small, f"model.hf_id={policy}", "grid.group_size=2,4", "budget=3e10",
+            "launcher=inline", f"sweep.out_dir={tmp_path}", "sweep.name=l"]
 
-    def run():
-        return subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    def run(own_process: bool = False):
+        """The sweep, in this process; ``own_process`` where its whole stderr is checked."""
+        if own_process:
+            return subprocess.run([sys.executable, "-m", "race.cli", *args],
+                                  capture_output=True, text=True, timeout=900, cwd=tmp_path)
+        return race_in_process(args, tmp_path)
 
     assert run().returncode == 0
     folder = tmp_path / "l"
@@ -632,7 +642,7 @@ def test_a_damaged_ladder_state_names_the_cell_folder_to_remove_and_the_fix_work
     learner.write_bytes(b"")
     shutil.rmtree(folder / "cells" / fourth)
     before = _files(folder)
-    out = run()
+    out = run(own_process=True)
     assert out.returncode == 2, out.stderr[-2000:]
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"race sweep: {folder / 'cells' / third}: "
@@ -651,6 +661,5 @@ def test_a_damaged_ladder_state_names_the_cell_folder_to_remove_and_the_fix_work
     out = run()
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads((folder / "cells" / fourth / "summary.json").read_text())["status"] == "ok"
-    report = subprocess.run([sys.executable, "-m", "race.cli", "report", str(folder)],
-                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    report = race_in_process(["report", folder], tmp_path)
     assert report.returncode == 0, report.stderr
