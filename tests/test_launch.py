@@ -101,6 +101,21 @@ def test_a_job_that_dies_without_output_is_recorded_as_failed(tmp_path, monkeypa
         == task.spec.cell_id
 
 
+def test_a_dead_slot_is_asked_for_its_result_once(tmp_path, monkeypatch):
+    """submitit waits for a dead job's result file on every ``result()``: the watcher asks
+    once, however many polls and reasons follow (else each poll stalls that long)."""
+    from submitit.local.local import LocalJob
+
+    monkeypatch.setattr(LocalJob, "_results_timeout_s", 1)
+    asked = []
+    result = LocalJob.result
+    monkeypatch.setattr(LocalJob, "result", lambda job: asked.append(job.job_id) or result(job))
+    cfg = compose_config(["launcher.slots=2", "launcher.poll_s=0.1"]).launcher
+    counts = launch(tasks(tmp_path, 2), cfg, tmp_path / "submitit", job=CrashJob())
+    assert counts.failed == 2
+    assert len(asked) == 2 and len(set(asked)) == 2, asked  # two slots, one ask each
+
+
 class DeadJob:
     """A submission whose job died without a result (what a killed process leaves)."""
 

@@ -125,6 +125,32 @@ def _raise_no_space(worker) -> None:
         raise NoSpace(outcome["path"])
 
 
+class _AskedOnce:
+    """A submitted job whose outcome, once it has ended, is fetched from submitit once.
+
+    submitit waits up to 15 s for the result file on every ``result()`` of a job that died
+    without one (a slow shared filesystem may still be writing it): asked at each poll and
+    again for the reason, a crashed slot would stall the progress display 15 s a poll."""
+
+    def __init__(self, job):
+        self.job = job
+        self._outcome: tuple[bool, object] | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.job, name)  # job_id, paths, done(), ...
+
+    def result(self):
+        if self._outcome is None:
+            try:
+                self._outcome = (True, self.job.result())
+            except Exception as error:  # noqa: BLE001 -- kept, raised again each time
+                self._outcome = (False, error)
+        ok, value = self._outcome
+        if ok:
+            return value
+        raise value
+
+
 class LocalWatcher:
     """Slot workers on this machine (:class:`SlotWorker`), one per slot, sharing the tasks.
 
@@ -154,8 +180,8 @@ class LocalWatcher:
         for slot in self.slot_ids[:len(tasks)]:
             if self.pin_gpus:
                 self.executor.update_parameters(visible_gpus=[slot], gpus_per_node=1)
-            self.workers.append(self.executor.submit(
-                SlotWorker(self.job, str(self.claims), slot, this_process()), tasks))
+            self.workers.append(_AskedOnce(self.executor.submit(
+                SlotWorker(self.job, str(self.claims), slot, this_process()), tasks)))
 
     def poll(self, pending: list[Task]) -> list[Ended]:
         finished = [t for t in pending if t.cell.summary_since(self.start_epoch_s)]
