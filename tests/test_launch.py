@@ -84,12 +84,17 @@ def test_slots_default_to_one_per_core_with_threads_split():
     assert threads(two) == len(os.sched_getaffinity(0))
 
 
-def test_a_job_that_dies_without_output_is_recorded_as_failed(tmp_path, monkeypatch):
+@pytest.fixture
+def dead_jobs_answer_in_1s(monkeypatch):
+    """submitit waits up to 15 s for a late result file (a slow shared filesystem) each
+    time a dead job is asked for its result; here the job is known dead, so 1 s is enough."""
     from submitit.local.local import LocalJob
 
-    # submitit waits up to 15 s for a late result file (a slow shared filesystem) each time
-    # a dead job is asked for its result; here the job is known dead, so 1 s is enough
     monkeypatch.setattr(LocalJob, "_results_timeout_s", 1)
+    return LocalJob
+
+
+def test_a_job_that_dies_without_output_is_recorded_as_failed(tmp_path, dead_jobs_answer_in_1s):
     cfg = compose_config(["launcher.slots=2", "launcher.poll_s=0.1"]).launcher
     (task,) = tasks(tmp_path, 1)
     counts = launch([task], cfg, tmp_path / "submitit", job=CrashJob())
@@ -101,12 +106,10 @@ def test_a_job_that_dies_without_output_is_recorded_as_failed(tmp_path, monkeypa
         == task.spec.cell_id
 
 
-def test_a_dead_slot_is_asked_for_its_result_once(tmp_path, monkeypatch):
+def test_a_dead_slot_is_asked_for_its_result_once(tmp_path, monkeypatch, dead_jobs_answer_in_1s):
     """submitit waits for a dead job's result file on every ``result()``: the watcher asks
     once, however many polls and reasons follow (else each poll stalls that long)."""
-    from submitit.local.local import LocalJob
-
-    monkeypatch.setattr(LocalJob, "_results_timeout_s", 1)
+    LocalJob = dead_jobs_answer_in_1s
     asked = []
     result = LocalJob.result
     monkeypatch.setattr(LocalJob, "result", lambda job: asked.append(job.job_id) or result(job))

@@ -69,6 +69,32 @@ class JobEnd:
     crashed: bool
 
 
+class AskedOnce:
+    """A submitted job whose outcome, once it has ended, is fetched from submitit once.
+
+    submitit waits up to 15 s for the result file on every ``result()`` of a job that died
+    without one (a slow shared filesystem may still be writing it); :func:`raise_no_space`
+    and :func:`job_error` each ask, and a local watcher asks at every poll."""
+
+    def __init__(self, job):
+        self.job = job
+        self._outcome: tuple[bool, object] | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.job, name)  # job_id, paths, done(), ...
+
+    def result(self):
+        if self._outcome is None:
+            try:
+                self._outcome = (True, self.job.result())
+            except Exception as error:  # noqa: BLE001 -- kept, raised again each time
+                self._outcome = (False, error)
+        ok, value = self._outcome
+        if ok:
+            return value
+        raise value
+
+
 def raise_no_space(job) -> None:
     """Raise :class:`~race.errors.NoSpace` naming the file when a finished job returned
     the pilot's full-disk outcome (``race.run.launch.job.NO_SPACE``), before anything

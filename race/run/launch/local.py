@@ -17,14 +17,15 @@ import time
 import uuid
 from pathlib import Path
 
-from race.errors import NoSpace
 from race.run.launch.job import cores, deliver
 from race.run.launch.launcher_base import (
     NO_SPACE,
+    AskedOnce,
     Ended,
     Task,
     Watcher,
     job_error,
+    raise_no_space,
     record_lost,
 )
 from race.store.claims import CellBusy, owner_alive, this_process
@@ -115,42 +116,6 @@ def watch_owner(owner: dict, every_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="race-owner-watch", daemon=True).start()
 
 
-def _raise_no_space(worker) -> None:
-    """Raise :class:`NoSpace` when a finished slot worker says a full disk stopped it."""
-    try:
-        outcome = worker.result()
-    except Exception:  # crashed or without a result: LocalWatcher.poll reports it
-        return
-    if isinstance(outcome, dict) and outcome.get("status") == NO_SPACE:
-        raise NoSpace(outcome["path"])
-
-
-class _AskedOnce:
-    """A submitted job whose outcome, once it has ended, is fetched from submitit once.
-
-    submitit waits up to 15 s for the result file on every ``result()`` of a job that died
-    without one (a slow shared filesystem may still be writing it): asked at each poll and
-    again for the reason, a crashed slot would stall the progress display 15 s a poll."""
-
-    def __init__(self, job):
-        self.job = job
-        self._outcome: tuple[bool, object] | None = None
-
-    def __getattr__(self, name: str):
-        return getattr(self.job, name)  # job_id, paths, done(), ...
-
-    def result(self):
-        if self._outcome is None:
-            try:
-                self._outcome = (True, self.job.result())
-            except Exception as error:  # noqa: BLE001 -- kept, raised again each time
-                self._outcome = (False, error)
-        ok, value = self._outcome
-        if ok:
-            return value
-        raise value
-
-
 class LocalWatcher:
     """Slot workers on this machine (:class:`SlotWorker`), one per slot, sharing the tasks.
 
@@ -180,15 +145,14 @@ class LocalWatcher:
         for slot in self.slot_ids[:len(tasks)]:
             if self.pin_gpus:
                 self.executor.update_parameters(visible_gpus=[slot], gpus_per_node=1)
-            self.workers.append(_AskedOnce(self.executor.submit(
+            self.workers.append(AskedOnce(self.executor.submit(
                 SlotWorker(self.job, str(self.claims), slot, this_process()), tasks)))
 
     def poll(self, pending: list[Task]) -> list[Ended]:
         finished = [t for t in pending if t.cell.summary_since(self.start_epoch_s)]
         ends = [Ended(task) for task in finished]
         for worker in self.workers:  # a worker stopped by a full disk ends the sweep
-            if worker.done():
-                _raise_no_space(worker)
+            raise_no_space(worker)
         if not all(w.done() for w in self.workers):
             return ends
         # every worker ended: what is left never finishes

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from race.errors import UsageError
-from race.run.launch.launcher_base import Ended, Task, Watcher
+from race.run.launch.launcher_base import AskedOnce, Ended, Task, Watcher
 
 # SLURM defaults per pilot when cpus_per_task / mem_gb are null: (CPUs, GB) without a GPU,
 # and per GPU (data loading, tokenization and the checkpoint's host copy)
@@ -153,7 +153,7 @@ class SlurmWatcher:
     def start(self, tasks: list[Task]) -> None:
         subs = self.executor.map_array(self.job, [t.spec for t in tasks],
                                        [t.cell_dir for t in tasks])
-        self.jobs = {t.cell_dir: sub for t, sub in zip(tasks, subs)}
+        self.jobs = {t.cell_dir: AskedOnce(sub) for t, sub in zip(tasks, subs)}
         print(f"race sweep: submitted job array {subs[0].job_id.split('_')[0]} "
               f"({len(subs)} pilots) to SLURM", file=sys.stderr)
 
