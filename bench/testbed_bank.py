@@ -328,9 +328,10 @@ def status_line(root: Path, plan: Plan = V4) -> str:
     left = [c for c in planned if c not in state.done]
     estimates = [seconds_per_cell(c, state.done) for c in left]
     known_s = [e * (1 - state.running.get(c, 0.0)) for c, e in zip(left, estimates) if e]
-    hours = (f"{sum(known_s) / WORKERS / 3600:.1f} h left at the measured rate "
+    hours = ("nothing left" if not left else
+             f"{sum(known_s) / WORKERS / 3600:.1f} h left at the measured rate "
              f"({WORKERS} at once)" if any(s is not None for s in state.done.values())
-             else "no cell finished yet: no rate")
+             else "no cell's time known yet: no rate")
     per_stage = ", ".join(f"{s.name} {sum(c in state.done for c in s.cells)}/{len(s.cells)}"
                           for s in all_stages)
     tail = "" if known else "; prompts-per-step and 4F stages: after the F grid's 3 seeds"

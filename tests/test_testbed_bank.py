@@ -251,3 +251,14 @@ def test_world_2s_bank_is_the_f_grid_alone_from_its_own_warm_start(tmp_path):
         assert {c.folder for c in cells} == {"curve-bank-w2"}
     assert "warmstart.seed" not in " ".join(bank.f_stage(0).commands[0][0])
     assert bank.status_line(tmp_path, plan).startswith("bank w2 (world 2): 0/96 cells done")
+
+
+def test_a_complete_bank_says_nothing_is_left(tmp_path, monkeypatch):
+    """Every planned cell done (unpacked from the tarball: no wall times kept): the status
+    says nothing is left, not that no cell has finished."""
+    plan = bank.PLANS[2]
+    cells = [c for s in bank.stages(tmp_path, plan)[0] for c in s.cells]
+    monkeypatch.setattr(bank, "progress", lambda root, plan: bank.Progress(
+        dict.fromkeys(cells), {}))
+    line = bank.status_line(tmp_path, plan)
+    assert line.startswith("bank w2 (world 2): 96/96 cells done") and "nothing left" in line
