@@ -61,8 +61,9 @@ def flat(configs, draw, *, sigmoid=False, **_):
 def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFAULTS.z,
            rungs=tuple(DEFAULTS.rungs), reduction=DEFAULTS.reduction, share=None,
            fill=False, keep_sizes=DEFAULTS.keep_sizes, promote_by=DEFAULTS.promote_by,
-           replicates=None, match=None, **_):
-    """RACE's ladder; ``replicates`` (config -> the other seeds it is read on at the last
+           replicates=None, match=None, with_rungs=False, **_):
+    """RACE's ladder (``with_rungs``: the climb's rungs and where each was read instead
+    of the ranking); ``replicates`` (config -> the other seeds it is read on at the last
     rung, ``selection.replicates``) pools them there, paid for within the same compute.
     ``match`` (a cost with eval, share of F): the rungs instead are the bank checkpoints
     whose ladder costs the most without passing it (``matched_reads``)."""
@@ -93,6 +94,8 @@ def ladder(configs, draw, *, use_guards=False, thresholds=guards.DEFAULT, z=DEFA
                         replicates={cid: [configs[cid]["curves"][s] for s in seeds]
                                     for cid, seeds in replicates.items()} if replicates else None)
     rungs = climb(source, plan, list(configs), keep_sizes=keep_sizes)
+    if with_rungs:  # the climb itself (bench/reliability.py reads its rungs)
+        return rungs, read
     return pick_order(rungs), source.charged, source.pilots
 
 

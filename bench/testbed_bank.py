@@ -77,8 +77,9 @@ BANK = "curve-bank-v4"
 BANK_4X = "curve-bank-v4-4x"
 BANK_PROMPTS = "curve-bank-v4-prompts"
 BANK_W2 = "curve-bank-w2"
+BANK_W3 = "curve-bank-w3"
 # a results/ folder's cells exported: they count as done where the folder lacks them
-EXPORTS = {BANK: WORLDS[1].f_bank, BANK_W2: WORLDS[2].f_bank}
+EXPORTS = {BANK: WORLDS[1].f_bank, BANK_W2: WORLDS[2].f_bank, BANK_W3: WORLDS[3].f_bank}
 TARBALL = DATA / "curve-bank-v4-cells.tar.gz"
 WARM_STARTS = None  # the v4 bank's warm starts ship with RACE (race/warmstart/shipped.py)
 F_FLOPS = 3.5e12
@@ -132,7 +133,11 @@ class Plan:
 # world 1's size x reward interaction (G8 mu1 against G2 mu1); 3 seeds, F only.
 PLANS = {1: Plan(WORLDS[1], BANK, GROUPS, EPOCHS, True, TARBALL, WARM_STARTS),
          2: Plan(WORLDS[2], BANK_W2, (2, 4, 8, 16), (1, 2), False,
-                 DATA / "curve-bank-w2-cells.tar.gz", None)}
+                 DATA / "curve-bank-w2-cells.tar.gz", None),
+         # world 3, shaped as world 2's (the test set of the reliability verdict and the
+         # prediction at F, frozen before it: bench/worlds.py)
+         3: Plan(WORLDS[3], BANK_W3, (2, 4, 8, 16), (1, 2), False,
+                 DATA / "curve-bank-w3-cells.tar.gz", None)}
 V4 = PLANS[1]
 
 

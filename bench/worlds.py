@@ -49,12 +49,18 @@ WORLDS = {
              earlier_banks=(DATA / "curve_bank.json.gz", DATA / "curve_bank_v3.json.gz",
                             DATA / "curve_bank_v3_4x.json.gz")),
     2: World(2, 1, DATA / "curve_bank_w2.json.gz"),
+    3: World(3, 2, DATA / "curve_bank_w3.json.gz"),
 }
 
 # The commit that froze everything world 2 judges (selection defaults and guard
 # thresholds, the prediction interval's calibration, bench/testbed.py's tests, the default
 # grid and its rule) before world 2's first cell ran; world 2's bank export records it.
 FROZEN = "e8563c952d56a29c89a6a94b9ebdde1135cbeb30"
+# World 3's freeze (the commit that adds this line, before its first cell): the
+# reliability thresholds (race.core.reliability.THRESHOLDS), the prediction at F
+# (race.analysis.forecast.PERSISTENCE), the selection default (the ladder, unchanged) and
+# everything FROZEN froze; world 3's export records the commit its cells ran from.
+FROZEN_BY_WORLD = {2: FROZEN}
 
 
 def world(number: int) -> World:
@@ -75,5 +81,7 @@ def frozen_note(path: Path) -> str:
     shas = {bank.get("git_sha")} | {r.get("git_sha") for r in bank.get("runs", [])}
     shas.discard(None)
     ran = ", ".join(sorted(s[:10] for s in shas)) or "unknown"
-    verdict = "the frozen commit" if shas == {FROZEN} else f"NOT only the frozen {FROZEN[:10]}"
+    frozen = next((FROZEN_BY_WORLD.get(w.number, FROZEN) for w in WORLDS.values()
+                   if w.f_bank.name == Path(path).name), FROZEN)
+    verdict = "the frozen commit" if shas == {frozen} else f"NOT only the frozen {frozen[:10]}"
     return f"{path.name} ran from {ran}: {verdict}"

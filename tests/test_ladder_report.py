@@ -273,10 +273,11 @@ def test_the_runner_up_lead_is_read_where_both_ran(sweep, report):
     assert list(budget_rows["config_id"]) == ["A", "A", "A"]
 
 
-def test_summary_opens_with_the_pick_and_the_figures_are_written(report):
+def test_summary_opens_with_the_reliability_then_the_pick_and_the_figures_are_written(report):
     lines = report["summary"].splitlines()
-    assert lines[1].startswith("pick: A tiny-m/rule G4 mu1")
-    assert lines[2].startswith("runner-up: B")
+    assert lines[1].startswith("ranking reliability: the pilots can rank these configs")
+    assert lines[2].startswith("pick: A tiny-m/rule G4 mu1")
+    assert lines[3].startswith("runner-up: B")
     assert any(line.startswith("best by size: ") for line in lines[:8])
     import matplotlib.image as mpimg
 
@@ -285,19 +286,22 @@ def test_summary_opens_with_the_pick_and_the_figures_are_written(report):
         assert image.shape[0] > 300 and image.shape[1] > 300, key
 
 
-def test_a_pick_whose_rungs_cannot_fit_a_sigmoid_gets_no_prediction_at_f(sweep, report):
-    """The pick's warm start and 3 rung ends are 3 points past 0 for 3 parameters: the fit
-    falls back, and no prediction at F is printed or handed to race validate."""
+def test_the_picks_prediction_at_f_is_its_last_read_plus_the_calibrated_shift(sweep, report):
+    """The pick's warm start and 3 rung ends are 3 points past 0 for 3 parameters: the
+    sigmoid falls back, but the reported prediction is calibrated persistence
+    (race.analysis.forecast), read at the pick's highest rung, and race validate gets it."""
+    from race.analysis.forecast import predict
+
     result = analyse_sweep(sweep, n_boot=50)
     fits = result.lineage_fits.set_index("config_id")
     assert fits.loc["A", "method"] == "last" and "3 points" in fits.loc["A", "reason"]
     assert fits.loc["A", "last_flops"] == spent(3)
-    assert result.predictions == {}
+    mine = result.predictions["A"]
+    expected = predict(accuracy("A", 3), spent(3) / FULL)
+    assert (mine["prediction"], mine["lo"], mine["hi"]) == pytest.approx(expected)
     assert "sigmoid through its rungs" not in (sweep / "leaderboard.md").read_text()
-    assert results.read_json(sweep / "selection.json")["predicted_at_full"] == {}
-
-
-# ---------------------------------------------------------------- no ranking of warm starts
+    assert results.read_json(sweep / "selection.json")["predicted_at_full"]["A"][
+        "model"] == "calibrated persistence"
 
 
 def test_best_by_target_reads_the_by_condition_table_and_never_a_warm_start(sweep, report):

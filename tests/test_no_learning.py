@@ -232,7 +232,8 @@ def test_the_headline_and_the_tables_give_one_read_one_interval(tmp_path):
     lo, hi = normal_interval(0.45, binomial_se(0.45, 200), 0.9)
     shown = f"0.450 [{lo:.2f}, {hi:.2f}]"
     head = text[:text.index("## Ladder")]
-    pick = next(line for line in head.splitlines() if line.startswith("**Pick: `A`"))
+    pick = next(line for line in head.splitlines()
+                if line.startswith(("**Pick: `A`", "**Provisional pick: `A`")))
     assert shown in pick
     assert f"| budget | F/48 (1.00e+11) | `A` | tiny-m/rule G4 mu1 | {shown} |" in head
     assert f"| target | val | `A` | tiny-m/rule G4 mu1 | {shown} |" in head

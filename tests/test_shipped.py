@@ -26,7 +26,7 @@ def test_every_shipped_archive_matches_its_recorded_checksums(tmp_path):
             assert (folder / "build_info.json").is_file() and (folder / "config.json").is_file()
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_default_recipes_install_the_shipped_weights_instead_of_training(empty_cache, seed,
                                                                          capsys):
     folder = build_tiny_policy("tiny-m", recipe=warm_start_recipe("tiny-m",

@@ -279,9 +279,13 @@ def full_run(buys: pd.DataFrame, pick: dict, cells: pd.DataFrame) -> dict:
     return out
 
 
-def verdict(runner: dict, level: float) -> str:
-    """``+0.030 [-0.06, 0.12]: not clear at 90%``."""
-    word = ("clear" if runner["clear"] else "not clear")
+def verdict(runner: dict, level: float, ranks: bool = True) -> str:
+    """``+0.030 [-0.06, 0.12]: not clear at 90%``; where the pilots cannot rank the
+    configs reliably (``ranks`` False: :mod:`race.analysis.reliability`), an interval
+    clear of 0 is not called clear: the ranking it comes from is not reliable."""
+    word = ("clear" if runner["clear"] and ranks else
+            "apart on these reads, but the ranking is unreliable" if runner["clear"]
+            else "not clear")
     return (f"{runner['diff']:+.3f} [{runner['diff_lo']:+.2f}, {runner['diff_hi']:+.2f}] at "
             f"{runner['compared_at']}: {word} at {level:.0%}")
 

@@ -21,7 +21,8 @@ from race.analysis.aggregate import (
     split_status,
     targets,
 )
-from race.analysis.curves import config_predictions, fit_cells
+from race.analysis.curves import fit_cells
+from race.analysis.forecast import config_forecasts
 from race.analysis.headline import (
     best_by_target,
     flat_answer,
@@ -33,6 +34,7 @@ from race.analysis.headline import (
 from race.analysis.ladder_curves import ladder_points, lineage_fits
 from race.analysis.learning import Learning, check_learning
 from race.analysis.load import load_results, run_specs
+from race.analysis.reliability import sweep_reliability
 from race.analysis.response import ResponseSurface
 from race.analysis.select import (
     ladder_guards,
@@ -83,7 +85,8 @@ class SweepAnalysis:
     ``learning``: per config, whether it learned (:mod:`race.analysis.learning`); where
     none did, ``no_pick`` says so with the likely causes, and nothing is selected.
     ``spend``: the pilot compute as spent beside the plan
-    (:func:`race.analysis.spend.pilot_spend`).
+    (:func:`race.analysis.spend.pilot_spend`). ``reliability``: whether the pilots can
+    rank the configs, read from their own reads (:mod:`race.analysis.reliability`).
     ``every_eval``: every rung's checkpoint evals; a ladder's ``points`` (target ->
     :func:`race.analysis.ladder_curves.ladder_points`) and ``lineage_fits`` (its
     lineages' curve fits on the primary target) are what its figures draw, and its
@@ -113,6 +116,7 @@ class SweepAnalysis:
     checks: pd.DataFrame | None = None
     guards_fired: list = field(default_factory=list)
     selected: list = field(default_factory=list)
+    reliability: dict = field(default_factory=dict)
     order: list = field(default_factory=list)
     surfaces: dict[tuple, ResponseSurface] = field(default_factory=dict)
     every_eval: pd.DataFrame | None = None
@@ -140,11 +144,24 @@ class SweepAnalysis:
     @property
     def predictions(self) -> dict[str, dict]:
         """config_id -> its prediction at the full budget on the primary target, with
-        the calibrated 90% interval (:func:`race.analysis.curves.config_predictions`): a
-        ladder's sigmoid through its lineages' rungs, a flat sweep's through its pilots'
-        checkpoints; a config without a sigmoid fit has none."""
-        fits = self.lineage_fits if self.ladder is not None else self.fits.get(self.primary)
-        return config_predictions(fits)
+        its calibrated 90% interval (:func:`race.analysis.forecast.config_forecasts`:
+        the last read plus what the testbed's banks added after a read that far from
+        F): a ladder's lineages read at their highest rung, a flat sweep's pilots at
+        their last checkpoint."""
+        if self.ladder is not None:
+            points = self.points.get(self.primary) if self.points else None
+            reads = (points[points["rung"] > 0] if points is not None and len(points)
+                     else pd.DataFrame())
+            key = "lineage"
+        else:
+            evals = self.evals
+            reads = (evals[(evals["target"] == self.primary) & (evals["checkpoint"] > 0)]
+                     if len(evals) else pd.DataFrame())
+            key = "cell_id"
+        if reads.empty or self.ok.empty:
+            return {}
+        last = reads.sort_values("flops").groupby(key).tail(1)
+        return config_forecasts(last, float(self.ok["full_budget_flops"].iloc[0]))
 
 
 def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
@@ -171,7 +188,7 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
         raise no_ok_cells(sweep_dir, every_cell)
     check_consistent(every_cell)
     ladder = (read_result(folder.ladder, SWEEP_JSON_FIX) if folder.ladder.is_file() else None)
-    cells, every_eval, every_step = every_cell, evals, steps
+    cells, every_eval, every_step, every_example = every_cell, evals, steps, examples
     if ladder is not None:  # rank on the first rung: every config at one budget
         first = set(ladder["rungs"][0]["cells"])
         cells = every_cell[every_cell["cell_id"].isin(first)]
@@ -205,6 +222,9 @@ def analyse_sweep(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
                          f"metrics.jsonl (eval rows at checkpoint > 0)")
     result.problems = scored_problems(every_eval)
     result.starts = warm_starts(evals, cells, target=primary)
+    result.reliability = sweep_reliability(every_cell, every_eval, every_example,
+                                           target=primary, starts=result.starts,
+                                           ladder=ladder)
     result.surfaces = response_surfaces(ok, evals, target=primary, level=level, boot=n_boot)
     result.spend = pilot_spend(every_cell, ladder, _record(sweep_dir))
     result.learning = check_learning(every_cell, every_eval, every_step, target=primary,

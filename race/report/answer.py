@@ -10,6 +10,7 @@ import math
 import pandas as pd
 
 from race.analysis.headline import leader_text, problems_text, verdict
+from race.analysis.reliability import verdict_line
 from race.analysis.sweep_analysis import SweepAnalysis
 from race.core.fmt import CHARGED_PHASES, fmt_flops
 from race.core.fmt import acc as _acc
@@ -60,6 +61,24 @@ def pick_tie(result: SweepAnalysis) -> list[str]:
     return list(mine["tied"].iloc[0]) if len(mine) and mine["tied"].iloc[0] else []
 
 
+def ranks(result: SweepAnalysis) -> bool:
+    """Whether the pilots can rank the configs (the reliability verdict; an older or
+    hand-built analysis without one is read as it was)."""
+    return result.reliability.get("verdict", "can rank") == "can rank"
+
+
+def reliability_lines(result: SweepAnalysis) -> list[str]:
+    """The reliability verdict with its numbers, and where the pilots cannot rank
+    reliably, what would make them."""
+    if not result.reliability:
+        return []
+    lines = [verdict_line(result.reliability)]
+    if result.reliability.get("remedies"):
+        lines.append("the pick is provisional; reliable with: "
+                     + "; or ".join(result.reliability["remedies"]))
+    return lines
+
+
 def pick_line(result: SweepAnalysis) -> str:
     pick, tie = result.pick, pick_tie(result)
     score = _score(pick, result.primary, covers(result))
@@ -67,7 +86,8 @@ def pick_line(result: SweepAnalysis) -> str:
         return (f"**No winner: a tie of {', '.join(f'`{c}`' for c in tie)}** on "
                 f"`{result.primary}` (equal scores, or intervals that all hold 0); the "
                 f"ladder's order among them is not a ranking. First listed: {score}.")
-    return (f"**Pick: `{pick['config_id']}`, {_label(pick)}**: {pick.get('regime')} regime "
+    word = "Pick" if ranks(result) else "Provisional pick"
+    return (f"**{word}: `{pick['config_id']}`, {_label(pick)}**: {pick.get('regime')} regime "
             f"({_rho(pick)}); FLOPs {_split(pick['shares'])}. {score}.")
 
 
@@ -77,7 +97,8 @@ def runner_up_line(result: SweepAnalysis) -> str:
         return "Runner-up: none (one config ran)."
     return (f"Runner-up: `{runner['config_id']}`, {_label(runner)}, "
             f"{_interval(runner['score'], runner['lo'], runner['hi'])} "
-            f"{runner['basis_used']}. The pick's lead: {verdict(runner, result.level)}.")
+            f"{runner['basis_used']}. The pick's lead: "
+            f"{verdict(runner, result.level, ranks(result))}.")
 
 
 def full_line(result: SweepAnalysis) -> str:
@@ -105,15 +126,15 @@ def _shares(row: dict) -> dict:
 
 
 def _pick_prediction(result: SweepAnalysis) -> str:
-    """The pick's sigmoid extrapolated to F with its calibrated 90% interval, where one
-    fits: a ladder's through its rungs, a flat sweep's through its pilot's checkpoints."""
+    """The pick's prediction at F with its calibrated 90% interval
+    (:mod:`race.analysis.forecast`): its last read plus what the rest of the budget added
+    on the testbed's curve banks after a read that far from F."""
     mine = result.predictions.get(result.pick["config_id"])
     if mine is None:
         return ""
-    through = "A sigmoid through its rungs" if result.ladder is not None else \
-        "Its pilot curve's sigmoid"
-    return (f"{through} predicts {_interval(mine['prediction'], mine['lo'], mine['hi'])} "
-            f"there (90% interval from the sigmoid's error at F on the curve banks; "
+    return (f"Predicted there: {_interval(mine['prediction'], mine['lo'], mine['hi'])} "
+            f"(its read {mine['read']:.3f} at {mine['read_fraction']:.3g} F plus what F "
+            f"added after such a read on the testbed's worlds 1-2; 90% interval; "
             f"docs/reports.md)")
 
 
@@ -140,11 +161,16 @@ def answer_markdown(result: SweepAnalysis) -> str:
     """The leaderboard's opening: the pick, the runner-up, the full-budget cost, then
     the findings table (about 25 lines for two sizes, two rewards, three targets and
     four rungs)."""
-    if result.no_pick:
-        return nothing_learned_markdown(result)
+    head = "\n\n".join(f"**{line[0].upper()}{line[1:]}**" if i == 0 else line
+                        for i, line in enumerate(reliability_lines(result)))
+    if result.no_pick:  # nothing learned comes first; nothing is picked to be provisional
+        return "\n\n".join([nothing_learned_markdown(result)]
+                           + ([verdict_line(result.reliability)] if result.reliability
+                              else []))
     if not result.pick:
         return "No config was selected."
-    parts = [pick_line(result), runner_up_line(result), full_line(result)]
+    parts = [p for p in (head,) if p] + [pick_line(result), runner_up_line(result),
+                                         full_line(result)]
     if result.findings is not None and len(result.findings):
         scope = ("; a flat sweep has one budget: `race sweep budget=a,b` compares budgets"
                  if result.ladder is None else "; budget: the leader at each rung")
@@ -165,21 +191,23 @@ def _best(findings: pd.DataFrame, by: str) -> str:
 
 def answer_lines(result: SweepAnalysis) -> list[str]:
     """The terminal summary's opening: the same answer, one line each."""
+    head = reliability_lines(result)
     if result.no_pick:
-        return nothing_learned_lines(result)
+        return nothing_learned_lines(result) + head[:1]
     if not result.pick:
         return ["no config was selected"]
-    pick, lines = result.pick, []
+    pick, lines = result.pick, list(head)
     tie = pick_tie(result)
     lines.append((f"no winner: a tie of {', '.join(tie)} on {result.primary}; first listed "
-                  if tie else "pick: ")
+                  if tie else "pick: " if ranks(result) else "provisional pick: ")
                  + f"{pick['config_id']} {_label(pick)} ({pick.get('regime')}, "
                  f"{_rho(pick)}): "
                  f"{_score(pick, result.primary, covers(result)).replace('`', '')}")
     runner = result.runner_up
     if runner is not None:
         lines.append(f"runner-up: {runner['config_id']} {_label(runner)} "
-                     f"{_acc(runner['score'])}; lead {verdict(runner, result.level)}")
+                     f"{_acc(runner['score'])}; lead "
+                     f"{verdict(runner, result.level, ranks(result))}")
     row = result.full
     if row and "steps" in row:
         lines.append(f"full budget {fmt_flops(float(result.ok['full_budget_flops'].iloc[0]))}"

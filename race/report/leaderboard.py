@@ -19,7 +19,7 @@ from race.core.fmt import label as _label
 from race.core.fmt import md_table as _md_table
 from race.core.fmt import share as _share
 from race.core.rungs import fmt_fraction
-from race.report.answer import answer_lines, answer_markdown
+from race.report.answer import answer_lines, answer_markdown, ranks
 from race.report.buys import buys_markdown
 from race.report.card import cost_shares
 from race.report.honesty import (
@@ -40,7 +40,7 @@ def leaderboard_markdown(result: SweepAnalysis) -> str:
     parts = [f"# Leaderboard: {result.name}", answer_markdown(result), spend_markdown(result)]
     if ladder is not None:
         parts.append(_ladder_markdown(ladder, primary, result.selected, result.starts,
-                                      result.spend))
+                                      result.spend, provisional=not ranks(result)))
     parts += [_buys_section(result),
               _leaderboard_markdown(result),
               _surfaces_markdown(result.surfaces, primary, result.level),
@@ -218,8 +218,8 @@ def _leaderboard_markdown(result: SweepAnalysis) -> str:
 
 
 def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
-                     starts: dict[str, dict] | None = None, spend: dict | None = None
-                     ) -> str:
+                     starts: dict[str, dict] | None = None, spend: dict | None = None,
+                     provisional: bool = False) -> str:
     """The leaderboard's ladder section: every rung's configs, scores, charged FLOPs
     spent and decisions, each score beside its size's warm start (``spend``:
     :func:`race.analysis.spend.pilot_spend`'s, whose rung spends say where a rung's
@@ -272,7 +272,8 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
             text.append(note)
     if selected:
         pick = selected[0]
-        text.append(f"**Pick: `{pick['config_id']}` ({pick['model']}/{pick['reward']}), "
+        word = "Provisional pick" if provisional else "Pick"
+        text.append(f"**{word}: `{pick['config_id']}` ({pick['model']}/{pick['reward']}), "
                     f"{pick['score']:.3f} [{pick['lo']:.3f}, {pick['hi']:.3f}] "
                     f"{pick['basis_used']}"
                     + (f"; {pick['gain_text']}" if "gain_text" in pick else "") + ".**")

@@ -9,6 +9,7 @@ Files written into the sweep folder (docs/design.md, results contract): ``leader
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -71,6 +72,9 @@ def write_report(sweep_dir: Path | str, *, n_boot: int = REPORT.n_boot,
     if result.buys is None or len(result.buys) < 2:  # no size comparison to draw
         paths.pop("sizes_png")
     board = pd.concat([c for c, _ in result.ranked.values()], ignore_index=True)
+    if result.reliability:  # the ranking's verdict on every row, for a script to read
+        board = board.assign(ranking_verdict=result.reliability["verdict"],
+                             ranking_reliability=result.reliability["reliability"])
     write_csv(paths["leaderboard_csv"], board)
     write_text(paths["leaderboard_md"], leaderboard_markdown(result))
     full = float(result.ok["full_budget_flops"].iloc[0])
@@ -119,6 +123,15 @@ RHO_KEYS = ("cell_id", "config_id", "model", "reward", "status", "rho_planned",
             "rho_realized")
 
 
+def _no_nan(value):
+    """``value`` with every NaN float None (strict JSON: a script's parser reads it)."""
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(v) for v in value]
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
 def _selection_record(result: SweepAnalysis) -> dict:
     """What selection.json holds: the pick (None, with ``pick_reason``, where nothing
     learned or the lead is a tie), the choices, why, and what was left out; each chosen
@@ -135,6 +148,9 @@ def _selection_record(result: SweepAnalysis) -> dict:
               or ("" if chosen else "no config selected"))
     return {"target": result.primary, "basis": result.basis, "k": result.top_k,
             "pick": pick, "pick_reason": reason,
+            # whether the pilots can rank the configs (race.analysis.reliability)
+            "reliability": _no_nan(result.reliability),
+            "pick_provisional": result.reliability.get("verdict", "can rank") != "can rank",
             "intervals_cover": covers(result),
             "selected": result.selected, "by_target": result.by_target,
             # what race validate checks the full-budget runs against

@@ -13,6 +13,8 @@ is built on the machine, and says that its results will differ from the docs.
   bank and the README's numbers ran from them.
 - seed 1 (world 2): tiny-m, tiny-l and prm-tiny-s, built 2026-12-07 for the second
   world's curve bank.
+- seed 2 (world 3): tiny-m, tiny-l and prm-tiny-s, built 2026-12-07 for the third
+  world's curve bank (built before the freeze it is judged after; its scores unread).
 """
 
 from __future__ import annotations
@@ -72,6 +74,18 @@ ARCHIVES = (
                                          "c23972cce284",
                     "verifier_head.safetensors": "6f9cf19a7d33ca0e6c948d1afdaf963ef78460a8d6da"
                                                  "ae239d517bdd1154cffb"},
+            }),
+    Archive("warmstart-seed2.tar.gz",
+            "d72192da9925026d7a5f370287f59e1964bd117e2fa84eeb21e13a34b1f02705", {
+                "policies/tiny-m-7571b419ad64": {"model.safetensors": "7c5d1b3e76e34df72d550e41"
+                                                 "bd76008d5164486c46aea46973099868429dccbf"},
+                "policies/tiny-l-198ae3791d44": {"model.safetensors": "cb5845dffd4832b6d42f6db9"
+                                                 "d84f32a906749718a1077872990b8dd91c6324bf"},
+                "prms/prm-tiny-s-57846787a6c4": {
+                    "model.safetensors": "14412fda62689ba0e6c3ebacaaa41facb0025cb09b5fa679121927"
+                                         "ce082decfa",
+                    "verifier_head.safetensors": "299c4330184572cd3503e1f5fd9bd60dc5976f59b42f"
+                                                 "4fdc82a75c7f047a3970"},
             }),
 )
 
