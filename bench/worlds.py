@@ -60,7 +60,7 @@ FROZEN = "e8563c952d56a29c89a6a94b9ebdde1135cbeb30"
 # reliability thresholds (race.core.reliability.THRESHOLDS), the prediction at F
 # (race.analysis.forecast.PERSISTENCE), the selection default (the ladder, unchanged) and
 # everything FROZEN froze; world 3's export records the commit its cells ran from.
-FROZEN_BY_WORLD = {2: FROZEN}
+FROZEN_BY_WORLD = {2: FROZEN, 3: "fc5c35ca6c6398e717c0a43d48e06bc79d93e57c"}
 
 
 def world(number: int) -> World:
