@@ -1,43 +1,30 @@
-"""How often the interval a report prints for the pick at the full budget holds the score
-a full run reaches there.
+"""How well the prediction at the full budget F a report prints holds the score a full run
+reaches there, per world (``bench/worlds.py``).
 
-A report extrapolates the pick's curve to the full budget F: a ladder's sigmoid through
-its rungs, a flat sweep's through its pilot's checkpoints, with a 90% interval
-(:func:`race.analysis.curves.full_budget_interval`). This bench replays that on the curve
-banks (``bench/curve_bank.py``: the embedded grid run to F with dense checkpoints, several
-seeds), cell by cell: one cell is one config's seed, the lineage a one-seed ladder runs.
-It reads the cell's ``val`` curve where the default ladder reads it: the warm start and
-the rung ends F/48, F/24, F/12, F/6 (:data:`race.core.rungs.DEFAULT_RUNGS`; a bank without
-a checkpoint at a rung end: its last checkpoint below it), each on the first 200 problems
-(the pilots' ``pilot.select_examples``; a bank without per-problem scores: all it scored),
-fits the sigmoid through them with the report's own code
-(:func:`race.analysis.ladder_curves.lineage_fits`), and checks whether the interval holds
-the cell's own score at F (on every problem the bank scored there; ``race validate``
-scores 1,000). A fit that falls back (too few points, a flat curve) makes no prediction
-and is not counted. The same is done for a flat sweep's 1/16 pilot (checkpoints F/64 ...
-F/16, the default ``pilot.fraction`` and ``pilot.checkpoints``).
+The report's prediction is calibrated persistence (:mod:`race.analysis.forecast`): the
+pick's last read plus the 5th/50th/95th percentiles of (score at F - read) at that
+distance from F, fitted on every cell of worlds 1 and 2 and frozen before world 3's bank.
+One cell is one config's seed; its ``val`` read is taken where a pilot reads it (the first
+200 problems, the pilots' ``pilot.select_examples``) at a ladder's last rung (F/6, where
+the default ladder's pick is read) and at a flat 1/16 pilot's end (F/16); its truth is its
+own score at F on every problem the bank scored there (500).
 
-The interval is the prediction plus the 5th and 95th percentiles of the sigmoid's error
-(score at F minus prediction) per decade of extrapolation, calibrated on every cell of the
-testbed's world 1 (``bench/worlds.py``: the four banks run before world 2) and shipped in
-``race/analysis/curves.py`` (``EXTRAPOLATION_ERROR``), frozen before world 2's bank ran.
-The percentiles world 1 gives are printed beside the shipped ones, with the in-sample
-coverage (not a test). The test is forward: the shipped interval on world 2's bank, which
-nothing was calibrated on (target: at least 0.85), with a 90% interval from a bootstrap
-over configs (a config's seeds are not independent outcomes). Each bank's line also gives
-the coverage on the alternating halves of its configs within each (size, reward) (the
-earlier check; the halves are no longer held out). Before the calibrated band, a report
-printed the sigmoid's own interval (its parameters' uncertainty), whose coverage is
-printed as ``before``.
+Printed, in order:
+1. The choice, leave-one-world-out on worlds 1 and 2 (calibrated on one, scored on the
+   other): persistence pooled over sizes and rewards (chosen), persistence by reward, and
+   the constant interval [0.20, 0.80]; each with coverage, mean width and mean absolute
+   error beside the last read's. Pooled won on coverage held out (F/6: 0.88 and 0.77
+   against 0.91 and 0.62 by reward); neither direction met 0.85 both ways, and world 2 ->
+   world 1 is no narrower than the constant interval: the testbed's two worlds differ.
+2. Each bank's sigmoid fits and the earlier sigmoid band (``curves.EXTRAPOLATION_ERROR``,
+   the prediction reports printed before): about 0.9 coverage at width 0.6.
+3. The frozen model on each world: in sample on worlds 1-2; forward on world 3, nothing
+   refit, with the commit world 3's bank ran from (``frozen_note``).
 
-Usage: ``python bench/prediction_coverage.py [--bank PATH ...] [--check PATH ...]``
-(default: world 1's banks ``curve_bank.json.gz``, ``curve_bank_v3.json.gz``,
-``curve_bank_v3_4x.json.gz``, ``curve_bank_v4.json.gz``; checked on world 2's
-``curve_bank_w2.json.gz`` where it exists).
-Last line: ``coverage_90_forward=... coverage_90_world1=... before=... width=...
-cells=...``: the shipped interval's coverage on world 2 (``n/a`` before its bank exists),
-in sample on world 1, the sigmoid's own interval's on world 1, the mean width of the
-interval and world 1's cells with a prediction.
+Usage: ``python bench/prediction_coverage.py [--quick]``. Last line:
+``coverage_90_w3=... width_w3=... mae_w3=... mae_last_read_w3=... cells_w3=...``: the
+frozen model on world 3 at F/6 (``n/a`` before its bank exists); targets coverage >= 0.85,
+width <= 0.25 (goal 0.15), MAE no worse than the last read's.
 """
 
 from __future__ import annotations
@@ -54,7 +41,8 @@ import pandas as pd
 from bench.common import add_quick
 from bench.curve_bank import read_bank
 from bench.worlds import WORLDS, frozen_note
-from race.analysis.curves import EXTRAPOLATION_ERROR, fit_curve, full_budget_interval
+from race.analysis import forecast
+from race.analysis.curves import fit_curve, full_budget_interval
 from race.analysis.ladder_curves import lineage_fits
 from race.config.schema import PilotConfig
 from race.core.rungs import DEFAULT_RUNGS
@@ -203,46 +191,113 @@ def clustered_interval(rows: pd.DataFrame, draws: int = 2000) -> tuple[float, fl
     return tuple(np.percentile(shares, PERCENTILES))
 
 
+# where the frozen model is scored: a ladder's last rung (F/6, the default pick's read)
+# and a flat 1/16 pilot's end; the bank's checkpoints there
+READS = {"ladder's last rung F/6": 0.166667, "flat pilot's end F/16": 0.0625}
+CONSTANT = (0.20, 0.80)  # the trivial interval: covers the testbed's scores at F anyway
+
+
+def read_rows(path: Path, quick: bool = False) -> pd.DataFrame:
+    """One row per (cell, checkpoint < F): the ``val`` read on the pilots' first
+    ``PROBLEMS`` problems, and the cell's own score at F on every problem."""
+    bank = read_bank(path)
+    rows = []
+    for cell in (_quick(bank["cells"]) if quick else bank["cells"]):
+        evals = [r for r in cell["evals"] if r["target"] == TARGET]
+        at_f = [r for r in evals if abs(r["checkpoint"] - 1.0) < 1e-9]
+        if not at_f:
+            continue
+        for r in evals:
+            if 0 < r["checkpoint"] < 1:
+                rows.append({"config_id": cell["config"], "reward": cell["reward"],
+                             "model": cell["model"], "fraction": round(r["checkpoint"], 6),
+                             "read": _accuracy(r), "truth": at_f[0]["accuracy"]})
+    return pd.DataFrame(rows)
+
+
+def persistence_table(rows: pd.DataFrame, by_reward: bool = False) -> dict:
+    """(fraction[, reward]) -> the 5th/50th/95th percentiles of (F - read) in ``rows``."""
+    keys = ["fraction", "reward"] if by_reward else "fraction"
+    return {k: tuple(np.percentile(g["truth"] - g["read"], (5, 50, 95)))
+            for k, g in rows.groupby(keys)}
+
+
+def score(rows: pd.DataFrame, lo: np.ndarray, mid: np.ndarray, hi: np.ndarray) -> dict:
+    """Coverage, mean width and mean absolute error of an interval and its point."""
+    truth = rows["truth"].to_numpy()
+    return {"coverage": float(np.mean((lo <= truth) & (truth <= hi))),
+            "width": float(np.mean(hi - lo)), "mae": float(np.mean(np.abs(truth - mid))),
+            "mae_last_read": float(np.mean(np.abs(truth - rows["read"].to_numpy()))),
+            "cells": len(rows)}
+
+
+def persistence_score(rows: pd.DataFrame, table=None, by_reward: bool = False) -> dict:
+    """``rows`` scored by calibrated persistence: ``table`` (a :func:`persistence_table`)
+    or, by default, the frozen model (:func:`race.analysis.forecast.predict`)."""
+    if table is None:
+        out = np.array([forecast.predict(r, f) for r, f in zip(rows["read"], rows["fraction"])])
+        return score(rows, out[:, 1], out[:, 0], out[:, 2])
+    q = np.array([table[(f, w) if by_reward else f]
+                  for f, w in zip(rows["fraction"], rows["reward"])])
+    read = rows["read"].to_numpy()
+    return score(rows, (read + q[:, 0]).clip(0, 1), read + q[:, 1], (read + q[:, 2]).clip(0, 1))
+
+
+def line(name: str, s: dict) -> str:
+    return (f"  {name:<42} coverage {_pct(s['coverage'])} width {s['width']:.2f} MAE "
+            f"{s['mae']:.3f} (last read {s['mae_last_read']:.3f}), {s['cells']} cells")
+
+
+def choose(worlds: dict[int, pd.DataFrame]) -> None:
+    """The choice of the model, leave-one-world-out on worlds 1 and 2 (what chose it)."""
+    print("choosing the prediction at F: calibrated on one world, scored on the other")
+    for name, at in READS.items():
+        for a, b in ((1, 2), (2, 1)):
+            train, test = (worlds[w][worlds[w]["fraction"] == at] for w in (a, b))
+            print(f" {name}, world {a} -> world {b}:")
+            print(line("persistence, pooled (chosen)", persistence_score(
+                test, persistence_table(train))))
+            print(line("persistence by reward", persistence_score(
+                test, persistence_table(train, True), True)))
+            n = len(test)
+            print(line(f"constant {CONSTANT}", score(test, np.full(n, CONSTANT[0]),
+                                                     np.full(n, sum(CONSTANT) / 2),
+                                                     np.full(n, CONSTANT[1]))))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bank", type=Path, action="append",
-                        help="a calibration bank (repeat for several; default: world 1's, "
-                             + ", ".join(p.name for p in BANKS) + ")")
-    parser.add_argument("--check", type=Path, action="append",
-                        help=f"a bank to check the shipped interval on (default: world 2's, "
-                             f"{WORLDS[2].f_bank.name}, where it exists)")
     add_quick(parser, "two configs of each size and reward, one seed")
     args = parser.parse_args()
-    ladders, flats = zip(*(one_bank(path, args.quick) for path in args.bank or BANKS))
-    ladder, flat = pd.concat(ladders, ignore_index=True), pd.concat(flats, ignore_index=True)
-    low, high = np.percentile(errors_per_decade(ladder, ladder["full"]), PERCENTILES)
-    same = "same" if np.allclose((low, high), EXTRAPOLATION_ERROR, atol=5e-4) else \
-        "a quick subset" if args.quick else "differ: the shipped band is frozen"
-    print(f"calibration (every cell of world 1): error per decade of extrapolation, "
-          f"{PERCENTILES[0]}th and {PERCENTILES[1]}th percentiles {low:+.3f}, {high:+.3f}; "
-          f"race/analysis/curves.py ships {EXTRAPOLATION_ERROR[0]:+.3f}, "
-          f"{EXTRAPOLATION_ERROR[1]:+.3f} ({same})")
-    inside, before = coverage(ladder), coverage(ladder, "lo", "hi")
-    print(f"  in sample (not a test): {_pct(inside[0])} of {inside[2]} (width "
-          f"{inside[1]:.2f}); flat 1/16 pilots {_pct(coverage(flat)[0])}")
-    checks = args.check or ([WORLDS[2].f_bank] if WORLDS[2].f_bank.exists() else [])
-    forward = "n/a"
-    if checks:
-        rows = pd.concat([one_bank(path, args.quick)[0] for path in checks],
-                         ignore_index=True)
-        share, width, count = coverage(rows)
-        lo, hi = clustered_interval(rows)
-        forward = f"{share:.3f}"
-        for path in checks:
-            print(frozen_note(path))
-        print(f"forward (calibrated on world 1, checked on {', '.join(p.name for p in checks)}"
-              f", nothing refit): {_pct(share)} of {count} (width {width:.2f}); clustered by "
-              f"config, 90% interval [{lo:.2f}, {hi:.2f}]; target >= 0.85")
-    else:
-        print("forward: world 2's bank is not here yet (python -m bench.testbed_bank "
-              "--world 2 run, then bench/curve_bank.py)")
-    print(f"coverage_90_forward={forward} coverage_90_world1={inside[0]:.3f} "
-          f"before={before[0]:.3f} width={inside[1]:.3f} cells={inside[2]}")
+    worlds = {n: read_rows(w.f_bank, args.quick) for n, w in WORLDS.items()
+              if w.f_bank.exists()}
+    if 1 in worlds and 2 in worlds:
+        choose(worlds)
+    # the sigmoid band the report printed before (world 1's calibration, frozen for world 2)
+    ladders = [one_bank(WORLDS[n].f_bank, args.quick)[0] for n in sorted(worlds)]
+    for n, ladder in zip(sorted(worlds), ladders):
+        inside, width, count = coverage(ladder)
+        print(f"world {n}: the earlier sigmoid band (curves.EXTRAPOLATION_ERROR) covers "
+              f"{_pct(inside)} of {count} (width {width:.2f})")
+    print(f"the frozen model ({forecast.MODEL}, race/analysis/forecast.py, fitted on every "
+          f"cell of worlds 1-2; in sample there, forward on world 3):")
+    results = {}
+    for n, rows in sorted(worlds.items()):
+        for name, at in READS.items():
+            mine = rows[rows["fraction"] == at]
+            results[n, name] = persistence_score(mine)
+            kind = "forward, nothing refit" if n >= 3 else "in sample"
+            print(line(f"world {n}, {name} ({kind})", results[n, name]))
+        if n >= 3:
+            print(frozen_note(WORLDS[n].f_bank))
+    w3 = results.get((3, "ladder's last rung F/6"))
+    tail = ("coverage_90_w3={coverage:.3f} width_w3={width:.3f} mae_w3={mae:.3f} "
+            "mae_last_read_w3={mae_last_read:.3f} cells_w3={cells}".format(**w3) if w3 else
+            "coverage_90_w3=n/a width_w3=n/a mae_w3=n/a mae_last_read_w3=n/a cells_w3=0 "
+            "(world 3's bank is not here yet: python -m bench.testbed_bank --world 3 run)")
+    if w3 is None and args.quick:
+        tail += " quick"
+    print(tail)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ paired, two-way bootstrap SE): world 1 +0.0226 (SE 0.0099) more regret, world 2 
 Last line: ``reliability_w1=<median> cannot_share_w1=... reliability_w2=...
 cannot_share_w2=...`` (and world 3's where its bank exists).
 
-Usage: ``python bench/reliability.py [--world N ...] [--selection]``.
+Usage: ``python bench/reliability.py [--world N ...] [--selection] [--quick]``.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import replay_policies
+from bench.common import add_quick
 from bench.replay_bank import judged, load_bank, loso_replicates, subgrids
 from bench.replay_stats import cell_matrix, cluster_bootstrap_se
 from bench.worlds import WORLDS
@@ -140,12 +141,14 @@ def selection_section(numbers) -> dict:
     return out
 
 
-def world_rows(number: int) -> list[dict]:
+def world_rows(number: int, grids: int | None = None) -> list[dict]:
+    """Every leave-one-seed-out replicate of world ``number``'s F bank (``grids``: its
+    first few default-shaped grids only)."""
     w = WORLDS[number]
     _, configs = load_bank(w.f_bank, read_problems=SELECT_PROBLEMS)
     correct = correct_index(w.f_bank, SELECT_PROBLEMS)
     return [replicate_diagnostics(configs, draw, correct)
-            for draw in loso_replicates(configs, subgrids(configs))]
+            for draw in loso_replicates(configs, (subgrids(configs) or [])[:grids] or None)]
 
 
 def auc_below(low: list[float], high: list[float]) -> float:
@@ -169,9 +172,10 @@ def main(argv: list[str] | None = None) -> dict:
                         help="worlds to read (default: every world whose bank exists)")
     parser.add_argument("--selection", action="store_true",
                         help="also replay a survivor per reward system against the default")
+    add_quick(parser, "the first 2 default-shaped grids of each world")
     args = parser.parse_args(argv)
     numbers = args.world or [n for n, w in WORLDS.items() if w.f_bank.exists()]
-    rows = {n: world_rows(n) for n in numbers}
+    rows = {n: world_rows(n, 2 if args.quick else None) for n in numbers}
     t = rel.THRESHOLDS
     print(f"thresholds (race.core.reliability.THRESHOLDS): can rank >= {t.can}, cannot < "
           f"{t.cannot} (or < {t.can} with rung agreement < {t.agreement})")

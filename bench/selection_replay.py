@@ -161,6 +161,13 @@ the worlds replayed; world 2's ``ladder_regret_w2``, ``asha_diff_w2`` and
 ``hyperband``, ``pasha``, ``optuna-sh``, ``optuna-hyperband``, ``top-k``) with the lowest
 regret among those whose cost with eval is at most the ladder's; ``asha_diff``: asha's
 regret minus ladder+guards', paired.
+
+Per world, after the policies: the reliability verdict each replicate's own report would
+give (``bench/reliability.py``: ``race.core.reliability``'s thresholds, frozen before
+world 3), the share of replicates given each verdict, ladder+guards' regret within each,
+and random's. The very last line: ``worlds=N regret_ladder_w1=... regret_random_w1=...
+cannot_rank_share_w1=...``, the same for ``w2`` and ``w3`` (``n/a`` for a world with no
+bank yet).
 """
 
 from __future__ import annotations
@@ -174,7 +181,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import blackbox, peers, replay_policies
+from bench import blackbox, peers, reliability, replay_policies
 from bench.common import add_quick
 from bench.replay_bank import (
     ALL_SEEDS,
@@ -227,6 +234,7 @@ from bench.replay_tables import (
 )
 from bench.worlds import WORLDS
 from race.core import guards
+from race.core.reliability import VERDICTS
 from race.core.rungs import geometric_rungs
 
 # ladder geometries tuned on the tuning half: (rungs, reduction), each rung `reduction`
@@ -450,7 +458,33 @@ def replay_world(name: str, path: Path, args, *, tune: bool) -> dict | str:
                                by_grid=grids is not None) if tune else None)
     chosen = grids[:args.grids] if grids else None
     return {"rows": rows, "held": held,
-            "replicates": replicates_section(name, configs, chosen, args.boot)}
+            "replicates": replicates_section(name, configs, chosen, args.boot),
+            "verdicts": verdict_section(name, path, configs, draws, args.boot)}
+
+
+def verdict_section(name: str, path: Path, configs: dict, draws: list[dict],
+                    boot: int) -> dict:
+    """The reliability verdict a sweep's report would give on each replicate (its own
+    reads only, ``bench/reliability.py``; thresholds frozen before world 3), the share of
+    replicates given each verdict, and ladder+guards' regret within each, beside random's
+    (the mean over the grid's configs)."""
+    correct = reliability.correct_index(path, SELECT_PROBLEMS)
+    rows = [reliability.replicate_diagnostics(configs, d, correct) for d in draws]
+    ladder = cell_matrix([r["regret"] for r in rows], draws)
+    chance = cell_matrix([r["random"] for r in rows], draws)
+    se = cluster_bootstrap_se(np.stack([ladder, chance]), boot)
+    print(f"\n{name}: the reliability verdict each replicate's sweep would report "
+          f"(race.core.reliability, frozen), ladder+guards' regret "
+          f"{ladder.mean():.4f} (se {se[0]:.4f}), random's {chance.mean():.4f} "
+          f"(se {se[1]:.4f}):")
+    shares = {}
+    for v in VERDICTS:
+        mine = [r["regret"] for r in rows if r["verdict"] == v]
+        shares[v] = len(mine) / len(rows)
+        print(f"  {v:<9} {len(mine):>3} of {len(rows)} ({shares[v]:.0%})"
+              + (f"; ladder+guards' regret within it {np.mean(mine):.4f}" if mine else ""))
+    return {"regret_ladder": float(ladder.mean()), "regret_random": float(chance.mean()),
+            "shares": shares}
 
 
 REPLICATES = 2  # selection.replicates compared with the default (1)
@@ -579,6 +613,24 @@ def main() -> None:
     if held:
         print("\nheld-out: " + summary(held))
     print(last_line(results, args.truth))
+    print(verdict_line(results))
+
+
+def verdict_line(results: dict) -> str:
+    """The last line: per world replayed, ladder+guards' and random's regret and the share
+    of replicates whose report says the pilots cannot rank (``n/a``: no bank yet)."""
+    suffix = {"world 1": "w1", "world 2": "w2", "world 3": "w3"}
+    done = {k: v for k, v in results.items() if isinstance(v, dict)}
+    parts = [f"worlds={len(done)}"]
+    for name, result in results.items():
+        tag = suffix.get(name, name)
+        v = result.get("verdicts") if isinstance(result, dict) else None
+        parts += ([f"regret_ladder_{tag}={v['regret_ladder']:.4f}",
+                   f"regret_random_{tag}={v['regret_random']:.4f}",
+                   f"cannot_rank_share_{tag}={v['shares']['cannot']:.3f}"] if v else
+                  [f"regret_ladder_{tag}=n/a", f"regret_random_{tag}=n/a",
+                   f"cannot_rank_share_{tag}=n/a"])
+    return " ".join(parts)
 
 
 if __name__ == "__main__":

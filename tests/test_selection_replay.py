@@ -365,15 +365,19 @@ def test_the_replay_prints_every_row_and_the_summary_last(bank, bench_extra):
             rf"ladder\+guards$", line)]
         assert len(verdicts) == 2, name
     assert re.fullmatch(r"default selection\.policy=ladder: (stays|a peer is below).*",
-                        lines[-4]), lines[-4]
+                        lines[-5]), lines[-5]
     number = r"-?\d+\.\d+"
     assert re.fullmatch(
         rf"worlds=1 replay=leave-one-seed-out policy=ladder\+guards top1_regret={number} "
         rf"se={number} within_size_kendall={number} catastrophes={number} "
         rf"pilot_cost_share={number} cost_with_eval={number} best_peer=(asha|hyperband|"
         rf"pasha|optuna-sh|optuna-hyperband|top-k) best_peer_regret={number} "
-        rf"asha_diff_given=[-+]\d\.\d+ asha_diff_se_given={number}", lines[-1]), lines[-1]
-    assert lines[-2].startswith("held-out: policy=ladder+guards ")
+        rf"asha_diff_given=[-+]\d\.\d+ asha_diff_se_given={number}", lines[-2]), lines[-2]
+    assert lines[-3].startswith("held-out: policy=ladder+guards ")
+    assert re.fullmatch(rf"worlds=1 regret_ladder_given={number} regret_random_given={number} "
+                        rf"cannot_rank_share_given={number}", lines[-1]), lines[-1]
+    assert any(re.match(r"  (can rank|weakly|cannot) +\d+ of \d+ \(\d+%\)", line)
+               for line in lines)
 
 
 @pytest.fixture()
