@@ -38,13 +38,12 @@ import platform
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
+from bench.device_common import run_cell, section, standin_shape, task_texts
 from race.catalog import load_model_shape
 from race.core.specs import RunSpec
 from race.pilot.budget import worst_step_flops
-from race.store import io as results
 
 TOL = 1e-3
 SECTIONS = ("flops", "pilot", "pilot_micro", "tiny")
@@ -62,23 +61,6 @@ def _versions() -> dict:
             "cuda": torch.version.cuda if cuda else None,
             "gpu": torch.cuda.get_device_name(0) if cuda else None,
             "cpu_threads": torch.get_num_threads()}
-
-
-def _task_texts(n: int = 2000) -> list[str]:
-    from race.tasks import build_task
-
-    task = build_task({"name": "arith"})
-    return [ex.prompt + ex.trace for ex in task.sample("train", n, seed=123)]
-
-
-def standin_shape(smoke: bool):
-    """Qwen2.5-0.5B's shape, or a GQA miniature of it for --smoke."""
-    shape = load_model_shape("qwen2.5-0.5b")
-    if smoke:
-        shape = dataclasses.replace(shape, name="qwen-mini", hidden_size=128,
-                                    intermediate_size=352, num_layers=2, num_heads=4,
-                                    num_kv_heads=2, head_dim=32, vocab_size=1024)
-    return shape
 
 
 def check_flops(folder: Path, device: str, dtype: str) -> list[dict]:
@@ -115,20 +97,6 @@ def check_flops(folder: Path, device: str, dtype: str) -> list[dict]:
         row["ok"] = row["rel_error"] <= TOL
     rows.append({"phase": "attention backward", "fused": learner.fused_attention})
     return rows
-
-
-def run_cell(spec: RunSpec, out_dir: Path) -> dict:
-    from race.pilot.loop import run_pilot
-
-    start = time.perf_counter()
-    summary = run_pilot(spec, out_dir / spec.cell_id, checkpoint_every=0)
-    summary["wall_total_s"] = time.perf_counter() - start
-    rows = [r for r in results.read_jsonl(out_dir / spec.cell_id / "metrics.jsonl")
-            if r["kind"] == "step"]
-    tokens = sum(r["completion_tokens"] for r in rows)
-    summary["completion_tokens"] = tokens
-    summary["rollout_tokens_per_s"] = tokens / max(summary["wall_s"]["rollout"], 1e-9)
-    return summary
 
 
 def check_pilot(folder: Path, device: str, dtype: str, out_dir: Path, smoke: bool,
@@ -186,17 +154,6 @@ def check_tiny(devices: list[str], out_dir: Path, smoke: bool) -> list[dict]:
                          "val_accuracy": final.get("accuracy"),
                          "rollout_tokens_per_s": s["rollout_tokens_per_s"]})
     return rows
-
-
-def _section(report: dict, name: str, run) -> None:
-    start = time.perf_counter()
-    try:
-        report[name] = run()
-    except Exception:  # one broken section must not hide the others' numbers
-        report[name] = {"failed": traceback.format_exc()}
-        print(report[name]["failed"], file=sys.stderr)
-    print(f"[device_check] {name}: {time.perf_counter() - start:.0f} s", file=sys.stderr,
-          flush=True)
 
 
 def markdown(report: dict) -> str:
@@ -275,17 +232,17 @@ def main(argv: list[str] | None = None) -> int:
     from race.warmstart.standin import build_standin
 
     start = time.perf_counter()
-    build_standin(folder, standin_shape(args.smoke), _task_texts(), dtype=dtype)
+    build_standin(folder, standin_shape(args.smoke), task_texts(), dtype=dtype)
     print(f"[device_check] stand-in built in {time.perf_counter() - start:.0f} s",
           file=sys.stderr, flush=True)
-    _section(report, "flops", lambda: check_flops(folder, device, dtype))
-    _section(report, "pilot", lambda: check_pilot(folder, device, dtype, work / "pilot",
+    section(report, "flops", lambda: check_flops(folder, device, dtype))
+    section(report, "pilot", lambda: check_pilot(folder, device, dtype, work / "pilot",
                                                    args.smoke))
-    _section(report, "pilot_micro", lambda: check_pilot(folder, device, dtype,
+    section(report, "pilot_micro", lambda: check_pilot(folder, device, dtype,
                                                          work / "pilot-micro", args.smoke,
                                                          micro_batch_size=8))
     devices = ["cuda", "cpu"] if cuda else ["cpu"]
-    _section(report, "tiny", lambda: check_tiny(devices, work / "tiny", args.smoke))
+    section(report, "tiny", lambda: check_tiny(devices, work / "tiny", args.smoke))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2, default=str))
     print(markdown(report))

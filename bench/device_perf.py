@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.device_check import _section, _task_texts, run_cell, standin_shape
+from bench.device_common import run_cell, section, standin_shape, task_texts
 from race.catalog import load_model_shape
 from race.core.specs import LoraShape, ModelShape, RunSpec
 from race.pilot.budget import worst_step_flops
@@ -154,7 +154,7 @@ class Policies:
         from race.warmstart.standin import train_tokenizer
 
         self.device, self.dtype, self.built = device, dtype, {}
-        self.tokenizer = train_tokenizer(_task_texts())
+        self.tokenizer = train_tokenizer(task_texts())
         self.tokenizer.padding_side = "left"
 
     def get(self, name: str):
@@ -330,7 +330,7 @@ def perf_pilot(work: Path, device: str, dtype: str, plan: Plan, clock: Clock,
     from race.tasks import build_task, prompt_bound
     from race.warmstart.standin import build_standin
 
-    folder = build_standin(work / "pilot-standin", perf_shape(plan.models[0]), _task_texts(),
+    folder = build_standin(work / "pilot-standin", perf_shape(plan.models[0]), task_texts(),
                            dtype=dtype)
     base = dict(model=str(folder), reward=(("kind", "rule"), ("name", "rule")),
                 task=(("name", "arith"),), budget_flops=1.0, max_new_tokens=plan.new_tokens[0],
@@ -444,7 +444,7 @@ def run_perf(report: dict, device: str, dtype: str, work: Path, smoke: bool) -> 
         # one compiled decode step per (model, batch rows, cache length): more than the
         # default 8 entries across the two stand-ins and every shape
         torch._dynamo.config.recompile_limit = 64
-    _section(report, "limits", lambda: measure_limits(device, dtype, plan))
+    section(report, "limits", lambda: measure_limits(device, dtype, plan))
     limits = report["limits"] if "peak_flops" in report["limits"] else {
         "copy_bytes_per_s": float("nan"), "peak_flops": float("nan")}
     policies = None
@@ -454,12 +454,12 @@ def run_perf(report: dict, device: str, dtype: str, work: Path, smoke: bool) -> 
         policies = policies or Policies(device, dtype)
         return policies
 
-    _section(report, "rollout", lambda: perf_rollout(shared(), plan, limits, clock))
-    _section(report, "learning", lambda: perf_learning(shared(), plan, limits, clock))
-    _section(report, "eval", lambda: perf_eval(shared(), plan, clock))
+    section(report, "rollout", lambda: perf_rollout(shared(), plan, limits, clock))
+    section(report, "learning", lambda: perf_learning(shared(), plan, limits, clock))
+    section(report, "eval", lambda: perf_eval(shared(), plan, clock))
     if policies is not None:  # the pilot builds its own model
         policies.release()
-    _section(report, "pilot", lambda: perf_pilot(work, device, dtype, plan, clock, smoke))
+    section(report, "pilot", lambda: perf_pilot(work, device, dtype, plan, clock, smoke))
     report["targets"] = targets(report)
     report["wall_s"] = time.perf_counter() - clock.start
     failed = [k for k in SECTIONS if isinstance(report[k], dict) and "failed" in report[k]]
