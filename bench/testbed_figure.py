@@ -17,7 +17,7 @@ Where the prompts-per-step bank exists (``testbed.PROMPTS_BANK``, or ``--prompts
 second figure (``docs/testbed_prompts.png``) draws it the same way, one line per prompts
 per step (P4, P8, P16) at each size and reward's fixed (G, mu).
 
-World 1's banks (``bench/worlds.py``) draw ``docs/testbed_frontier.png``; world 2's F bank,
+World 1's banks (``bench/science/worlds.py``) draw ``docs/testbed_frontier.png``; world 2's F bank,
 where it exists, ``docs/testbed_frontier_w2.png`` beside it, the same way.
 
 Usage: ``python bench/testbed_figure.py [--bank PATH ...] [--out docs/testbed_frontier.png]
@@ -35,7 +35,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from bench.common import add_quick, scratch  # noqa: E402
-from bench.testbed import (  # noqa: E402
+from bench.science.interactions import (  # noqa: E402
     DEFAULT_BANK,
     GRID_PROMPTS,
     LARGER_BANK,
@@ -50,7 +50,7 @@ from bench.testbed import (  # noqa: E402
     score,
     size_order,
 )
-from bench.worlds import WORLDS  # noqa: E402
+from bench.science.worlds import WORLDS  # noqa: E402
 
 OUT = Path(__file__).parents[1] / "docs" / "testbed_frontier.png"
 PROMPTS_OUT = OUT.with_name("testbed_prompts.png")

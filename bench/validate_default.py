@@ -60,7 +60,7 @@ from bench.common import (
     select_best_cell,
     use_scratch_cache,
 )
-from bench.testbed import DEFAULT_BANK, allocation, configs, load, score
+from bench.science.interactions import DEFAULT_BANK, allocation, configs, load, score
 
 SWEEP_NAME = "default"
 TARGET = "val"

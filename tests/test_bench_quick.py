@@ -160,3 +160,20 @@ def test_every_bench_cli_describes_itself_with_its_docstrings_whole_first_paragr
         assert 'ArgumentParser(description=__doc__.split("\\n\\n")[0])' in source, path.name
         summary = ast.get_docstring(ast.parse(source)).split("\n\n")[0].strip()
         assert summary[-1] in ".?", (path.name, summary[-40:])
+
+
+# the science scripts: thin entry points over bench/science (worlds as data)
+THIN = {"reliability": "reliability", "prediction_coverage": "coverage",
+        "selection_replay": "selection", "testbed": "interactions",
+        "testbed_bank": "bank_runs"}
+
+
+def test_the_science_scripts_are_thin_entry_points_callable_in_process(capsys):
+    import importlib
+
+    for script, module in THIN.items():
+        text = (ROOT / "bench" / f"{script}.py").read_text()
+        assert f"from bench.science.{module} import main" in text, script
+        assert len(text.splitlines()) <= 10, script  # a docstring, the import, the call
+    importlib.import_module("bench.science.coverage").main(["--quick"])
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("coverage_90_w3=")

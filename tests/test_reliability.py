@@ -202,7 +202,7 @@ def test_well_separated_configs_can_rank(tmp_path):
 def test_the_calibration_script_reads_world_2_in_process():
     """bench/reliability.py as an entry point over world 2's committed bank: the frozen
     verdict calls most of its replicates ``cannot`` (13 of 18 at the freeze)."""
-    from bench import reliability as calibration
+    from bench.science import reliability as calibration
 
     out = calibration.main(["--world", "2"])
     assert len(out["rows"][2]) == 18

@@ -1,13 +1,12 @@
 """bench/selection_replay.py on a synthetic curve bank whose answer is known: a config
 that leads at F/16 and collapses after it (visible by F/8), a steady one that is best at
 F, a slow one. The flat 1/16 pilots pick the early leader; the guarded ladder does not.
-The peers (bench/peers.py: Syne Tune's and Optuna's schedulers, top-k) replay the same
-curves through the bank's Syne Tune blackbox (bench/blackbox.py). The replay is
+The peers (bench/science/peers.py: Syne Tune's and Optuna's schedulers, top-k) replay the same
+curves through the bank's Syne Tune blackbox (bench/science/blackbox.py). The replay is
 leave-one-seed-out (a bank with an outlier seed: the truth when reading it is the other
 seeds'), its SEs a two-way cluster bootstrap over read seeds and grids."""
 
 import gzip
-import importlib.util
 import itertools
 import json
 import math
@@ -18,13 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.science import blackbox, peers  # noqa: E402
+from bench.science import selection as replay  # noqa: E402
+
 BENCH = Path(__file__).parents[1] / "bench"
-sys.path.insert(0, str(BENCH))  # the bench scripts import their siblings
-SPEC = importlib.util.spec_from_file_location("selection_replay", BENCH / "selection_replay.py")
-replay = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(replay)
-import blackbox  # noqa: E402
-import peers  # noqa: E402
 
 FULL = 1e12
 CHECKPOINTS = sorted({k / 256 for k in range(1, 4)} | {1 / 64, 3 / 64}
@@ -294,7 +290,7 @@ def test_each_peer_spends_at_most_the_ladders_budget_and_picks_a_bank_config(ban
 
 
 def test_spreading_replicates_over_processes_changes_no_number(bank, bench_extra, monkeypatch):
-    from bench import replay_policies
+    from bench.science import replay_policies
 
     _, configs = replay.load_bank(bank)
     exported = blackbox.bank_blackbox(read_bank(bank))
@@ -456,7 +452,7 @@ def test_the_cluster_bootstrap_counts_seeds_and_grids_as_samples():
 
 
 def test_each_peer_ties_or_is_above_or_below_the_ladder_by_its_paired_90_percent_interval():
-    from bench.replay_tables import default_verdict, verdict, verdict_lines, with_cluster_se
+    from bench.science.replay_tables import default_verdict, verdict, verdict_lines, with_cluster_se
     draws = [{"a": s, "b": s} for s in (0, 1)]  # 2 seeds x 1 grid
     rows = [{"policy": "ladder+guards", "regrets": [0.10, 0.12]},
             {"policy": "asha", "regrets": [0.30, 0.32]},  # +0.2 on both seeds: above
@@ -495,7 +491,7 @@ def test_cells_off_the_grids_prompts_per_step_are_left_out_of_the_replay(bank, t
 
 
 def test_each_policys_row_carries_its_se_and_its_paired_difference_with_the_ladder():
-    from bench.replay_tables import table
+    from bench.science.replay_tables import table
     configs = {"a": {"label": "tiny-m/rule G2 mu1"}}
     row = {"policy": "pasha", "top1_regret": 0.05, "se": 0.0289, "diff": -0.0123,
            "diff_se": 0.0051, "test_regret": 0.06, "kendall": 0.3, "kendall_ci": (0.1, 0.5),

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import testbed
+from bench.science import interactions as testbed
 
-SCRIPT = Path(testbed.__file__)
+SCRIPT = Path(__file__).parents[1] / "bench" / "testbed.py"
 
 F = 1e9
 N = 20

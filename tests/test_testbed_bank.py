@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import testbed_bank as bank
+from bench.science import bank_runs as bank
 
 
 def means_where(leader_at):
@@ -238,7 +238,7 @@ def test_progress_counts_a_cell_running_only_while_its_pilot_holds_the_run_lock(
 
 
 def test_world_2s_bank_is_the_f_grid_alone_from_its_own_warm_start(tmp_path):
-    """World 2 (bench/worlds.py): G 2-16 x mu 1, 2, both sizes and rewards, 3 seeds,
+    """World 2 (bench/science/worlds.py): G 2-16 x mu 1, 2, both sizes and rewards, 3 seeds,
     every command with warmstart.seed=1, in its own folder; no later stages."""
     plan = bank.PLANS[2]
     all_stages, known = bank.stages(tmp_path, plan)

@@ -2,7 +2,7 @@
 
 A replicate is a one-seed sweep (``bench/selection_replay.py``, leave-one-seed-out): each
 config's curve from the replicate's read seed, cut from the bank's Syne Tune blackbox
-(``bench/blackbox.py``, ``one_seed``). Each peer runs on it until a budget is spent and
+(``bench/science/blackbox.py``, ``one_seed``). Each peer runs on it until a budget is spent and
 returns its ranking (best first), the charged FLOPs it spent and the eval FLOPs of the
 ``val`` problems it scored, as shares of one full run F.
 
@@ -32,7 +32,7 @@ The drivers call the libraries' own scheduling code:
   Hyperband (its synchronous ``SyncHyperband`` and ``HyperbandScheduler`` were removed
   in 0.16; 0.14, the last release with them, needs numpy < 1.27).
 - ``pasha``: PASHA (Bohdal et al. 2023). Syne Tune 0.16 no longer ships it, so
-  ``bench/pasha.py`` is Syne Tune 0.14.2's ``PASHARungSystem`` (promotion-type ASHA
+  ``bench/science/pasha.py`` is Syne Tune 0.14.2's ``PASHARungSystem`` (promotion-type ASHA
   whose maximum resource grows only when the ranking of the top two rungs changes,
   beyond an epsilon estimated from noisy pairs) ported onto 0.16's ``TrialScheduler``.
 - ``optuna-sh``, ``optuna-hyperband``: an Optuna study over the grid's categorical
@@ -66,8 +66,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.blackbox import AXES, FIDELITY, BankBlackbox
-from bench.pasha import pasha_scheduler
+from bench.science.blackbox import AXES, FIDELITY, BankBlackbox
+from bench.science.pasha import pasha_scheduler
 
 METRIC = "val_accuracy"
 

@@ -1,7 +1,7 @@
 """The selection policies ``bench/selection_replay.py`` replays, and how a policy is scored
 over the replicates. RACE's ladder is the engine ``race sweep`` climbs
 (:func:`race.core.climb.climb` over a :class:`race.core.bank_source.BankSource`); the peers
-run on the bank's Syne Tune blackbox (``bench/peers.py``)."""
+run on the bank's Syne Tune blackbox (``bench/science/peers.py``)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from bench import blackbox, peers
-from bench.replay_bank import FLAT, LOSO, bank_full, eval_flops_per_problem, judged
-from bench.replay_stats import (
+from bench.science import blackbox, peers
+from bench.science.replay_bank import FLAT, LOSO, bank_full, eval_flops_per_problem, judged
+from bench.science.replay_stats import (
     _within_size,
     bootstrap_within_size,
     kendall,
@@ -181,7 +181,7 @@ def replicate_curves(exported, configs, draw) -> peers.Curves:
 
 
 def peer_policy(name: str):
-    """Peer ``name`` (``bench/peers.py``) on the replicate's one-seed blackbox, at
+    """Peer ``name`` (``bench/science/peers.py``) on the replicate's one-seed blackbox, at
     ``matched_budget``, with ``peer_knobs[name]`` (default: its documented defaults)."""
     def policy(configs, draw, *, exported=None, peer_knobs=None, **kw):
         if exported is None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import blackbox
-from bench.curve_bank import GRID_PROMPTS
+from bench.science import blackbox
+from bench.science.bank import GRID_PROMPTS
 from race.analysis.curves import fit_curve
 from race.core import guards
 from race.core.rungs import fmt_fraction

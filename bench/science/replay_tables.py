@@ -9,9 +9,9 @@ import math
 
 import numpy as np
 
-from bench import peers
-from bench.replay_bank import FLAT
-from bench.replay_stats import cell_matrix, cluster_bootstrap_se
+from bench.science import peers
+from bench.science.replay_bank import FLAT
+from bench.science.replay_stats import cell_matrix, cluster_bootstrap_se
 from race.analysis.regime_check import regime_check
 from race.analysis.response import planned_update_fraction
 from race.core.rungs import fmt_fraction
