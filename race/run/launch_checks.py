@@ -11,7 +11,7 @@ from typing import Any
 from race.run.cells import needs_warm_start
 from race.run.launch.launcher_base import launcher_for
 from race.run.prefetch import check_needs, hub_needs
-from race.warmstart.policies import check_cache_writable
+from race.warmstart.cache import check_cache_writable
 
 
 def check_launch(specs: Iterable[Any], launcher: Any = None) -> None:
