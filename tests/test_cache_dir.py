@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import race_in_process  # tests/conftest.py
 
-from race.warmstart import cache
+from race.warmstart import cache, shipped
 
 B = ["model=tiny-s", "reward=rule", "grid.group_size=4", "grid.update_epochs=1", "budget=1e12",
      "selection.policy=flat", "pilot.select_examples=64", "pilot.eval_examples=16"]
@@ -79,20 +79,41 @@ def test_a_cache_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, code,
     _refused(tmp_path, [needle, str(folder)])
 
 
-def test_an_empty_value_is_the_default_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("RACE_CACHE_DIR", "")
-    assert cache.cache_dir() == tmp_path / ".cache" / "race"
+def test_a_disk_that_fills_during_the_install_is_one_line(tmp_path, monkeypatch):
+    """The write check passed, the shipped warm start does not fit: still before any
+    sweep.json, naming the cache."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("RACE_CACHE_DIR", str(folder))
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(shipped, "_extract", full)
+    _refused(tmp_path, ["no space left for the model cache", str(folder / "policies")])
 
 
 def test_a_tilde_is_expanded_as_a_shell_would(tmp_path, monkeypatch):
     """``RACE_CACHE_DIR='~/race-tilde-cache'`` (quoted: the shell leaves it) is the folder
-    under ``$HOME``, in this process and in any it starts."""
+    under ``$HOME``, in this process and in any it starts, and the warm start installs
+    there, not into ``./~``."""
+    from race.config import compose_config
+    from race.run.cells import check_warm_start
+    from race.run.pilot_command import pilot_spec
+
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RACE_CACHE_DIR", "~/race-tilde-cache")
+    monkeypatch.chdir(tmp_path)
     expanded = tmp_path / "home" / "race-tilde-cache"
     assert cache.cache_dir() == expanded
     child = subprocess.run([sys.executable, "-c", "from race.warmstart.cache import "
                             "cache_dir; print(cache_dir())"], capture_output=True, text=True,
                            timeout=120, env=dict(os.environ))
     assert child.stdout.strip() == str(expanded), child.stderr
+    check_warm_start([pilot_spec(compose_config(B))])
+    assert (expanded / "policies").is_dir() and not (tmp_path / "~").exists()
+
+
+def test_an_empty_value_is_the_default_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RACE_CACHE_DIR", "")
+    assert cache.cache_dir() == tmp_path / ".cache" / "race"
