@@ -500,6 +500,9 @@ HUGE = "7" * 10_000
     ("\\boxed{\\left(3, 4\\right)}", "(3,4)", True),
     ("\\boxed{\\{3, 4\\}}", "3, 4", True),
     ("\\boxed{4, 3}", "3, 4", True),
+    ("\\boxed{x = 1, y = 2}", "(1,2)", True),  # labelled values may state a point
+    ("\\boxed{[2, 5)}", "[2,5)", True),
+    ("\\boxed{[2, 5]}", "(2,5)", False),
     # pathological forms: graded without computing them
     ("\\boxed{\\begin{pmatrix} 10^{10^{10}} \\end{pmatrix}}", "3", False),
     ("\\boxed{\\begin{pmatrix} 9^{9^{9}} & 1 \\end{pmatrix}}",

@@ -283,12 +283,15 @@ def _item_keys(items: list[str]) -> list[str]:
 def same_shape(answer: _Answer, target: _Answer) -> bool:
     """Whether ``answer`` may equal ``target`` by its form alone: it holds no hedge the gold
     does not (``3 \\text{ maybe}``, ``#### 3 at least``); an interval or tuple and a set
-    are never equal (``(3, 4)`` is not ``\\{3, 4\\}`` nor ``3, 4``); and a list with a
-    repeated item equals only a list of as many items (``3, 4, 4`` is not ``3, 4``)."""
+    are never equal (``(3, 4)`` is not ``\\{3, 4\\}`` nor ``3, 4``; ``x = 3, y = 4`` may
+    be either); and a list with a repeated item equals only a list of as many items
+    (``3, 4, 4`` is not ``3, 4``)."""
     if _hedges(answer.text) - _hedges(target.text):
         return False
     mine, gold = _collection(answer), _collection(target)
-    if mine is not None and gold is not None and mine[0] != gold[0]:
+    # labelled values ("x = 1, y = 2") are neither: they may state a point or a set
+    labelled = bool(_relation_kinds(answer) or _relation_kinds(target))
+    if mine is not None and gold is not None and mine[0] != gold[0] and not labelled:
         return False
     mine_items = mine[1] if mine else [answer.text]
     gold_items = gold[1] if gold else [target.text]
