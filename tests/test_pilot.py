@@ -132,6 +132,33 @@ def test_failure_mid_run_leaves_a_summary(tmp_path, policy):
     assert (tmp_path / "error.txt").is_file()
 
 
+def test_a_verifier_that_raises_scores_0_and_is_counted(tmp_path, policy, monkeypatch, caplog):
+    """An exception inside ``verify`` (issue 62: one degenerate completion) is reward 0 and
+    wrong, counted on each row as ``verifier_errors`` with a warning; the pilot goes on."""
+    spec = small_spec(3, checkpoints=(1.0,), eval_targets=("test",), eval_examples=2)
+    parts = build_components(spec, policy)
+
+    def broken(self, completion, answer, problem=""):
+        raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
+
+    monkeypatch.setattr(type(parts.task), "verify", broken)  # the arith task's
+    with caplog.at_level("WARNING"):
+        summary = run_pilot(spec, tmp_path, components=parts)
+    assert summary["status"] == "ok", summary["error"]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if r["kind"] == "step"]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert steps and evals
+    completions = spec.prompts_per_step * spec.group_size
+    for row in steps:  # each completion checked once for its reward, once for accuracy
+        assert (row["train_reward"], row["train_accuracy"]) == (0.0, 0.0)
+        assert row["verifier_errors"] == 2 * completions
+    for row in evals:
+        assert row["accuracy"] == 0.0 and row["mean_reward"] == 0.0
+        assert row["verifier_errors"] == 2 * len(row["correct"])
+    assert "the verifier raised ValueError" in caplog.text
+
+
 def test_nan_loss_stops_with_step_and_reason(tmp_path, policy, monkeypatch):
     spec = small_spec(6)
     parts = build_components(spec, policy)

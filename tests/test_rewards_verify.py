@@ -465,3 +465,83 @@ def test_a_math_reward_over_tower_completions_returns_promptly(warm_verifier):
     scores = _within(10.0, lambda: reward(["q"] * len(completions), completions,
                                           answer=gold))
     assert scores == [0.0] * len(TOWERS) + [1.0, 1.0]
+
+
+# issue 62, item 2: every form below returns a bool, promptly (the grading process warm)
+LONG = "7" * 4301  # one digit past Python's limit on int() of a string
+HUGE = "7" * 10_000
+
+
+@pytest.mark.parametrize("completion, gold, paid", [
+    ("#### " + LONG, "5", False),
+    ("#### " + "7" * 4300, "5", False),
+    ("\\boxed{" + HUGE + "}", "5", False),
+    ("#### 5", HUGE, False),
+    ("\\boxed{5}", "\\boxed{" + HUGE + "}", False),
+    ("#### " + HUGE, HUGE, True),  # compared as text: the same number
+    ("\\boxed{" + HUGE[:-1] + "8}", HUGE, False),
+    ("#### " + HUGE + ".0", "#### " + HUGE, True),
+    ("#### -" + LONG, LONG, False),
+    # hedges and bounds are wrong answers
+    ("\\boxed{3 \\text{ maybe}}", "3", False),
+    ("\\boxed{3 \\text{ or so}}", "3", False),
+    ("#### 3 approximately", "3", False),
+    ("#### 3 at least", "3", False),
+    ("#### 3 at most", "3", False),
+    ("\\boxed{\\text{about } 3}", "3", False),
+    ("#### 3 dollars", "3", True),  # a unit is not a hedge
+    # an interval or tuple is not a set; a repeated item is not the set without it
+    ("\\boxed{(3,4)}", "\\{3,4\\}", False),
+    ("\\boxed{(3,4)}", "3, 4", False),
+    ("\\boxed{\\{3, 4\\}}", "(3,4)", False),
+    ("\\boxed{3, 4, 4}", "3, 4", False),
+    ("#### 3, 4, 4", "3, 4", False),
+    ("\\boxed{4, 4}", "4", False),
+    ("\\boxed{\\left(3, 4\\right)}", "(3,4)", True),
+    ("\\boxed{\\{3, 4\\}}", "3, 4", True),
+    ("\\boxed{4, 3}", "3, 4", True),
+    ("\\boxed{x = 1, y = 2}", "(1,2)", True),  # labelled values may state a point
+    ("\\boxed{[2, 5)}", "[2,5)", True),
+    ("\\boxed{[2, 5]}", "(2,5)", False),
+    # pathological forms: graded without computing them
+    ("\\boxed{\\begin{pmatrix} 10^{10^{10}} \\end{pmatrix}}", "3", False),
+    ("\\boxed{\\begin{pmatrix} 9^{9^{9}} & 1 \\end{pmatrix}}",
+     "\\begin{pmatrix} 1 & 2 \\end{pmatrix}", False),
+    ("\\boxed{\\binom{1000000}{500000}}", "3", False),
+    ("\\boxed{\\binom{10^{10}}{10^{5}}}", "3", False),
+    ("\\boxed{\\binom{5}{2}}", "10", True),
+    ("\\boxed{\\begin{pmatrix} 1 & 2 \\end{pmatrix}}", "\\begin{pmatrix} 1 & 2 \\end{pmatrix}",
+     True),
+    # refused as before
+    ("\\boxed{3}\\boxed{4}", "3", False),
+    ("#### 3 or 4", "3", False),
+    ("\\boxed{x=3}", "4", False),
+    ("\\boxed{\\infty}", "3", False),
+    ("\\boxed{}", "3", False),
+])
+def test_every_form_grades_to_a_bool_within_a_second(completion, gold, paid, warm_verifier):
+    assert _within(1.0, lambda: answers_match(completion, gold)) is paid
+
+
+def test_a_long_number_normalises_as_text():
+    assert normalize_number(LONG) == LONG
+    assert normalize_number("-000" + LONG + ".500") == "-" + LONG + ".5"
+    # past 28 significant digits too (Decimal.normalize() rounded there)
+    assert normalize_number("1234567890123456789012345678901.25") == \
+        "1234567890123456789012345678901.25"
+
+
+def test_a_comparison_that_raises_grades_by_its_text(monkeypatch):
+    """sympy or math-verify raising on an odd input is a text comparison, not a raise
+    (in-process here: the worker is made unavailable so the patched code runs)."""
+    def broken(answer, target):
+        raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
+
+    class NoChild:
+        def call(self, request, timeout_s):
+            raise verify_module.Unavailable("no child here")
+
+    monkeypatch.setattr(verify_module, "_WORKER", NoChild())
+    monkeypatch.setattr(verify_module, "_match", broken)
+    assert answers_match("\\boxed{\\frac{1}{2}}", "0.5") is False
+    assert answers_match("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}") is True  # the same text

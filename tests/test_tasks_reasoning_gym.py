@@ -80,6 +80,20 @@ def test_the_generators_scorer_is_the_rule_reward_at_0_flops():
         assert not wrapped.verify(wrong, ex.answer, ex.problem)
 
 
+def test_a_scorer_that_raises_scores_0(monkeypatch):
+    task = build_task(CHAIN)
+    ex = task.rows("test")[0]
+    generator, _ = task._find(ex.problem, ex.answer)
+
+    def broken(answer, entry):
+        raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
+
+    monkeypatch.setattr(generator, "score_answer", broken)
+    completion = "Answer: " + "7" * 4301
+    assert task.score(completion, ex.answer, ex.problem) == 0.0
+    assert task.verify(completion, ex.answer, ex.problem) is False
+
+
 class _ChatTokenizer:
     chat_template = "qwen-style"
 

@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import statistics
 import sys
 import tarfile
@@ -66,11 +65,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.common import DATA, REPO, USER_CACHE, add_quick, race, scratch, use_scratch_cache
+from bench.common import DATA, REPO, add_quick, race, scratch, use_scratch_cache
 from bench.science.worlds import WORLDS, World
 from race.store import io as results
 from race.store.cell import CellDir, cell_dirs
 from race.store.claims import running_pilot
+from race.warmstart.cache import cache_dir
 
 RESULTS = REPO / "results"
 BANK = "curve-bank-v4"
@@ -425,7 +425,7 @@ def pack(root: Path, out: Path = TARBALL, starts: Path | None = WARM_STARTS,
     print(f"wrote {out}: {cells} ok cells ({out.stat().st_size / 1e6:.1f} MB)")
     if starts is None or starts.exists():
         return
-    cache = Path(os.environ.get("RACE_CACHE_DIR", USER_CACHE))
+    cache = cache_dir()  # race's own reading of RACE_CACHE_DIR (a ~ expanded)
     models = [(f, f"cache/{kind}/{model.name}/{f.name}") for kind in ("policies", "prms")
               for model in sorted((cache / kind).glob("*")) if (cache / kind).is_dir()
               for f in model.iterdir()]
@@ -445,7 +445,7 @@ def _write_tar(out: Path, members: list[tuple[Path, str]]) -> None:
 def unpack(root: Path, tarball: Path = TARBALL, starts: Path | None = WARM_STARTS) -> None:
     """The cells under ``root`` and the warm starts into the model cache (an existing file
     is kept: a cache or cell already here wins)."""
-    cache = Path(os.environ.get("RACE_CACHE_DIR", USER_CACHE))
+    cache = cache_dir()  # race's own reading of RACE_CACHE_DIR (a ~ expanded)
     for path in (tarball, starts):
         if path is None or not path.exists():
             continue

@@ -1,5 +1,7 @@
 """Scoring and held-out evaluation inside a pilot: rewards charged to their phase, the
 greedy accuracy on every target at a checkpoint, and the per-step collapse precursors.
+A verifier that raises on a completion scores it 0 and counts it wrong; the row says how
+many calls raised (``verifier_errors``), and the pilot goes on.
 
 FlopCounterMode (race.nn.measure, which imports torch) is imported only when a pilot measures.
 """
@@ -8,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
+from typing import Any
 
 from race.core.specs import RunSpec
 from race.nn.devices import PhaseMeter
@@ -27,24 +31,47 @@ def _measuring(spec: RunSpec):
 
 
 def score(spec: RunSpec, parts: Components, ledger: Ledger, phase: str, out,
-          prompts: list[str], answers: list[str]) -> list[float]:
+          prompts: list[str], answers: list[str]) -> tuple[list[float], int]:
     """Reward every completion of ``out``; charge what the reward model ran to ``phase``.
 
     Each trace may be scored on at most :func:`race.pilot.budget.trace_token_limit` tokens (the
     rewards refuse longer inputs before their model runs), which keeps the worst-case step
     a bound. What was scored is charged even when the reward fails midway.
+
+    Returns the rewards and how many completions a verifier raised on (a rule reward
+    scores those 0: :class:`race.rewards.rule.RuleReward`).
     """
     limits = [trace_token_limit(spec, len(p), len(c))
               for p, c in zip(out.prompt_ids, out.completion_ids)]
     counter = _measuring(spec)
+    pop_errors = getattr(parts.reward, "pop_errors", lambda: 0)
+    pop_errors()  # only this call's count
     try:
         with counter or contextlib.nullcontext():
-            return parts.reward(prompts, list(out.texts), answer=answers,
-                                token_limits=limits)
+            rewards = parts.reward(prompts, list(out.texts), answer=answers,
+                                   token_limits=limits)
+        return rewards, pop_errors()
     finally:
         spent = parts.reward.pop_flops()
         ledger.add(phase, spent.model, spent.executed,
                    counter.get_total_flops() if counter is not None else 0.0)
+
+
+def verified(task: Any, texts: list[str], answers: list[str], problems: list[str]
+             ) -> tuple[list[bool], int]:
+    """Whether each completion is right, and how many the task's verifier raised on (each
+    counted wrong, with a warning): one degenerate completion never ends a pilot."""
+    correct, errors = [], 0
+    for text, answer, problem in zip(texts, answers, problems):
+        try:
+            correct.append(bool(task.verify(text, answer, problem)))
+        except Exception as error:  # a verifier's bug is not the pilot's failure
+            errors += 1
+            correct.append(False)
+            logging.getLogger(__name__).warning(
+                "the verifier raised %s: %s on the completion %.80r; counted wrong",
+                type(error).__name__, str(error)[:120], text)
+    return correct, errors
 
 
 def longest_prompt(parts: Components, spec: RunSpec, prompts: list[str]) -> int:
@@ -81,15 +108,23 @@ def evaluate(spec: RunSpec, parts: Components, ledger: Ledger, fraction: float,
             ledger.add("eval", out.flops_model, out.flops_executed, out.flops_measured)
             answers = [ex.answer for ex in examples]
             problems = [ex.problem for ex in examples]
-            rewards = score(spec, parts, ledger, "eval", out, problems, answers)
-            correct = [parts.task.verify(t, a, p)
-                       for t, a, p in zip(out.texts, answers, problems)]
+            rewards, reward_errors = score(spec, parts, ledger, "eval", out, problems,
+                                           answers)
+            correct, errors = verified(parts.task, list(out.texts), answers, problems)
             rows.append({"kind": "eval", "checkpoint": fraction, "target": target,
                          "problems": problem_set_id(prompts),
                          "accuracy": sum(correct) / len(correct),
                          "mean_reward": sum(rewards) / len(rewards),
-                         "correct": [int(c) for c in correct], "flops": ledger.snapshot()})
+                         "correct": [int(c) for c in correct], "flops": ledger.snapshot()}
+                        | error_count(reward_errors + errors))
     return rows
+
+
+def error_count(errors: int) -> dict[str, int]:
+    """A row's ``verifier_errors``: the verifier calls that raised (each completion is
+    checked once for its reward and once for accuracy: scored 0, counted wrong); absent
+    when there were none, so such rows read as before."""
+    return {"verifier_errors": errors} if errors else {}
 
 
 def problem_set_id(prompts: list[str]) -> str:

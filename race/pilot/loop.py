@@ -58,7 +58,14 @@ from race.pilot.components import (
     check_reward_format,
     release_memory,
 )
-from race.pilot.evaluate import evaluate, longest_prompt, precursors, score
+from race.pilot.evaluate import (
+    error_count,
+    evaluate,
+    longest_prompt,
+    precursors,
+    score,
+    verified,
+)
 from race.pilot.learner import Batch
 from race.pilot.state import (
     CHECKPOINT_EVERY,
@@ -177,12 +184,12 @@ def _grpo_step(run: _Session, parts: Components) -> dict | None:
     answers = [examples[i].answer for i in out.prompt_index]
     problems = [examples[i].problem for i in out.prompt_index]
     with meter.phase("feedback", ledger.wall_s):
-        rewards = score(spec, parts, ledger, "feedback", out, problems, answers)
+        rewards, errors = score(spec, parts, ledger, "feedback", out, problems, answers)
     advantages = group_advantages(torch.tensor(rewards), spec.group_size,
                                   scale=spec.scale_rewards)
     with meter.phase("learning", ledger.wall_s):
         stats = run.update(parts, out, tuple(advantages.tolist()))
-    return run.log_step(parts, out, rewards, answers, problems, cap, stats)
+    return run.log_step(parts, out, rewards, answers, problems, cap, stats, errors)
 
 
 @dataclass
@@ -281,14 +288,14 @@ class _Session:
         return stats
 
     def log_step(self, parts: Components, out, rewards: list[float], answers: list[str],
-                 problems: list[str], cap: int, stats: dict) -> dict:
+                 problems: list[str], cap: int, stats: dict, reward_errors: int = 0) -> dict:
         """Count the step, record its row (and its wall seconds), evaluate at every
         checkpoint it passed, and append what is new to the cell's files. Returns the
-        step's row."""
+        step's row (``verifier_errors``: the verifier calls that raised, if any)."""
         spec, state = self.spec, self.state
         ledger = state.ledger
         state.steps += 1
-        correct = [parts.task.verify(t, a, p) for t, a, p in zip(out.texts, answers, problems)]
+        correct, errors = verified(parts.task, list(out.texts), answers, problems)
         row = {"kind": "step", "step": state.steps,
                "train_reward": sum(rewards) / len(rewards),
                "train_accuracy": sum(correct) / len(correct),
@@ -296,7 +303,7 @@ class _Session:
                **{k: round(v, 6) for k, v in precursors(out).items()},
                "charged_flops": ledger.charged(spec.convention),
                "flops": ledger.snapshot(),
-               } | {k: round(v, 6) for k, v in stats.items()}
+               } | {k: round(v, 6) for k, v in stats.items()} | error_count(reward_errors + errors)
         state.rows.append(row)
         state.timing.append({"step": state.steps, "wall_s": dict(ledger.wall_s)})
         fraction = ledger.charged(spec.convention) / spec.budget_flops

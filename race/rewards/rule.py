@@ -23,6 +23,7 @@ embedded arithmetic chains); the config refuses them for other tasks.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from race.rewards.reward_base import FlopLedger, check_rewards
@@ -58,7 +59,10 @@ SCORERS = {"answer": answer_reward, "structured": structured_reward, "steps": st
 
 
 class RuleReward(FlopLedger):
-    """A verifier reward (``check``: answer | structured | steps), in [0, 1], 0 FLOPs."""
+    """A verifier reward (``check``: answer | structured | steps), in [0, 1], 0 FLOPs.
+
+    A verifier that raises on a completion scores it 0 and counts it (``pop_errors()``):
+    one degenerate completion never ends a pilot."""
 
     kind = "rule"
     value_range = (0.0, 1.0)
@@ -66,6 +70,7 @@ class RuleReward(FlopLedger):
     def __init__(self, name: str, task: Any, check: str = "answer"):
         self.name, self.task, self.check = name, task, check
         self._score = SCORERS[check]
+        self._errors = 0
 
     def __call__(self, prompts: list[str], completions: list[str], *,
                  answer: list[str], **task_fields: Any) -> list[float]:
@@ -73,6 +78,20 @@ class RuleReward(FlopLedger):
             raise ValueError(f"reward={self.name}: {len(prompts)} prompts and {len(answer)} "
                              f"answers for {len(completions)} completions; pass one prompt and "
                              f"one answer per completion")
-        rewards = [self._score(self.task, p, c, a)
-                   for p, c, a in zip(prompts, completions, answer)]
+        rewards = [self._guarded(p, c, a) for p, c, a in zip(prompts, completions, answer)]
         return check_rewards(self, completions, rewards)
+
+    def _guarded(self, problem: str, completion: str, answer: str) -> float:
+        try:
+            return self._score(self.task, problem, completion, answer)
+        except Exception as error:  # a verifier's bug must not end the pilot: reward 0
+            self._errors += 1
+            logging.getLogger(__name__).warning(
+                "reward=%s: the verifier raised %s: %s on the completion %.80r; scored 0",
+                self.name, type(error).__name__, str(error)[:120], completion)
+            return 0.0
+
+    def pop_errors(self) -> int:
+        """How many completions the verifier raised on since the last call (each scored 0)."""
+        errors, self._errors = self._errors, 0
+        return errors

@@ -17,7 +17,7 @@ from race.run.launch.watch import launch, quiet_library_output
 from race.store import claims
 from race.store.cell import CellDir, last_charged_flops
 from race.store.io import read_json
-from race.warmstart.family import build_family
+from race.warmstart.family import build_family, ready_family
 from race.warmstart.tokenizer import in_family
 
 
@@ -84,6 +84,17 @@ def family_models(spec) -> tuple[str | None, str | None]:
 def needs_warm_start(spec) -> bool:
     """Whether a cell's pilot needs a tiny policy or tiny PRM built into the model cache."""
     return any(family_models(spec))
+
+
+def check_warm_start(specs) -> None:
+    """Install or check, before anything is written, the shipped warm starts the pilots
+    of ``specs`` need (a damaged cached one is refused: UsageError, with the fix); the
+    recipes RACE does not ship are trained later, by :func:`warm_start`."""
+    built = [family_models(s) for s in specs]
+    policies = sorted({policy for policy, _ in built if policy})
+    prms = sorted({prm for _, prm in built if prm})
+    for task, warm in sorted({(tuple(s.task), tuple(s.warmstart)) for s in specs}):
+        ready_family(policies, prms=prms, task=dict(task), warmstart=dict(warm))
 
 
 def warm_start(specs, workers: int, command: str = "race sweep") -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal
 
 # "1,234", "-3.5", "+7", ".5": thousands groups must be exact so "1,2345" is not 12345,
 # and a sign counts only where it cannot be a minus between two terms ("5-3").
@@ -35,6 +34,13 @@ _NOT_UNITS = frozenset("""
     eighty ninety hundred thousand million billion trillion dozen grand half halve third
     quarter fourth fifth sixth seventh eighth ninth tenth
 """.split())
+# Words that hedge or bound a value ("3 maybe", "#### 3 at least", "3 \text{ or so}"): an
+# answer holding one that the gold does not hold states no value, and is not paid.
+_HEDGE_RE = re.compile(
+    r"(?<![A-Za-z\\])(?:maybe|perhaps|probably|possibly|likely|roughly|approx(?:imately)?"
+    r"|about|around|nearly|almost|circa|estimated?|give\s+or\s+take|or\s+so|ish"
+    r"|at\s+(?:least|most)|(?:more|less|fewer)\s+than|or\s+(?:more|less|fewer)|up\s+to)"
+    r"(?![A-Za-z])", re.IGNORECASE)
 # The relations a stated answer may hold, by kind. Only "=" (also written "\in") can
 # state a value; the other kinds never do. math-verify reads "~" and "->" as nothing
 # (``3 \approx 100`` parses as 3), so a gold holding one is compared side by side.
@@ -84,10 +90,14 @@ def normalize_number(text: str) -> str | None:
     cleaned = _strip_decoration(text)
     if not _NUMBER_RE.fullmatch(cleaned):
         return None
-    value = Decimal(cleaned.replace(",", ""))
-    if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")
+    # as text, never through int() (Python refuses a string of more than 4300 digits) nor
+    # Decimal.normalize() (which rounds to 28 significant digits)
+    sign = "-" if cleaned.startswith("-") else ""
+    whole, _, fraction = cleaned.lstrip("+-").replace(",", "").partition(".")
+    whole, fraction = whole.lstrip("0") or "0", fraction.rstrip("0")
+    if whole == "0" and not fraction:  # "-0" is 0
+        sign = ""
+    return sign + whole + ("." + fraction if fraction else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +152,8 @@ def _unit_number(content: str) -> str | None:
     if match is None:
         return None
     words = match.group(2).lower().split()
+    if _HEDGE_RE.search(match.group(2)):  # "3 approximately" is not 3: kept whole
+        return None
     if any(word in _NOT_UNITS or word.removesuffix("s") in _NOT_UNITS for word in words):
         return None
     return normalize_number(match.group(1))
@@ -221,3 +233,68 @@ def _relation_kinds(answer: _Answer) -> list[str]:
 def _sides(answer: _Answer) -> list[_Answer | None]:
     """The sides of an answer's relations (``x = 4 = 3``: x, 4, 3); None for an empty one."""
     return [_read_answer(side, answer.hash_line) for side in _split_top(_RELATION_RE, answer.text)]
+
+
+def _hedges(text: str) -> set[str]:
+    """The hedges and bounds ``text`` holds (``"3 \\text{ or so}"``: ``{"or so"}``)."""
+    return {" ".join(match.group().lower().split()) for match in _HEDGE_RE.finditer(text)}
+
+
+# \left( and \right) size a delimiter without changing it
+_SIZING_RE = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big)(?![A-Za-z])")
+
+
+def _collection(answer: _Answer) -> tuple[str, list[str]] | None:
+    """What collection an answer states, and its items: ``("set", items)`` for a list
+    (``3, 4``, ``3 \\text{ or } 4``) or ``\\{3, 4\\}``; ``("tuple", items)`` for a tuple or
+    an interval (``(3, 4)``, ``[3, 4)``, ``\\langle 3, 4 \\rangle``); None for one answer."""
+    if answer.is_number:
+        return None
+    text = _SIZING_RE.sub("", answer.text).strip()
+    tokens = list(_TOKEN_RE.finditer(text))
+    kind, inner = None, text
+    if tokens and tokens[0].group() in _OPENERS and tokens[-1].group() in _CLOSERS:
+        depth = 0
+        for token in tokens[:-1]:
+            depth += (token.group() in _OPENERS) - (token.group() in _CLOSERS)
+            if depth == 0:  # the first group closes before the end: "(1, 2) \cup (3, 4)"
+                break
+        else:  # one group spans the whole answer
+            kind = "set" if tokens[0].group() in ("\\{", "\\lbrace") else (
+                None if tokens[0].group() == "{" else "tuple")
+            inner = text[tokens[0].end():tokens[-1].start()]
+    items = _split_top(_LIST_SEPARATOR_RE, inner)
+    if kind is None:  # bare (or only in TeX's grouping braces): a list when it has items
+        return ("set", items) if len(items) > 1 else None
+    if kind == "tuple" and len(items) < 2:  # "(3)" is only grouping
+        return None
+    return kind, items
+
+
+def _item_keys(items: list[str]) -> list[str]:
+    """Each item as compared for repeats: its canonical text, whitespace ignored."""
+    keys = []
+    for item in items:
+        read = _read_answer(item, is_hash_line=False)
+        keys.append("".join((read.text if read else "").split()))
+    return keys
+
+
+def same_shape(answer: _Answer, target: _Answer) -> bool:
+    """Whether ``answer`` may equal ``target`` by its form alone: it holds no hedge the gold
+    does not (``3 \\text{ maybe}``, ``#### 3 at least``); an interval or tuple and a set
+    are never equal (``(3, 4)`` is not ``\\{3, 4\\}`` nor ``3, 4``; ``x = 3, y = 4`` may
+    be either); and a list with a repeated item equals only a list of as many items
+    (``3, 4, 4`` is not ``3, 4``)."""
+    if _hedges(answer.text) - _hedges(target.text):
+        return False
+    mine, gold = _collection(answer), _collection(target)
+    # labelled values ("x = 1, y = 2") are neither: they may state a point or a set
+    labelled = bool(_relation_kinds(answer) or _relation_kinds(target))
+    if mine is not None and gold is not None and mine[0] != gold[0] and not labelled:
+        return False
+    mine_items = mine[1] if mine else [answer.text]
+    gold_items = gold[1] if gold else [target.text]
+    repeats = any(len(set(keys)) < len(keys)
+                  for keys in (_item_keys(mine_items), _item_keys(gold_items)))
+    return not repeats or len(mine_items) == len(gold_items)

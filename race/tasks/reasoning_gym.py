@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -336,9 +337,17 @@ class ReasoningGymTask:
         return index[(problem, answer)]
 
     def score(self, completion: str, answer: str, problem: str = "") -> float:
-        """The generator's own score of the completion's final answer, in [0, 1]."""
+        """The generator's own score of the completion's final answer, in [0, 1]; 0.0 when
+        the scorer raises on it (some parse the answer with ``int()``, which refuses a
+        number of more than 4300 digits): any completion gets a score."""
         generator, entry = self._find(problem, answer)
-        return float(generator.score_answer(final_answer(completion), entry))
+        try:
+            return float(generator.score_answer(final_answer(completion), entry))
+        except Exception as error:  # the scorer is third-party code
+            logging.getLogger(__name__).warning(
+                "task.dataset=%s: its scorer raised %s: %s on a completion; scored 0",
+                self.dataset, type(error).__name__, str(error)[:120])
+            return 0.0
 
     def verify(self, completion: str, answer: str, problem: str = "") -> bool:
         """Whether the generator's scorer gives the completion full marks."""

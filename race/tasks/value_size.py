@@ -23,13 +23,17 @@ def value_digits(expr) -> float:
     ``digits(b) x |e|`` (``|e| <= 10^digits(e)`` when ``e`` is itself an expression),
     ``exp(x)`` at most ``0.44 |x|``, ``n!`` (and gamma, binomials) at most ``n x
     digits(n)``, a sum or product over ``k = a..b`` its terms times ``digits(b)``; any other
-    node at most the sum of its arguments' digits plus one. Symbols and constants count 1.
+    node at most the sum of its arguments' digits plus one; a matrix its largest entry's.
+    Symbols and constants count 1.
     """
     if getattr(expr, "is_Rational", False):
         return max(_int_digits(expr.p), _int_digits(expr.q))
     if getattr(expr, "is_Float", False):
         _, mantissa, exponent, bits = expr._mpf_
         return 1.0 if not mantissa else abs(exponent + bits) * math.log10(2) + 1
+    if getattr(expr, "is_Matrix", False) and not hasattr(expr, "args"):
+        # a mutable matrix (a pmatrix parses to one) keeps its entries outside ``args``
+        return max((value_digits(entry) for entry in expr), default=1.0)
     args = getattr(expr, "args", ())
     if not args:  # a symbol, a constant (pi, E, I, oo), an unknown atom
         return 1.0

@@ -13,10 +13,18 @@ only for the answer it states, compared whole:
   the gold number.
 - **Plain numbers.** When both the stated answer and the gold are plain numbers
   (:func:`normalize_number`: sign, thousands commas, decimals, ``$``, a trailing period or
-  ``%``), they compare as exact decimals without sympy: ``72.0`` is 72, ``1,000`` is 1000,
-  ``72.0000001`` is not 72. After ``####`` only, a number followed by plain words reads as
-  the number (``#### 72 dollars``, GSM8K's convention), unless a word is maths, a number
-  or a connective (``#### 2 million``, ``#### 5 pi``, ``#### 2 or three`` are not 2 or 5).
+  ``%``), they compare as exact decimals without sympy, by their canonical text (so a
+  number of any length, past Python's 4300-digit limit on ``int()``, compares too):
+  ``72.0`` is 72, ``1,000`` is 1000, ``72.0000001`` is not 72. After ``####`` only, a
+  number followed by plain words reads as the number (``#### 72 dollars``, GSM8K's
+  convention), unless a word is maths, a number, a connective or a hedge (``#### 2
+  million``, ``#### 5 pi``, ``#### 2 or three``, ``#### 3 at least`` are not 2, 5 or 3).
+- **Form first** (:func:`~race.tasks.final_answer.same_shape`, text only). An answer that
+  hedges or bounds its value where the gold does not (``maybe``, ``approximately``, ``at
+  least``, ``at most``, ``or so``: ``\\boxed{3 \\text{ maybe}}``) is wrong; an interval or
+  tuple is never a set (``(3, 4)`` is neither ``\\{3, 4\\}`` nor ``3, 4``, which
+  math-verify would equate); and a list with a repeated item equals only a list of as
+  many items (``3, 4, 4`` is not ``3, 4``, though the two sets are equal).
 - **Everything else** goes to math-verify whole, never cut to a leading number
   (``\\boxed{3\\sqrt{2}}`` is not 3, ``#### 2x+1`` is not 2); a plain number on one side
   reaches it in canonical form (``50\\%`` as 50). Both sides are read the way TRL's
@@ -58,11 +66,15 @@ only for the answer it states, compared whole:
   whose value could have more than ``MAX_VALUE_DIGITS`` digits (a power tower such as
   ``10^{10^{10}}``, ``9^{9^9}``, ``10^{1000000}``, ``(10^{10})!``: sympy would compute it
   whole, for ever) counts as unparsed, checked on the unevaluated expression before any
-  comparison (:func:`value_digits`); and all sympy work runs in one child process
-  (:mod:`race.tasks.bounded`) that is killed when one comparison outlives
-  ``VERIFY_TIMEOUT_S``. Each of these compares the two texts only, whitespace ignored:
-  a wrong answer is never paid, a right one written as the gold is. (A gold that is too
-  large is refused by :func:`gold_parses`.)
+  comparison (:func:`value_digits`, which reads a matrix's entries; a ``\\binom`` is kept
+  unevaluated while parsing, as latex2sympy would compute it there); and all sympy work
+  runs in one child process (:mod:`race.tasks.bounded`) that is killed when one
+  comparison outlives ``VERIFY_TIMEOUT_S``. Each of these compares the two texts only,
+  whitespace ignored: a wrong answer is never paid, a right one written as the gold is.
+  (A gold that is too large is refused by :func:`gold_parses`.)
+
+A comparison that raises inside sympy or math-verify is graded by its text alone, as one
+past the time bound is: :func:`answers_match` returns a bool for every input.
 
 Safe in worker threads. Where no child process can start, the comparison runs in-process,
 bounded by the text and size rules only. math_verify is imported by the child on start
@@ -79,7 +91,6 @@ import functools
 import logging
 import re
 from collections import Counter
-from decimal import Decimal
 
 from race.tasks.bounded import BoundedWorker, TimedOut, Unavailable, serve_lines
 from race.tasks.final_answer import (  # noqa: F401  (its public names, importable here)
@@ -93,6 +104,7 @@ from race.tasks.final_answer import (  # noqa: F401  (its public names, importab
     _stated_answer,
     extract_final_answer,
     normalize_number,
+    same_shape,
 )
 from race.tasks.value_size import value_digits
 
@@ -123,13 +135,26 @@ _QUIET = _QuietDisabledTimeout()
 @functools.cache
 def _math_verify():
     """math_verify's ``(parse, verify)``, imported once, its timeout warning silenced."""
+    from latex2sympy2_extended.latex2sympy2 import _Latex2Sympy
     from math_verify import parse, verify
 
     for name in ("math_verify.parser", "math_verify.grader"):
         logger = logging.getLogger(name)
         if _QUIET not in logger.filters:
             logger.addFilter(_QUIET)
+    # latex2sympy computes \binom{n}{k} while it parses, before value_digits can bound it
+    # (\binom{1000000}{500000} has 300,000 digits): kept unevaluated, as a factorial is
+    if hasattr(_Latex2Sympy, "convert_binom"):
+        _Latex2Sympy.convert_binom = _unevaluated_binom
     return parse, verify
+
+
+def _unevaluated_binom(converter, binom):
+    """latex2sympy's ``convert_binom``, with the binomial left unevaluated."""
+    from sympy import binomial
+
+    return binomial(converter.convert_expr(binom.upper), converter.convert_expr(binom.lower),
+                    evaluate=False)
 
 
 @functools.cache
@@ -206,8 +231,9 @@ def _equivalent(answer: _Answer, target: _Answer) -> bool:
     """Whether two answers are equal: exact decimals when both are plain numbers, else
     math-verify (gold first), else exact text when the gold does not parse."""
     if answer.is_number and target.is_number:
-        # exact decimal equality: no float rounding turns 72.0000001 into 72
-        return Decimal(answer.text) == Decimal(target.text)
+        # canonical forms (normalize_number) are equal exactly when the values are: no
+        # float rounding turns 72.0000001 into 72, and no digit limit applies
+        return answer.text == target.text
     gold_parsed = _parsed_gold(target.text)
     if not gold_parsed:
         return _same_text(answer.text, target.text)
@@ -293,7 +319,7 @@ def answers_match(completion: str, gold: str) -> bool:
         as the module's relation rule says.
     """
     answer, target = _stated_answer(completion), _gold_answer(gold)
-    if answer is None or target is None:
+    if answer is None or target is None or not same_shape(answer, target):
         return False
     if answer.is_number and target.is_number:  # no sympy, no child process
         return _equivalent(answer, target)
@@ -320,25 +346,34 @@ def _match(answer: _Answer, target: _Answer) -> bool:
 _WORKER = BoundedWorker("race.tasks.verify:serve")
 
 
-def _handle(request: list) -> bool:
-    """One request in the child: ``["gold", text]`` or ``["match", answer, target]``."""
-    if request[0] == "gold":
-        return bool(_parsed_gold(request[1]))
-    return _match(_Answer(*request[1]), _Answer(*request[2]))
+def _handle(request: list) -> bool | str:
+    """One request in the child: ``["gold", text]`` or ``["match", answer, target]``; the
+    error as text when sympy or math-verify raises on it (the caller grades by text)."""
+    try:
+        if request[0] == "gold":
+            return bool(_parsed_gold(request[1]))
+        return bool(_match(_Answer(*request[1]), _Answer(*request[2])))
+    except Exception as error:  # any input grades: a bool, never a raise
+        return f"{type(error).__name__}: {error}"[:200] or "error"
 
 
 def _bounded(request: list, *, default: bool) -> bool:
     """``_handle(request)`` in the child process within ``VERIFY_TIMEOUT_S`` (``default``
-    past it); in-process where no child can start."""
+    past it, or when the comparison raised); in-process where no child can start."""
+    log = logging.getLogger(__name__)
     try:
-        return bool(_WORKER.call(request, timeout_s=VERIFY_TIMEOUT_S))
+        answer = _WORKER.call(request, timeout_s=VERIFY_TIMEOUT_S)
     except TimedOut:
-        logging.getLogger(__name__).warning(
-            "math-verify: a comparison took longer than %g s and was stopped; graded by "
-            "its text alone (%.80s)", VERIFY_TIMEOUT_S, request[1:])
+        log.warning("math-verify: a comparison took longer than %g s and was stopped; "
+                    "graded by its text alone (%.80s)", VERIFY_TIMEOUT_S, request[1:])
         return default
     except Unavailable:
-        return _handle(request)
+        answer = _handle(request)
+    if isinstance(answer, str):
+        log.warning("math-verify: a comparison raised %s; graded by its text alone (%.80s)",
+                    answer, request[1:])
+        return default
+    return bool(answer)
 
 
 def serve() -> None:

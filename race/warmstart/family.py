@@ -18,6 +18,17 @@ def _policy(name: str, task: dict, warmstart: dict, rebuild: bool,
                              rebuild=rebuild, train=train)
 
 
+def ready_family(names: list[str], *, prms: list[str] = (), task: dict | None = None,
+                 warmstart: dict | None = None) -> dict[str, Path | None]:
+    """The folders of the tiny policies and PRMs that need no training: a shipped one
+    installed (or, cached, checked: a damaged one is refused, UsageError), another recipe
+    found in the cache; None for each that is still to be trained. In this process, in
+    about a second: what ``race sweep`` and ``race pilot`` check before anything else."""
+    task, warmstart = dict(task or {}), dict(warmstart or {})
+    ready = {n: _policy(n, task, warmstart, False, train=False) for n in names}
+    return ready | {n: family_prm(n, task, warmstart, train=False) for n in prms}
+
+
 def build_family(names: list[str], *, workers: int = 2, rebuild: bool = False,
                  prms: list[str] = (), task: dict | None = None,
                  warmstart: dict | None = None) -> dict[str, Path]:
@@ -33,8 +44,7 @@ def build_family(names: list[str], *, workers: int = 2, rebuild: bool = False,
     """
     task, warmstart = dict(task or {}), dict(warmstart or {})
     if not rebuild:  # shipped or cached: in this process, in a second (no pool to start)
-        ready = {n: _policy(n, task, warmstart, False, train=False) for n in names}
-        ready |= {n: family_prm(n, task, warmstart, train=False) for n in prms}
+        ready = ready_family(names, prms=prms, task=task, warmstart=warmstart)
         if all(ready.values()):
             return ready
     order = sorted(names, key=lambda n: load_model_shape(n).total_params, reverse=True)

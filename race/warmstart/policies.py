@@ -24,11 +24,9 @@ build or evaluate a model (heavy: a cached warm start needs none of them).
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import math
-import os
 import random
 import shutil
 import sys
@@ -47,6 +45,7 @@ from race.store.umask import share_like_umask
 from race.tasks.arith import ArithTask, step_labels
 from race.tasks.task_base import Example
 from race.warmstart import shipped
+from race.warmstart.cache import cache_dir, cache_writes
 from race.warmstart.tokenizer import (
     FAMILY,
     build_char_tokenizer,
@@ -102,11 +101,6 @@ def warm_start_recipe(model: str, task: Mapping[str, Any] = (),
     return WarmStartRecipe(model=model, task=asdict(ArithTask(**knobs)), **fields)
 
 
-def cache_dir() -> Path:
-    """Where built policies live: ``$RACE_CACHE_DIR`` or ``~/.cache/race``."""
-    return Path(os.environ.get("RACE_CACHE_DIR", Path.home() / ".cache" / "race"))
-
-
 @contextlib.contextmanager
 def single_thread():
     """Run torch on one thread inside, restoring the caller's count after (even on error).
@@ -122,28 +116,6 @@ def single_thread():
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-@contextlib.contextmanager
-def _cache_writes(folder: Path):
-    """A cache that cannot be written is the cache's problem, not the results': its fix is
-    ``RACE_CACHE_DIR`` (``sweep.out_dir`` cannot help), a UsageError saying so."""
-    try:
-        yield
-    except OSError as error:
-        if error.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
-            raise
-        raise UsageError(f"RACE_CACHE_DIR: cannot write the model cache {folder} "
-                         f"({error.strerror}); set RACE_CACHE_DIR to a writable folder, e.g. "
-                         f"RACE_CACHE_DIR=/tmp/race-cache race sweep ...") from None
-
-
-def check_cache_writable() -> None:
-    """Refuse, before a sweep writes anything, a model cache it could not build into."""
-    folder = cache_dir()
-    with _cache_writes(folder):
-        folder.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=folder).close()
 
 
 def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], dict], *,
@@ -162,7 +134,7 @@ def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], di
     folder = cache_dir() / kind / f"{name}-{key}"
     shipped_name = f"{kind}/{name}-{key}"
     if shipped.archive_of(shipped_name) and not rebuild:
-        with _cache_writes(folder.parent):
+        with cache_writes(folder.parent):
             return shipped.install(shipped_name, folder)
     if (folder / "build_info.json").is_file() and not rebuild:
         return folder
@@ -173,7 +145,7 @@ def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], di
         "not a warm start RACE ships (the warmstart.* knobs or the task differ from a "
         "shipped one's), built on this machine") + "; results from it will differ from "
         "the docs", file=sys.stderr, flush=True)
-    with _cache_writes(folder.parent):
+    with cache_writes(folder.parent):
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
@@ -183,7 +155,9 @@ def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], di
             info["local_build"] = True  # not the shipped weights: say so at each load
         (staging / "build_info.json").write_text(json.dumps(info, indent=2))
         share_like_umask(staging)  # mkdtemp's 0700, safetensors' 0600 files
-        if folder.exists():
+        if folder.is_symlink() or folder.is_file():  # a file where the folder goes
+            folder.unlink()
+        elif folder.exists():
             shutil.rmtree(folder)
         staging.rename(folder)
     finally:
