@@ -207,7 +207,11 @@ def install(folder_name: str, folder: Path) -> Path:
                            f"{archive.sha256[:12]}...); reinstall RACE")
     with _install_lock(folder):
         if not (folder.exists() or folder.is_symlink()):  # another process may have, meanwhile
-            _extract(archive, folder_name, folder)
+            try:
+                _extract(archive, folder_name, folder)
+            except OSError:  # unlocked, another process installed it first: theirs is checked
+                if not (folder / "build_info.json").is_file():
+                    raise
     return _checked(folder_name, folder)
 
 
@@ -218,9 +222,14 @@ def _install_lock(folder: Path):
     cache), so that a staging folder found here was left by a killed install: removed."""
     handle = os.open(folder.parent, os.O_RDONLY)
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        for stale in folder.parent.glob(f".{folder.name}-*"):  # _extract's mkdtemp
-            shutil.rmtree(stale, ignore_errors=True)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock (some NFS): installs as before
+            locked = False
+        else:
+            locked = True
+        for stale in folder.parent.glob(f".{folder.name}-*") if locked else ():
+            shutil.rmtree(stale, ignore_errors=True)  # _extract's mkdtemp, of a dead install
         yield
     finally:
         os.close(handle)  # and with it the lock
