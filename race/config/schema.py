@@ -1,5 +1,5 @@
 """The Hydra structured-config schema: plain (mutable) dataclasses, so that command-line
-overrides work; ``conf/`` YAML sets their values. A comment above each field says what
+overrides work; ``race/conf/`` YAML sets their values. A comment above each field says what
 it means, with its unit.
 
 Each default is written once, in the frozen dataclass of the lowest layer that uses it,
@@ -100,7 +100,7 @@ class RewardConfig:
     name: str = MISSING
     # rule (verifier, 0 FLOPs) | orm (one score per completion) | prm (one per step)
     kind: str = "rule"
-    # reward model's architecture, a name under conf/model/ (null for rule)
+    # reward model's architecture, a name under race/conf/model/ (null for rule)
     model: str | None = None
     # PRM: how per-step scores become one reward: min | prod | last
     aggregate: str = "min"
@@ -228,7 +228,7 @@ class RegimeConfig:
 
 @dataclass
 class LauncherConfig:
-    # a conf/launcher/<name>.yaml: local (processes on this machine) | slurm (job arrays) |
+    # a race/conf/launcher/<name>.yaml: local (processes on this machine) | slurm (job arrays) |
     # inline (in-process, debugging); each is a module of race/run/launch/ setting LAUNCHER
     name: str = "local"
     # local: pilots running at once on CPU (0: one per CPU core, each with one thread)
@@ -267,7 +267,7 @@ class LauncherConfig:
     # after this many seconds
     lost_after_s: float = 60.0
     # a launcher's own keys that no field above names (a new backend's knobs, set in its
-    # conf/launcher/<name>.yaml: launcher.options.<key>; its module lists them)
+    # race/conf/launcher/<name>.yaml: launcher.options.<key>; its module lists them)
     options: dict[str, Any] = field(default_factory=dict)
 
 

@@ -350,7 +350,7 @@ def reward_extra_tokens(reward: Mapping[str, Any], steps: int | None = None) -> 
     """Tokens a reward adds to each scored trace beyond its prompt and completion.
 
     Args:
-        reward: a ``conf/reward`` entry (``RunSpec.reward`` as a dict).
+        reward: a ``race/conf/reward`` entry (``RunSpec.reward`` as a dict).
         steps: reasoning steps of the trace (default: ``max_steps``, the worst case).
     """
     if reward.get("kind", "rule") == "rule" or not reward.get("model"):

@@ -70,7 +70,7 @@ class ModelShape:
             value = getattr(self, key)
             if not isinstance(value, int) or value <= 0:
                 raise UsageError(f"model.{key}={value!r}: must be a positive integer "
-                                 f"(model {self.name!r}); fix conf/model/{self.name}.yaml")
+                                 f"(model {self.name!r}); fix race/conf/model/{self.name}.yaml")
         if self.head_dim == 0:
             if self.hidden_size % self.num_heads:
                 raise UsageError(f"model.num_heads={self.num_heads}: does not divide "
@@ -137,7 +137,7 @@ class ModelShape:
 
     @classmethod
     def from_dict(cls, entry: Mapping[str, Any]) -> ModelShape:
-        """Build from a ``conf/model/*.yaml`` entry (unknown keys are ignored)."""
+        """Build from a ``race/conf/model/*.yaml`` entry (unknown keys are ignored)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in entry.items() if k in names and v is not None})
 

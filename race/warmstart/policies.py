@@ -2,7 +2,7 @@
 
 RACE's embedded default must show RL improving a policy on a laptop CPU, with no hub.
 ``build_tiny_policy("tiny-m")`` builds a ``Qwen2ForCausalLM`` of the shape in
-``conf/model/tiny-m.yaml`` and trains it on reference solutions of the embedded task
+``race/conf/model/tiny-m.yaml`` and trains it on reference solutions of the embedded task
 (loss on the completion only) by one recipe common to every size: the same data, the
 same number of steps, the same learning-rate schedule (linear warm-up, cosine decay to
 zero). No size has an accuracy target: what each size reaches is its capacity under
