@@ -216,6 +216,8 @@ def _quoted(value) -> str:
     """A value as a Hydra override reads it back (strings single-quoted)."""
     if isinstance(value, str):
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, (list, tuple)):  # e.g. model.layer_types
+        return "[" + ",".join(_quoted(v) for v in value) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

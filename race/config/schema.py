@@ -84,7 +84,13 @@ class ModelConfig:
     # output head: lm | prm_value | token_classification | sequence_score
     head: str = "lm"
     num_labels: int = 2
+    # q/k/v projections carry biases (Qwen2; config.json's attention_bias elsewhere)
     qkv_bias: bool = True
+    # config.json's model_type ("": Qwen2), and attention: a sliding-window layer's query
+    # attends the last sliding_window tokens; layer_types: each layer's kind ([]: all full)
+    model_type: str = ""
+    sliding_window: int = 0
+    layer_types: list[str] = field(default_factory=list)
     # tokenizer family: models that exchange token ids must share it
     tokenizer: str = ""
     # token a process reward model scores at

@@ -348,7 +348,7 @@ def build_tiny_policy(name: str, *, seed: int = 0, rebuild: bool = False,
         raise UsageError(f"model={name}: only the tiny family (tokenizer {FAMILY}) is built "
                          f"by RACE; {name} loads from {shape.hf_id or 'its hf_id'}")
     recipe = recipe or WarmStartRecipe(model=name, seed=seed)
-    return cached_build("policies", name, {"recipe": asdict(recipe), "shape": asdict(shape)},
+    return cached_build("policies", name, {"recipe": asdict(recipe), "shape": shape.key()},
                         lambda folder: _train(recipe, shape, folder), rebuild=rebuild,
                         train=train)
 

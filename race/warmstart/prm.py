@@ -322,7 +322,7 @@ def build_tiny_prm(name: str, *, seed: int = 0, rebuild: bool = False,
                              train=train)
     if init is None:
         return None
-    return cached_build("prms", name, {"recipe": asdict(recipe), "shape": asdict(shape),
+    return cached_build("prms", name, {"recipe": asdict(recipe), "shape": shape.key(),
                                        "init": init.name},
                         lambda folder: _train(recipe, shape, init, folder), rebuild=rebuild,
                         train=train)
