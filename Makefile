@@ -6,8 +6,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# TRL, reasoning-gym, Syne Tune + Optuna, the four trackers, datasets (pyproject.toml)
-TEST_EXTRAS := test,trl,tasks,bench,wandb,trackio,mlflow,tensorboard,hub
+# TRL, reasoning-gym, Syne Tune + Optuna, the four trackers, datasets, gguf (pyproject.toml)
+TEST_EXTRAS := test,trl,tasks,bench,wandb,trackio,mlflow,tensorboard,hub,real
 
 .PHONY: install install-test demo test lint clean
 
@@ -34,11 +34,11 @@ demo: install
 	$(VENV)/bin/race sweep
 
 test: install-test
-	$(VENV)/bin/ruff check race tests bench examples
+	$(VENV)/bin/ruff check race tests bench examples tools
 	$(PY) -m pytest -q --durations=25
 
 lint: install
-	$(VENV)/bin/ruff check race tests bench examples
+	$(VENV)/bin/ruff check race tests bench examples tools
 
 clean:
 	rm -rf $(VENV) .pytest_cache

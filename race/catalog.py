@@ -1,4 +1,5 @@
-"""Names shipped under ``conf/``: list them, load one, and answer a miss with "did you mean".
+"""Names shipped under ``race/conf/``: list them, load one, and answer a miss with "did you
+mean".
 
 YAML only (no Hydra, no torch), so ``race flops`` and the accounting core stay fast.
 
@@ -23,11 +24,15 @@ from race.core.flops import reward_extra_tokens
 from race.core.specs import ModelShape, RewardShape
 from race.errors import UnknownName, UsageError
 
+# the Hydra config groups ship inside the package (package data), so an installed wheel
+# finds them wherever it is imported from; the checkout's top-level ``conf`` links here
+PACKAGE_CONF = Path(__file__).resolve().parent / "conf"
+
 
 def conf_dir() -> Path:
-    """The ``conf/`` folder: ``$RACE_CONF_DIR`` or the one beside the package."""
+    """The config folder: ``$RACE_CONF_DIR`` or the package's own ``race/conf/``."""
     env = os.environ.get("RACE_CONF_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "conf"
+    return Path(env) if env else PACKAGE_CONF
 
 
 def names(group: str) -> list[str]:
@@ -50,7 +55,7 @@ def did_you_mean(group: str, name: str) -> str:
 
 
 def load_entry(group: str, name: str) -> dict[str, Any]:
-    """The YAML mapping of ``conf/<group>/<name>.yaml``; KeyError with a suggestion if absent.
+    """The YAML mapping of ``race/conf/<group>/<name>.yaml``; KeyError with a suggestion if absent.
 
     A ``model`` that names a local folder (:func:`is_model_folder`) gets the entry its
     ``config.json`` describes (:func:`folder_entry`). Parsed once per file version (a plan
@@ -88,14 +93,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 
 def folder_entry(name: str) -> dict[str, Any]:
-    """A ``conf/model`` entry for a local Hugging Face model folder: its shape from
+    """A ``race/conf/model`` entry for a local Hugging Face model folder: its shape from
     ``config.json``, ``hf_id`` the folder, and its tokenizer family when the folder's
     ``tokenizer_config.json`` names a known class (else "": reward models are then
     matched by vocabulary size)."""
     folder = Path(name).expanduser()
     if not (folder / "config.json").is_file():
         raise UsageError(f"model={name}: no config.json in that folder; point model= at a "
-                         f"saved Hugging Face model folder or use a name from conf/model/ "
+                         f"saved Hugging Face model folder or use a name from race/conf/model/ "
                          f"({', '.join(names('model'))})")
     config = read_config_json(folder, key="model")
     missing = [k for k in ("hidden_size", "intermediate_size", "num_hidden_layers",

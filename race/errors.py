@@ -35,6 +35,21 @@ class UnknownName(UsageError, KeyError):
         return str(self.args[0])
 
 
+class UncountedArchitecture(UsageError):
+    """A model whose FLOPs RACE cannot count exactly (experts, an unknown attention kind or
+    model type), refused before anything runs instead of being counted as dense.
+
+    Attributes:
+        model: the model as the user named it (a catalog name or a folder).
+        key: the ``config.json`` key that says so (``num_local_experts``, ``model_type``).
+        value: its value.
+    """
+
+    def __init__(self, model: str, key: str, value: object, why: str, fix: str):
+        self.model, self.key, self.value = model, key, value
+        super().__init__(f"model={model}: config.json has {key}={value!r}: {why}; {fix}")
+
+
 class MissingExtra(UsageError):
     """An optional component that is not installed, with the extra that installs it.
 

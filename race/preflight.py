@@ -16,7 +16,7 @@ functions, so the plan and the pilot can never disagree about what is valid.
 - the generation cap: every problem's prompt plus ``grid.max_new_tokens`` fits the
   policy's context (a byte count first; the problems near the limit are tokenized): a
   policy folder's ``max_position_embeddings`` and tokenizer, or for the tiny family
-  (built later, so no folder yet) ``context_tokens`` of ``conf/model/<name>.yaml`` and
+  (built later, so no folder yet) ``context_tokens`` of ``race/conf/model/<name>.yaml`` and
   the character tokenizer the build saves.
 - a reward-model folder: ``config.json`` is a JSON object and weights are present; a
   folder that ships its own modelling code (``auto_map``) is refused unless
@@ -341,7 +341,7 @@ def policy_context(spec: Any) -> tuple[int, Any] | None:
     A policy folder (local, or a hub snapshot in the cache): its ``config.json``'s
     ``max_position_embeddings`` and its tokenizer. The tiny family (``policy_path`` empty:
     RACE builds it when the pilot starts): ``context_tokens`` of its
-    ``conf/model/<name>.yaml`` and the character tokenizer of its vocabulary.
+    ``race/conf/model/<name>.yaml`` and the character tokenizer of its vocabulary.
     """
     shape = spec.policy
     if not spec.policy_path:

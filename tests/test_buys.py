@@ -8,7 +8,7 @@ from race.report.buys import budget_buys_text, buys_lines, buys_markdown
 from race.run.grid import plan_grid
 
 F = 3.5e12  # the embedded default budget, FLOPs
-PROMPT, COMPLETION = 16, 40  # conf/task/arith.yaml: nominal prompt and completion tokens
+PROMPT, COMPLETION = 16, 40  # race/conf/task/arith.yaml: nominal prompt and completion tokens
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ def test_the_prm_card_on_gsm8k_prints_6_step_tags_per_trace(capsys):
     args = ["flops", "model=qwen2.5-1.5b", "reward=qwen2.5-math-prm-7b", "task=gsm8k"]
     assert cli.main(args) == 0
     card = capsys.readouterr().out
-    # conf/task/gsm8k.yaml: steps_per_trace 6; conf/reward/qwen2.5-math-prm-7b.yaml: one
+    # race/conf/task/gsm8k.yaml: steps_per_trace 6; race/conf/reward/qwen2.5-math-prm-7b.yaml: one
     # <extra_0> tag per step and 40 tokens of input format: 40 + 6 x 1 = 46 tokens scored
     assert "6 step tags/trace (+46 tokens/trace: input format and tags)" in card
     assert "46 step tags" not in card

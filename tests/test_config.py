@@ -1,4 +1,4 @@
-"""Every shipped conf/ combination composes and converts to specs."""
+"""Every shipped race/conf/ combination composes and converts to specs."""
 
 import itertools
 import json

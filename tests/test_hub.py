@@ -73,7 +73,7 @@ def test_hub_needs_lists_policies_reward_models_and_datasets_once():
 @pytest.fixture
 def hub_cache(standin, tmp_path):
     """``$HF_HUB_CACHE/models--race-test--Standin-Tiny/snapshots/<hash>/`` holding the
-    stand-in policy, ``refs/main`` naming the hash, and a conf/ folder whose model entry
+    stand-in policy, ``refs/main`` naming the hash, and a race/conf/ folder whose model entry
     ``standin-hub`` names the hub id (shape from the stand-in)."""
     cache = tmp_path / "hub"
     repo = cache / f"models--{REPO.replace('/', '--')}"

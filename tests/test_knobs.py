@@ -1,6 +1,6 @@
 """Each cell knob is declared once (a RunSpec field with its race.core.knobs.Knob): the
 schema, the learner's view, validation and the id contract are derived from it, and no
-YAML under conf/ restates a default."""
+YAML under race/conf/ restates a default."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def _yaml_settings(path: Path) -> dict:
-    """Config key -> value of every setting a YAML under conf/ writes (``axes`` aside: an
+    """Config key -> value of every setting a YAML under race/conf/ writes (``axes`` aside: an
     axis lists values to sweep, not a default)."""
     data = yaml.safe_load(path.read_text()) or {}
     group = path.parent.name if path.parent != CONF else ""

@@ -1,5 +1,5 @@
 """The launcher registry: one backend per module of race/run/launch/, looked up by name;
-its names are conf/launcher/'s; a miss says "did you mean"; and a new launcher is two
+its names are race/conf/launcher/'s; a miss says "did you mean"; and a new launcher is two
 files (its module and its YAML), shown here with a stand-in written to tmp_path."""
 
 import json
@@ -101,7 +101,7 @@ LAUNCHER = DryRunLauncher()
 @pytest.fixture
 def dryrun(tmp_path, monkeypatch):
     """A launcher of two files: ``dryrun.py`` (on the package's path) and
-    ``conf/launcher/dryrun.yaml`` (in a copy of conf/)."""
+    ``race/conf/launcher/dryrun.yaml`` (in a copy of race/conf/)."""
     package = sys.modules["race.run.launch"]
     (tmp_path / "modules").mkdir()
     (tmp_path / "modules" / "dryrun.py").write_text(DRYRUN)

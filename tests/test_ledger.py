@@ -303,7 +303,7 @@ def test_measured_flops_match_the_ledger_with_a_prm(tmp_path, policy, tiny_prm):
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory, policy):
     """A Qwen2.5-Math-PRM-style model on the tiny policy's character tokenizer, and a
-    conf/ folder listing it as model and reward ``prm-standin``."""
+    race/conf/ folder listing it as model and reward ``prm-standin``."""
     from transformers import AutoTokenizer, Qwen2Config
 
     from race.nn.qwen_prm_modeling import Qwen2ForProcessRewardModel
@@ -346,7 +346,7 @@ def standin(tmp_path_factory, policy):
 
 @pytest.fixture
 def standin_conf(standin, monkeypatch):
-    """RACE_CONF_DIR at the stand-in's conf/ for one test (the catalog reads it per call)."""
+    """RACE_CONF_DIR at the stand-in's race/conf/ for one test (the catalog reads it per call)."""
     monkeypatch.setenv("RACE_CONF_DIR", str(standin.conf))
     shapes.cache_clear()
     yield standin

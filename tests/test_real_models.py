@@ -49,7 +49,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """Two policy stand-ins of different widths, a Qwen-PRM-style stand-in on the same
-    text (its vocabulary plus <extra_0>), GSM8K-format data, and a conf/ folder listing
+    text (its vocabulary plus <extra_0>), GSM8K-format data, and a race/conf/ folder listing
     the PRM as model and reward ``prm-standin``."""
     from race.rewards.qwen_prm import QwenPRM
     from race.warmstart.standin import build_prm_standin, build_standin

@@ -1,4 +1,5 @@
-"""Shapes, LoRA settings and phase FLOPs (race.core.specs) and the conf/ registry (race.catalog)."""
+"""Shapes, LoRA settings and phase FLOPs (race.core.specs) and the race/conf/ registry
+(race.catalog)."""
 
 import dataclasses
 import json

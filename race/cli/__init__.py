@@ -81,8 +81,8 @@ overrides are Hydra-style key=value pairs, e.g.
   race sweep                                  # the embedded default grid on this CPU
   race sweep budget=1e18 model=qwen2.5-0.5b,qwen2.5-1.5b launcher=slurm \\
              launcher.partition=gpu launcher.gpus_per_node=1
-comma lists are sweep axes (replacing the grid's own axes, grid.axes in conf/grid/);
-groups: model, reward, task, grid, launcher (see conf/); FLOPs print as 3.2e+15.
+comma lists are sweep axes (replacing the grid's own axes, grid.axes in race/conf/grid/);
+groups: model, reward, task, grid, launcher (see race/conf/); FLOPs print as 3.2e+15.
 """
 
 
@@ -218,7 +218,7 @@ WRITE_FIXES = {
 
 # Fixes appended to Hydra's own messages, matched on their first words.
 HYDRA_HINTS = {
-    "Could not override": "check the key against conf/ (e.g. grid.group_size, budget)",
+    "Could not override": "check the key against race/conf/ (e.g. grid.group_size, budget)",
     "Error merging override": "give the key a value of its schema type",
     "Ambiguous value": "this command takes one value per key; comma lists are sweep "
                        "axes for `race sweep`",

@@ -1,7 +1,7 @@
 """config: the Hydra schema, composition from a command's overrides, validation, and the
 only code that builds a :class:`~race.core.specs.RunSpec` from them.
 
-Owns the knobs a user can set (``conf/`` and the command line) and the rules on their
+Owns the knobs a user can set (``race/conf/`` and the command line) and the rules on their
 values.
 
 The modules: :mod:`~race.config.schema` (the dataclasses), :mod:`~race.config.compose`

@@ -166,7 +166,7 @@ def validate(cfg: RaceConfig) -> None:
                         f"{list(ACCOUNTED_REWARD_KINDS)}")
     elif cfg.reward.kind != "rule" and not cfg.reward.model:
         problems.append(f"reward.model=null: reward.kind={cfg.reward.kind} needs a model "
-                        f"name under conf/model/, e.g. reward.model=qwen2.5-math-prm-7b")
+                        f"name under race/conf/model/, e.g. reward.model=qwen2.5-math-prm-7b")
     if cfg.format not in ("text", "json"):
         problems.append(f"format={cfg.format!r}: use format=text or format=json")
     if cfg.budget is not None and "budget" not in broken and cfg.budget <= 0:
@@ -180,7 +180,7 @@ def validate(cfg: RaceConfig) -> None:
         problems.append(f"pilot.tis_cap={pilot.tis_cap}: must be >= 0, and corrects vLLM "
                         f"rollouts only; use pilot.backend=vllm or pilot.tis_cap=0")
     launcher = cfg.launcher
-    # the launchers are the YAMLs of conf/launcher/ (each one's module registers itself in
+    # the launchers are the YAMLs of race/conf/launcher/ (each one's module registers itself in
     # the run layer's registry, which tests/test_launch.py holds to the same names)
     known = catalog.names("launcher")
     if launcher.name not in known:

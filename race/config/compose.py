@@ -1,5 +1,5 @@
 """Composition: a command's overrides, parsed once (:class:`Overrides`), composed with
-``conf/`` by Hydra into a typed :class:`~race.config.schema.RaceConfig`, for one cell
+``race/conf/`` by Hydra into a typed :class:`~race.config.schema.RaceConfig`, for one cell
 (:func:`compose_config`) or a whole grid at once (:func:`compose_many`).
 
 Comma lists are sweep axes (Hydra's multirun syntax): :meth:`Overrides.split` separates
@@ -165,7 +165,7 @@ def _key_of(override: str) -> str:
 
 
 def register_configs() -> None:
-    """Register the schema so ``conf/config.yaml`` can extend it as ``race_schema``."""
+    """Register the schema so ``race/conf/config.yaml`` can extend it as ``race_schema``."""
     ConfigStore.instance().store(name="race_schema", node=RaceConfig)
 
 
@@ -216,18 +216,20 @@ def _quoted(value) -> str:
     """A value as a Hydra override reads it back (strings single-quoted)."""
     if isinstance(value, str):
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, (list, tuple)):  # e.g. model.layer_types
+        return "[" + ",".join(_quoted(v) for v in value) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _compose(overrides: Overrides):
-    """``conf/config.yaml`` composed by Hydra with ``overrides`` (a DictConfig)."""
+    """``race/conf/config.yaml`` composed by Hydra with ``overrides`` (a DictConfig)."""
     register_configs()
     with initialize_config_dir(config_dir=str(catalog.conf_dir()), version_base="1.3"):
         return compose(config_name="config", overrides=hydra_overrides(overrides))
 
 
 def compose_config(overrides: Overrides | list[str]) -> RaceConfig:
-    """Compose ``conf/config.yaml`` with Hydra overrides into a typed :class:`RaceConfig`."""
+    """Compose ``race/conf/config.yaml`` with Hydra overrides into a typed :class:`RaceConfig`."""
     overrides = Overrides.of(overrides)
     check_group_choices(overrides)
     return with_task_lengths(OmegaConf.to_object(_compose(overrides)))

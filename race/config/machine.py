@@ -40,7 +40,7 @@ def check_device(cfg: RaceConfig) -> None:
 
 def check_gpus(cfg: RaceConfig) -> None:
     """``launcher.gpus`` names GPUs this machine has, under a launcher that pins them here
-    (one whose ``conf/launcher/<name>.yaml`` sets ``gpus``: local): a UsageError otherwise
+    (one whose ``race/conf/launcher/<name>.yaml`` sets ``gpus``: local): a UsageError otherwise
     (the pilots would silently run on CPU). Torch is imported only when GPUs are named."""
     gpus = list(cfg.launcher.gpus)
     if not gpus or "gpus" not in _launcher_entry(cfg.launcher.name):
@@ -57,6 +57,6 @@ def check_gpus(cfg: RaceConfig) -> None:
 
 
 def _launcher_entry(name: str) -> dict:
-    """The keys ``conf/launcher/<name>.yaml`` sets ({} for a name with no YAML, which
+    """The keys ``race/conf/launcher/<name>.yaml`` sets ({} for a name with no YAML, which
     :func:`validate` reports)."""
     return catalog.load_entry("launcher", name) if name in catalog.names("launcher") else {}

@@ -1,5 +1,5 @@
 """The Hydra structured-config schema: plain (mutable) dataclasses, so that command-line
-overrides work; ``conf/`` YAML sets their values. A comment above each field says what
+overrides work; ``race/conf/`` YAML sets their values. A comment above each field says what
 it means, with its unit.
 
 Each default is written once, in the frozen dataclass of the lowest layer that uses it,
@@ -84,7 +84,13 @@ class ModelConfig:
     # output head: lm | prm_value | token_classification | sequence_score
     head: str = "lm"
     num_labels: int = 2
+    # q/k/v projections carry biases (Qwen2; config.json's attention_bias elsewhere)
     qkv_bias: bool = True
+    # config.json's model_type ("": Qwen2), and attention: a sliding-window layer's query
+    # attends the last sliding_window tokens; layer_types: each layer's kind ([]: all full)
+    model_type: str = ""
+    sliding_window: int = 0
+    layer_types: list[str] = field(default_factory=list)
     # tokenizer family: models that exchange token ids must share it
     tokenizer: str = ""
     # token a process reward model scores at
@@ -100,7 +106,7 @@ class RewardConfig:
     name: str = MISSING
     # rule (verifier, 0 FLOPs) | orm (one score per completion) | prm (one per step)
     kind: str = "rule"
-    # reward model's architecture, a name under conf/model/ (null for rule)
+    # reward model's architecture, a name under race/conf/model/ (null for rule)
     model: str | None = None
     # PRM: how per-step scores become one reward: min | prod | last
     aggregate: str = "min"
@@ -228,7 +234,7 @@ class RegimeConfig:
 
 @dataclass
 class LauncherConfig:
-    # a conf/launcher/<name>.yaml: local (processes on this machine) | slurm (job arrays) |
+    # a race/conf/launcher/<name>.yaml: local (processes on this machine) | slurm (job arrays) |
     # inline (in-process, debugging); each is a module of race/run/launch/ setting LAUNCHER
     name: str = "local"
     # local: pilots running at once on CPU (0: one per CPU core, each with one thread)
@@ -267,7 +273,7 @@ class LauncherConfig:
     # after this many seconds
     lost_after_s: float = 60.0
     # a launcher's own keys that no field above names (a new backend's knobs, set in its
-    # conf/launcher/<name>.yaml: launcher.options.<key>; its module lists them)
+    # race/conf/launcher/<name>.yaml: launcher.options.<key>; its module lists them)
     options: dict[str, Any] = field(default_factory=dict)
 
 

@@ -116,20 +116,67 @@ def causal_keys(query_tokens: int, cached_tokens: int = 0) -> int:
     return query_tokens * cached_tokens + query_tokens * (query_tokens + 1) // 2
 
 
-def attention_flops(shape: ModelShape, query_key_pairs: int) -> int:
-    """Attention forward FLOPs, all layers: ``4 L d_attn`` per (query, key) pair.
+def window_keys(query_tokens: int, cached_tokens: int = 0, window: int = 0) -> int:
+    """Sum of keys attended by ``query_tokens`` queries after ``cached_tokens`` when each
+    attends at most the last ``window`` positions, its own included (a query at 1-based
+    position ``t`` attends ``min(t, window)`` keys; Hugging Face's sliding-window mask keeps
+    key ``k`` for query ``q`` when ``q - window < k <= q``). ``window=0``: causal."""
+    if window <= 0:
+        return causal_keys(query_tokens, cached_tokens)
+    first, last = cached_tokens + 1, cached_tokens + query_tokens
+    inside = max(0, min(last, window) - first + 1)  # positions <= window attend t keys
+    start = first + inside - 1
+    return (start * (start + 1) - (first - 1) * first) // 2 + (query_tokens - inside) * window
+
+
+@dataclass(frozen=True, slots=True)
+class Pairs:
+    """(query, key) pairs one pass computes per layer: in full-attention layers and in
+    sliding-window layers (equal where nothing limits the keys, e.g. ``executed`` full
+    passes, where SDPA multiplies the whole masked square)."""
+
+    full: int
+    sliding: int
+
+    @classmethod
+    def same(cls, pairs: int) -> Pairs:
+        return cls(pairs, pairs)
+
+    def __add__(self, other: Pairs) -> Pairs:
+        return Pairs(self.full + other.full, self.sliding + other.sliding)
+
+    def scale(self, factor: int) -> Pairs:
+        return Pairs(self.full * factor, self.sliding * factor)
+
+
+def _pairs(pairs: int | Pairs) -> Pairs:
+    return pairs if isinstance(pairs, Pairs) else Pairs.same(pairs)
+
+
+def layer_attention_flops(shape: ModelShape, layer: int, pairs: int | Pairs) -> int:
+    """Attention forward FLOPs of decoder layer ``layer``: ``4 d_attn`` per pair it computes."""
+    pairs = _pairs(pairs)
+    return 4 * shape.d_attn * (pairs.sliding if shape.is_sliding(layer) else pairs.full)
+
+
+def attention_flops(shape: ModelShape, query_key_pairs: int | Pairs) -> int:
+    """Attention forward FLOPs, all layers: ``4 d_attn`` per (query, key) pair and layer,
+    each layer with the pairs of its kind (an int: every layer the same pairs).
 
     ``QK^T`` and ``PV`` are ``2 d_attn`` each per pair (GQA shares K/V heads but every
     query head still does its own products).
     """
-    return 4 * shape.num_layers * shape.d_attn * query_key_pairs
+    pairs = _pairs(query_key_pairs)
+    sliding = shape.sliding_layers
+    return 4 * shape.d_attn * ((shape.num_layers - sliding) * pairs.full
+                               + sliding * pairs.sliding)
 
 
-def attention_backward(shape: ModelShape, flow: GradFlow, query_key_pairs: int,
+def attention_backward(shape: ModelShape, flow: GradFlow, query_key_pairs: int | Pairs,
                         convention: Convention, fused_attention: bool) -> float:
-    per_layer = attention_flops(shape, query_key_pairs) // shape.num_layers
     total = 0.0
-    for q_rg, k_rg, v_rg in flow.attn_grads:
+    for layer, (q_rg, k_rg, v_rg) in enumerate(flow.attn_grads):
+        per_layer = layer_attention_flops(shape, layer, query_key_pairs)
         if convention == "executed":
             # fused SDPA recomputes QK^T; eager/math attention is autograd over two bmm
             factor = SDPA_BACKWARD_FACTOR if fused_attention else 2.0
@@ -141,9 +188,16 @@ def attention_backward(shape: ModelShape, flow: GradFlow, query_key_pairs: int,
     return total
 
 
-def layout(tokens: Sequence[int], convention: Convention) -> tuple[int, int, int]:
-    """(positions, query-key pairs, rows) of full-sequence passes over ``tokens``."""
+def layout(tokens: Sequence[int], convention: Convention, window: int = 0
+           ) -> tuple[int, Pairs, int]:
+    """(positions, query-key pairs, rows) of full-sequence passes over ``tokens``.
+
+    ``executed``: rows padded to the longest, every layer the full padded square (a
+    sliding-window mask still multiplies it). ``model``: causal pairs of each real row;
+    a sliding-window layer's query attends at most ``window`` keys.
+    """
     if convention == "executed":
         rows, longest = len(tokens), max(tokens)
-        return rows * longest, rows * longest * longest, rows
-    return sum(tokens), sum(causal_keys(t) for t in tokens), len(tokens)
+        return rows * longest, Pairs.same(rows * longest * longest), rows
+    return (sum(tokens), Pairs(sum(causal_keys(t) for t in tokens),
+                               sum(window_keys(t, 0, window) for t in tokens)), len(tokens))

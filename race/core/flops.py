@@ -9,13 +9,15 @@ Conventions (see docs/accounting.md, "FLOP conventions"):
   matmul only on positions whose output is computed (every position in training, one
   per generated token in generation). The embedding lookup is free. Attention costs
   ``4 * d_attn * c`` per layer and query, with causal ``c`` (query at 1-based position
-  ``t`` attends ``t`` keys). Backward costs, per matmul, one forward for each operand
-  that needs a gradient: 2x for trainable weights whose input needs a gradient, 1x for
-  frozen weights (activation gradient only), 0x below the first trainable module.
+  ``t`` attends ``t`` keys; ``min(t, window)`` in a sliding-window layer). Backward
+  costs, per matmul, one forward for each operand that needs a gradient: 2x for
+  trainable weights whose input needs a gradient, 1x for frozen weights (activation
+  gradient only), 0x below the first trainable module.
 * ``executed``: what the Hugging Face backend runs, equal to
   ``torch.utils.flop_counter.FlopCounterMode`` (CPU SDPA kernels registered): batches
   padded to their longest row, full ``Tq x Tk`` attention (the counter ignores causal
-  masking), finished rows that keep decoding until the longest row ends, and SDPA
+  and sliding-window masks; a decode step's sliding-window layers attend their cache, at
+  most the window), finished rows that keep decoding until the longest row ends, and SDPA
   backward at 2.5x the attention forward (it recomputes ``QK^T``).
 
 Biases, norms, activations and softmax are elementwise and not counted in either
@@ -29,6 +31,7 @@ from typing import Any, Literal
 
 from race.core.flop_terms import (
     Convention,
+    Pairs,
     attention_backward,
     attention_flops,
     causal_keys,
@@ -36,6 +39,7 @@ from race.core.flop_terms import (
     head_flops_per_position,
     layout,
     linear_forward_flops_per_token,
+    window_keys,
 )
 from race.core.knobs import check_knob
 from race.core.specs import (
@@ -86,7 +90,7 @@ def forward_flops(shape: ModelShape, seq_tokens: Sequence[int], *,
     """
     _check_convention(convention)
     _check_tokens("seq_tokens", seq_tokens)
-    positions, pairs, rows = layout(seq_tokens, convention)
+    positions, pairs, rows = layout(seq_tokens, convention, shape.sliding_window)
     head_positions = positions if outputs == "all" else rows
     return (linear_forward_flops_per_token(shape, lora, adapters) * positions
             + head_flops_per_position(shape) * head_positions
@@ -111,7 +115,9 @@ def decode_flops(shape: ModelShape, prompt_tokens: Sequence[int],
     """Decode steps with a KV cache, after the prefill produced the first new token.
 
     A sequence of ``n`` new tokens needs ``n - 1`` one-token forward passes; step ``k``
-    attends ``prompt + k`` cached keys and computes one head output.
+    attends ``prompt + k`` cached keys and computes one head output; in a sliding-window
+    layer at most ``window`` of them (its cache keeps the last ``window - 1`` keys and
+    appends the new one, so this holds under ``executed`` too).
 
     Under ``executed`` all rows run ``decode_steps - 1`` steps (default: the longest
     completion), finished rows included, against the left-padded prompt length.
@@ -129,10 +135,13 @@ def decode_flops(shape: ModelShape, prompt_tokens: Sequence[int],
         if steps < max(new_tokens):
             raise UsageError(f"decode_steps={steps}: fewer than the longest completion "
                              f"({max(new_tokens)})")
-        pairs = rows * causal_keys(steps - 1, prompt)
-        return rows * (steps - 1) * per_token + attention_flops(shape, pairs)
+        window = shape.sliding_window
+        pairs = Pairs(causal_keys(steps - 1, prompt), window_keys(steps - 1, prompt, window))
+        return rows * (steps - 1) * per_token + attention_flops(shape, pairs.scale(rows))
     steps_total = sum(n - 1 for n in new_tokens)
-    pairs = sum(causal_keys(n - 1, p) for p, n in zip(prompt_tokens, new_tokens))
+    pairs = Pairs(sum(causal_keys(n - 1, p) for p, n in zip(prompt_tokens, new_tokens)),
+                  sum(window_keys(n - 1, p, shape.sliding_window)
+                      for p, n in zip(prompt_tokens, new_tokens)))
     return steps_total * per_token + attention_flops(shape, pairs)
 
 
@@ -152,7 +161,7 @@ def _train_flops(shape: ModelShape, seq_tokens: Sequence[int], lora: LoraShape |
     if lora is not None:
         lora.validate(shape)
     flow = grad_flow(shape, lora)
-    positions, pairs, _ = layout(seq_tokens, convention)
+    positions, pairs, _ = layout(seq_tokens, convention, shape.sliding_window)
     forward = forward_flops(shape, seq_tokens, convention=convention, lora=lora)
     backward = ((flow.linear_backward_per_token + flow.head_backward_per_position) * positions
                 + attention_backward(shape, flow, pairs, convention, fused_attention))
@@ -202,7 +211,7 @@ def decoder_backward_flops(shape: ModelShape, seq_tokens: Sequence[int],
     if lora is not None:
         lora.validate(shape)
     flow = grad_flow(shape, lora, input_grad)
-    positions, pairs, _ = layout(seq_tokens, convention)
+    positions, pairs, _ = layout(seq_tokens, convention, shape.sliding_window)
     return (flow.linear_backward_per_token * positions
             + attention_backward(shape, flow, pairs, convention, fused_attention))
 
@@ -350,7 +359,7 @@ def reward_extra_tokens(reward: Mapping[str, Any], steps: int | None = None) -> 
     """Tokens a reward adds to each scored trace beyond its prompt and completion.
 
     Args:
-        reward: a ``conf/reward`` entry (``RunSpec.reward`` as a dict).
+        reward: a ``race/conf/reward`` entry (``RunSpec.reward`` as a dict).
         steps: reasoning steps of the trace (default: ``max_steps``, the worst case).
     """
     if reward.get("kind", "rule") == "rule" or not reward.get("model"):

@@ -82,8 +82,8 @@ class RunSpec:
     """
 
     model: str
-    reward: tuple[tuple[str, Any], ...]  # the conf/reward entry as sorted items
-    task: tuple[tuple[str, Any], ...]  # the conf/task entry as sorted items
+    reward: tuple[tuple[str, Any], ...]  # the race/conf/reward entry as sorted items
+    task: tuple[tuple[str, Any], ...]  # the race/conf/task entry as sorted items
     budget_flops: float
     # the tiny family's warm-start recipe (``warmstart.*``) as sorted items
     warmstart: tuple[tuple[str, Any], ...] = ()

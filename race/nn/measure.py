@@ -89,16 +89,43 @@ def qwen2_config(shape: ModelShape, **overrides: Any):
     """A ``transformers.Qwen2Config`` with the architecture numbers of ``shape``."""
     from transformers import Qwen2Config
 
-    values = dict(hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size,
-                  num_hidden_layers=shape.num_layers, num_attention_heads=shape.num_heads,
-                  num_key_value_heads=shape.num_kv_heads, head_dim=shape.head_dim,
-                  vocab_size=shape.vocab_size, tie_word_embeddings=shape.tied_embeddings,
-                  num_labels=shape.num_labels, max_position_embeddings=4096)
-    return Qwen2Config(**(values | overrides))
+    return Qwen2Config(**(_common(shape) | overrides))
+
+
+def _common(shape: ModelShape) -> dict[str, Any]:
+    return dict(hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size,
+                num_hidden_layers=shape.num_layers, num_attention_heads=shape.num_heads,
+                num_key_value_heads=shape.num_kv_heads, head_dim=shape.head_dim,
+                vocab_size=shape.vocab_size, tie_word_embeddings=shape.tied_embeddings,
+                num_labels=shape.num_labels, max_position_embeddings=4096)
+
+
+def hf_config(shape: ModelShape, **overrides: Any):
+    """The ``transformers`` config of ``shape``'s ``model_type`` ("": Qwen2) with its
+    numbers: attention biases, sliding window and layer types as the shape says."""
+    import transformers
+
+    if shape.model_type in ("", "qwen2"):
+        return qwen2_config(shape, **overrides)
+    values = _common(shape)
+    if shape.model_type in ("llama", "qwen3"):
+        values["attention_bias"] = shape.qkv_bias
+    if shape.model_type in ("mistral", "qwen3"):
+        values["sliding_window"] = shape.sliding_window or None
+    if shape.model_type == "qwen3" and shape.sliding_layers:
+        values |= dict(use_sliding_window=True, layer_types=list(shape.layer_types))
+    if shape.model_type == "gemma3_text":
+        values |= dict(sliding_window=shape.sliding_window or 4096,
+                       layer_types=list(shape.layer_types or
+                                        ["full_attention"] * shape.num_layers))
+    classes = {"llama": "LlamaConfig", "qwen3": "Qwen3Config", "mistral": "MistralConfig",
+               "gemma3_text": "Gemma3TextConfig"}
+    return getattr(transformers, classes[shape.model_type])(**(values | overrides))
 
 
 def build_causal_lm(shape: ModelShape, *, device: str = "cpu", seed: int = 0):
-    """A randomly initialised ``Qwen2ForCausalLM`` of ``shape`` (SDPA attention), in eval mode.
+    """A randomly initialised causal LM of ``shape`` (its ``model_type``; "": Qwen2; SDPA
+    attention), in eval mode.
 
     On ``device="meta"`` no memory is allocated, so full Qwen2.5 shapes cost nothing;
     meta tensors take PyTorch's math attention path (plain bmm, backward 2x).
@@ -107,8 +134,7 @@ def build_causal_lm(shape: ModelShape, *, device: str = "cpu", seed: int = 0):
 
     torch.manual_seed(seed)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(qwen2_config(shape),
-                                                 attn_implementation="sdpa")
+        model = AutoModelForCausalLM.from_config(hf_config(shape), attn_implementation="sdpa")
     return model.eval()
 
 

@@ -5,7 +5,7 @@ the cell's :class:`~race.core.specs.RunSpec` alone (shapes from the catalog, the
 input format from ``spec.reward``), so they agree to the FLOP.
 
 A reward model scores more than the policy's tokens. What it adds to every scored trace
-is described by three fields of its ``conf/reward/*.yaml`` entry:
+is described by three fields of its ``race/conf/reward/*.yaml`` entry:
 
 - ``overhead_tokens``: tokens on every trace whatever it says (Qwen2.5-Math-PRM: its
   system prompt and chat-template tokens; the tiny PRM: the newline closing the last line);

@@ -68,7 +68,7 @@ REWARD_KINDS: dict[str, Callable[..., Reward]] = {
 def build_reward(entry: Mapping[str, Any], task: Any, *, device: str = "cpu",
                  dtype: str = "float32", shape: ModelShape | None = None,
                  family: tuple[Mapping[str, Any], Mapping[str, Any]] = ({}, {})) -> Reward:
-    """The reward system of a ``conf/reward/*.yaml`` entry, for ``task``; a reward model
+    """The reward system of a ``race/conf/reward/*.yaml`` entry, for ``task``; a reward model
     runs on ``device`` in ``dtype`` (the pilot's), accounted with ``shape`` (default: its
     catalog entry's). ``family``: the cell's task entry and ``warmstart.*`` knobs, which a
     tiny PRM is trained for."""

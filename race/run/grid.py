@@ -1,6 +1,6 @@
 """Grid expansion and the budget solver: overrides -> allocation cells -> steps and FLOPs.
 
-A grid is the product of its axes. Axes come from ``grid.axes`` in ``conf/grid/*.yaml``
+A grid is the product of its axes. Axes come from ``grid.axes`` in ``race/conf/grid/*.yaml``
 and from comma lists on the command line (Hydra's multirun syntax, parsed with Hydra's
 own override parser): ``model=tiny-s,tiny-m grid.group_size=4,16``. A key given on the
 command line replaces the axis of the same key; a single value fixes it.

@@ -2,7 +2,7 @@
 
 RACE's embedded default must show RL improving a policy on a laptop CPU, with no hub.
 ``build_tiny_policy("tiny-m")`` builds a ``Qwen2ForCausalLM`` of the shape in
-``conf/model/tiny-m.yaml`` and trains it on reference solutions of the embedded task
+``race/conf/model/tiny-m.yaml`` and trains it on reference solutions of the embedded task
 (loss on the completion only) by one recipe common to every size: the same data, the
 same number of steps, the same learning-rate schedule (linear warm-up, cosine decay to
 zero). No size has an accuracy target: what each size reaches is its capacity under
@@ -322,7 +322,7 @@ def build_tiny_policy(name: str, *, seed: int = 0, rebuild: bool = False,
         raise UsageError(f"model={name}: only the tiny family (tokenizer {FAMILY}) is built "
                          f"by RACE; {name} loads from {shape.hf_id or 'its hf_id'}")
     recipe = recipe or WarmStartRecipe(model=name, seed=seed)
-    return cached_build("policies", name, {"recipe": asdict(recipe), "shape": asdict(shape)},
+    return cached_build("policies", name, {"recipe": asdict(recipe), "shape": shape.key()},
                         lambda folder: _train(recipe, shape, folder), rebuild=rebuild,
                         train=train)
 

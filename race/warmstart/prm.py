@@ -316,12 +316,13 @@ def build_tiny_prm(name: str, *, seed: int = 0, rebuild: bool = False,
             "head_dim", "vocab_size")
     if any(getattr(init_shape, k) != getattr(shape, k) for k in body):
         raise UsageError(f"reward.model={name}: its body differs from init policy "
-                         f"{recipe.init_from}; give conf/model/{name}.yaml that policy's shape")
+                         f"{recipe.init_from}; give race/conf/model/{name}.yaml that "
+                         f"policy's shape")
     init = build_tiny_policy(recipe.init_from, seed=recipe.seed, recipe=policy_recipe,
                              train=train)
     if init is None:
         return None
-    return cached_build("prms", name, {"recipe": asdict(recipe), "shape": asdict(shape),
+    return cached_build("prms", name, {"recipe": asdict(recipe), "shape": shape.key(),
                                        "init": init.name},
                         lambda folder: _train(recipe, shape, init, folder), rebuild=rebuild,
                         train=train)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from race.errors import UsageError
 
-# the tokenizer family of the models RACE builds (``tokenizer:`` in conf/model/tiny-*.yaml)
+# the tokenizer family of the models RACE builds (``tokenizer:`` in race/conf/model/tiny-*.yaml)
 FAMILY = "race-char"
 EOS = "<|endoftext|>"
 STEP_TAG = "<extra_0>"

@@ -47,7 +47,7 @@ class HFBackend:
         self.model, self.tokenizer, self.shape, self.lora = model, tokenizer, shape, lora
         self.batch_rows, self.measure = batch_rows, measure
         self.device = next(model.parameters()).device
-        self.generation = static.resolve(generation, self.device.type)
+        self.generation = static.resolve(generation, self.device.type, shape)
         self._caches = static.StaticCaches(model.config)
 
     def load_adapter(self, adapter_dir: Path | None) -> None:

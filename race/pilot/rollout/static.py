@@ -43,14 +43,21 @@ CACHE_BUCKET_TOKENS = 64
 KEEP_CACHES = 2  # static caches kept for reuse (rollout and eval shapes); older ones freed
 
 
-def resolve(generation: str, device_type: str) -> str:
+def resolve(generation: str, device_type: str, shape: ModelShape | None = None) -> str:
     """``auto`` -> ``static`` on CUDA, ``eager`` elsewhere (on CPU the eager path keeps the
     executed ledger and sampling stream of every CPU result so far; see
-    ``bench/generation_paths.py`` for the CPU speed of both)."""
+    ``bench/generation_paths.py`` for the CPU speed of both). A model with sliding-window
+    layers (``shape``) generates eagerly: a static cache sizes those layers' caches to the
+    window, which :func:`static_generate_flops` does not count."""
     if generation not in GENERATIONS:
         raise UsageError(f"generation={generation!r}: use one of {'|'.join(GENERATIONS)}")
+    sliding = shape is not None and shape.sliding_layers > 0
+    if generation == "static" and sliding:
+        raise UsageError(f"generation=static: model {shape.name!r} has sliding-window "
+                         f"layers, whose static cache RACE does not count; use "
+                         f"generation=eager (or auto)")
     if generation == "auto":
-        return "static" if device_type == "cuda" else "eager"
+        return "static" if device_type == "cuda" and not sliding else "eager"
     return generation
 
 

@@ -377,7 +377,7 @@ def _check_shape(model_dir: Path, shape: ModelShape) -> None:
             if getattr(shape, k) != getattr(found, k)}
     if diff:
         raise UsageError(f"model {shape.name!r}: the shape does not match {model_dir}/config.json "
-                         f"(key: (shape, config) {diff}); fix conf/model/{shape.name}.yaml or "
+                         f"(key: (shape, config) {diff}); fix race/conf/model/{shape.name}.yaml or "
                          f"pass the right folder")
 
 

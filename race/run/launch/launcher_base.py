@@ -6,7 +6,7 @@ The registry is this package's modules: each backend module (``inline``, ``local
 ``slurm``) sets ``LAUNCHER`` to its :class:`Launcher`, and :func:`launchers` finds them
 with ``pkgutil`` (submitit's ``plugins.get_executors``: one lookup by name, no branch per
 backend in any caller). A new launcher is its module here and its
-``conf/launcher/<name>.yaml``, where config validation finds its name.
+``race/conf/launcher/<name>.yaml``, where config validation finds its name.
 
 The results contract is the cell folder: each job writes its own summary; when a job
 dies before it can, :func:`record_lost` writes a failed one for it.
@@ -178,12 +178,12 @@ class Launcher(Protocol):
     """One backend, registered by setting ``LAUNCHER`` in its module of this package.
 
     Everything about a backend is here, so no caller branches on its name: its name (that
-    of its ``conf/launcher/<name>.yaml``), the ``launcher.*`` keys it reads, its check of
+    of its ``race/conf/launcher/<name>.yaml``), the ``launcher.*`` keys it reads, its check of
     the request, its submitit executor, its watcher, the torch threads and GPUs each pilot
     gets.
     """
 
-    # launcher=<name>: its conf/launcher/<name>.yaml
+    # launcher=<name>: its race/conf/launcher/<name>.yaml
     name: str
     # the launcher.* keys it reads beyond the ones every launcher reads (SHARED_KEYS);
     # a new backend's own knobs are launcher.options.<key>
