@@ -16,6 +16,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[test]'
+	# the checkout's root on the venv's path: bench/ (not in the wheel, which ships race
+	# alone) runs as python bench/<name>.py and imports its siblings as bench.x
+	$(PY) -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'race-checkout.pth').write_text('$(CURDIR)\\n')"
 	touch $@
 
 # torch pinned again in the same line: no extra may swap in a CUDA build

@@ -11,5 +11,6 @@ helpers of the scripts beside them.
 The rule (``tests/test_architecture.py`` checks it): bench imports ``race`` and itself and
 no other first-party code (not ``tests``, ``examples``); nothing under ``race/`` imports
 bench; and no file here edits ``sys.path``: siblings are imported as ``from bench.x import
-y``, which works because ``pip install -e .`` installs bench beside race.
+y``, which works because ``make install`` puts the checkout's root on the venv's path
+(``race-checkout.pth``); the wheel ships ``race`` alone.
 """
