@@ -195,7 +195,7 @@ def cmd_validate(sweep_dir: str, overrides: Overrides, yes: bool = False) -> int
             raise UsageError(f"more than {CONFIRM_ABOVE_H:g} h of full-budget runs (or hours "
                              f"unknown) and no terminal to ask: rerun with --yes, or "
                              f"validate.confirm=false, to start them")
-        if input("race validate: start them? [y/N] ").strip().lower() not in ("y", "yes"):
+        if not _confirmed("race validate: start them? [y/N] "):
             print("race validate: not started", file=sys.stderr)
             return 1
     comparison = run_validation(folder, cfg, plan=plan)
@@ -203,6 +203,16 @@ def cmd_validate(sweep_dir: str, overrides: Overrides, yes: bool = False) -> int
     for row in comparison["failed"]:
         print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
     return 0 if not comparison["failed"] else 1
+
+
+def _confirmed(question: str) -> bool:
+    """A y/N answer on the terminal: yes only for y or yes; end of input (Ctrl-D) is no."""
+    try:
+        answer = input(question)
+    except EOFError:
+        print(file=sys.stderr)  # the prompt's line ends where the terminal left it
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
 # What to do when a command cannot write a file: the key that moves what it writes
