@@ -47,6 +47,7 @@ from race.report.plan import (
 )
 from race.report.validation import validation_section
 from race.run.bounds import cap_given, cap_warning, length_warning
+from race.run.cells import warm_start_notes
 from race.run.full_runs import CONFIRM_ABOVE_H, plan_validation, run_validation
 from race.run.grid import plan_grid
 from race.run.launch.launcher_base import launcher_for, launchers
@@ -158,6 +159,8 @@ def cmd_plan(overrides: Overrides) -> int:
             print(needs, file=sys.stderr)
         if budgets:
             print()
+    for note in warm_start_notes(c.spec for plan in plans for c in plan.runnable):
+        print(f"race plan: {note}", file=sys.stderr)
     return 0
 
 
