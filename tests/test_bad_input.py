@@ -79,6 +79,11 @@ CASES = [
                  "selection.policy=flat has no rungs (it would be ignored); give the seeds as "
                  "an axis, pilot.seed=0,1,2, or use selection.policy=ladder",
                  id="replicates-on-flat"),
+    pytest.param(["pilot", "model=tiny-s", "launcher=slurm"], "launcher=slurm: race pilot runs "
+                 "its one pilot in this process, with no launcher", id="pilot-launcher"),
+    pytest.param(["pilot", "model=tiny-s", "launcher.slots=2", "launcher.timeout_min=5"],
+                 "launcher.slots=2 launcher.timeout_min=5: race pilot runs its one pilot in "
+                 "this process", id="pilot-launcher-keys"),
     pytest.param(["report", "/nonexistent/sweep"], "SWEEP_DIR=/nonexistent/sweep",
                  id="report-not-a-sweep"),
     pytest.param(["sweep", "launcher.poll_s=-1"], "launcher.poll_s=-1.0: seconds between "

@@ -1,6 +1,7 @@
 """Checks before anything is written (issue 62, items 5 to 7): a damaged shipped warm start
 refused by `race sweep` before its sweep.json and by `race pilot` before its cell, in the
-same words; `race plan` says in one line what a sweep would refuse or train."""
+same words; `race plan` says in one line what a sweep would refuse or train; `race pilot`
+runs on the torch threads a sweep's local pilot gets, and says so."""
 
 import subprocess
 import sys
@@ -76,3 +77,34 @@ def test_plan_says_in_one_line_that_a_seed_race_does_not_ship_is_trained_here(tm
     shipped = race_in_process(["plan", *B], tmp_path)  # seed 0: shipped, nothing to say
     assert shipped.returncode == 0 and "warm start" not in shipped.stderr
     assert not (tmp_path / "cache").exists()  # race plan installs and builds nothing
+
+
+@pytest.mark.parametrize("given, threads, why", [
+    ([], 1, "as each pilot of a local race sweep: "),
+    (["launcher.threads_per_pilot=2"], 2, "launcher.threads_per_pilot=2"),
+])
+def test_race_pilot_runs_on_a_local_sweeps_threads_and_says_so(given, threads, why, policy,
+                                                              tmp_path, monkeypatch):
+    """A lone `race pilot` took every core, and beside a busy process its threads spun (12x
+    a sweep's pilot); it now takes what a sweep's local launcher gives each pilot."""
+    import torch
+
+    from race import cli
+
+    seen, real = [], cli.run_pilot
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "run_pilot", recording)
+    out = race_in_process(["pilot", "model=tiny-s", f"model.hf_id={policy}", "reward=rule",
+                           "grid.prompts_per_step=2", "grid.group_size=2",
+                           "grid.max_new_tokens=12", "grid.lora_rank=4",
+                           "pilot.eval_examples=4", "pilot.select_examples=4",
+                           "pilot.eval_targets=[val]", "budget=2e10",
+                           f"pilot.out_dir={tmp_path / 'p'}", *given], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert seen == [threads]
+    [line] = [line for line in out.stderr.splitlines() if "torch thread" in line]
+    assert line.startswith(f"race pilot: {threads} torch thread(s) ({why}")

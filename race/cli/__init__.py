@@ -50,8 +50,15 @@ from race.run.bounds import cap_given, cap_warning, length_warning
 from race.run.cells import warm_start_notes
 from race.run.full_runs import CONFIRM_ABOVE_H, plan_validation, run_validation
 from race.run.grid import plan_grid
+from race.run.launch.job import use_threads
 from race.run.launch.launcher_base import launcher_for, launchers
-from race.run.pilot_command import check_pilot, pilot_multirun, pilot_spec
+from race.run.pilot_command import (
+    check_pilot,
+    check_pilot_overrides,
+    pilot_multirun,
+    pilot_spec,
+    pilot_threads,
+)
 from race.run.prefetch import hub_needs, plan_needs_text, prefetch
 from race.store.cell import CellDir
 from race.store.io import no_space
@@ -246,6 +253,7 @@ def _first_line(error: BaseException) -> str:
 
 def cmd_pilot(overrides: Overrides) -> int:
     """``race pilot``: run one cell at ``pilot.fraction x budget`` and print its summary."""
+    check_pilot_overrides(overrides)  # launcher.*: what it reads, the rest refused
     cfg = compose_config(overrides)
     spec = pilot_spec(cfg)
     check_pilot(cfg, spec)  # what race sweep checks, before any model loads or file is written
@@ -253,6 +261,9 @@ def cmd_pilot(overrides: Overrides) -> int:
     print(f"race pilot: {spec.model} x {dict(spec.reward)['name']}, G={spec.group_size}, "
           f"mu={spec.update_epochs}, pilot budget {fmt_flops(spec.budget_flops)} FLOPs "
           f"({spec.convention}) -> {cell_dir}", file=sys.stderr)
+    threads, why = pilot_threads(cfg)
+    use_threads(threads)
+    print(f"race pilot: {threads} torch thread(s) ({why})", file=sys.stderr)
     if warning := cap_warning(cfg.task, [(spec.max_new_tokens, spec.model,
                                           cap_given(overrides))]):
         print(f"race pilot: {warning}", file=sys.stderr)
