@@ -68,6 +68,22 @@ CASES = [
     pytest.param(["sweep", "accounting.peak_flops=-1"], "accounting.peak_flops=-1.0: must be "
                  "> 0 FLOP/s", id="peak-flops"),
     pytest.param(["plan", "grid.update_epochs=0"], "grid.update_epochs=0", id="plan-epochs"),
+    # issue 62: checks before anything is written, and no override ignored in silence
+    pytest.param(["sweep", "model=tiny-s", "warmstart.seed=99999999999999999999"],
+                 "warmstart.seed=99999999999999999999: the warm start seeds torch's generator "
+                 "with it, which takes 0 to 2**64 - 1", id="warmstart-seed-too-long"),
+    pytest.param(["plan", "warmstart.seed=-1"], "warmstart.seed=-1: the warm start seeds",
+                 id="warmstart-seed-negative"),
+    pytest.param(["sweep", "selection.policy=flat", "selection.replicates=3"],
+                 "selection.replicates=3: reads a ladder's last rung on more seeds, and "
+                 "selection.policy=flat has no rungs (it would be ignored); give the seeds as "
+                 "an axis, pilot.seed=0,1,2, or use selection.policy=ladder",
+                 id="replicates-on-flat"),
+    pytest.param(["pilot", "model=tiny-s", "launcher=slurm"], "launcher=slurm: race pilot runs "
+                 "its one pilot in this process, with no launcher", id="pilot-launcher"),
+    pytest.param(["pilot", "model=tiny-s", "launcher.slots=2", "launcher.timeout_min=5"],
+                 "launcher.slots=2 launcher.timeout_min=5: race pilot runs its one pilot in "
+                 "this process", id="pilot-launcher-keys"),
     pytest.param(["report", "/nonexistent/sweep"], "SWEEP_DIR=/nonexistent/sweep",
                  id="report-not-a-sweep"),
     pytest.param(["sweep", "launcher.poll_s=-1"], "launcher.poll_s=-1.0: seconds between "
@@ -850,3 +866,27 @@ def test_a_report_override_a_ladder_cannot_honour_is_refused(overrides, needle, 
     assert out.returncode == 0, out.stderr[-2000:]
     selection = json.loads((ladder_sweep / "selection.json").read_text())
     assert (selection["k"], len(selection["selected"]), selection["basis"]) == (4, 4, "ladder")
+
+
+def test_extend_with_another_task_knob_is_refused_naming_it(finished_sweep, policy, tmp_path):
+    """issue 62: task.digits=2 into a task.digits=1 folder is refused as task=gsm8k is (it
+    trained a second warm start, and the leaderboard showed both tasks' cells as one)."""
+    sweep = _copy(finished_sweep, tmp_path)
+    before = _listing(sweep)
+    line = _one_line(_run(_tiny_sweep(policy, tmp_path, "task.digits=2", "sweep.extend=true"),
+                          tmp_path), "sweep", f"task.digits=2: sweep.extend=true adds cells to "
+                     f"{sweep}, a sweep at task.digits=1 (its cells' spec.json)")
+    assert line.endswith("give task.digits=1 to extend it, or another sweep.name for this task")
+    assert _listing(sweep) == before  # no pilot ran, nothing written
+
+
+def test_report_refuses_the_overrides_it_does_not_read(ladder_sweep, tmp_path):
+    """issue 62: grid.* and budget given to race report changed nothing and said nothing."""
+    before = _listing(ladder_sweep)
+    line = _one_line(_run(["report", str(ladder_sweep), "grid.lr=1e-3", "budget=2e12",
+                           "report.top_k=2"], tmp_path), "report",
+                     f"grid.lr=1e-3 budget=2e12: race report ranks the cells {ladder_sweep} "
+                     f"holds, which ran with what their spec.json records, and reads only "
+                     f"report.n_boot, report.level, report.top_k, report.basis; drop them")
+    assert "report.top_k=2" not in line  # what it reads is not named
+    assert _listing(ladder_sweep) == before

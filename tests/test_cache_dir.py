@@ -97,7 +97,7 @@ def test_a_tilde_is_expanded_as_a_shell_would(tmp_path, monkeypatch):
     under ``$HOME``, in this process and in any it starts, and the warm start installs
     there, not into ``./~``."""
     from race.config import compose_config
-    from race.run.cells import check_warm_start
+    from race.run.cells import check_warm_starts as check_warm_start
     from race.run.pilot_command import pilot_spec
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -123,6 +123,22 @@ def test_validate_asks_y_or_n_on_a_terminal(validate_cli, capsys, monkeypatch):
     assert cli.main(["validate", str(folder)]) == 0 and len(started) == 1
 
 
+def test_ctrl_d_at_the_prompt_means_no(validate_cli, capsys, monkeypatch):
+    """End of input (Ctrl-D) at the y/N prompt: not started, as a plain no (it was an
+    internal error, EOFError)."""
+    cli, folder, started = validate_cli
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True, raising=False)
+
+    def ctrl_d(prompt):
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", ctrl_d)
+    assert cli.main(["validate", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert started == [] and "not started" in err
+    assert "internal error" not in err and "Traceback" not in err
+
+
 def test_validate_help_states_what_it_costs_and_how_to_confirm(capsys):
     import race.cli as cli
 

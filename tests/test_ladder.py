@@ -500,10 +500,10 @@ def test_ladder_selection_intervals_are_normal_at_the_level():
 
 
 def test_ladder_selection_says_whether_each_pick_beats_its_warm_start():
-    # tiny-s starts at 0.30 (SE 0.01): c1 (0.60) is clearly above it; tiny-m at 0.99: c6
-    # (0.98, SE 0.05) is within noise of it
-    starts = {"tiny-s": {"accuracy": 0.30, "n": 2100, "se": 0.01},
-              "tiny-m": {"accuracy": 0.99, "n": 1000, "se": 0.01}}
+    # each config's own warm start: tiny-s's at 0.30 (SE 0.01): c1 (0.60) is clearly above
+    # it; tiny-m's at 0.99: c6 (0.98, SE 0.05) is within noise of it
+    starts = {f"c{i}": {"accuracy": 0.30, "n": 2100, "se": 0.01} for i in range(1, 6)}
+    starts["c6"] = {"accuracy": 0.99, "n": 1000, "se": 0.01}
     picks = {p["config_id"]: p for p in ladder_selection(make_ladder(), CONFIGS, k=10,
                                                          starts=starts)}
     assert picks["c1"]["gain"] == pytest.approx(0.30)
@@ -512,8 +512,8 @@ def test_ladder_selection_says_whether_each_pick_beats_its_warm_start():
     assert picks["c6"]["gain"] == pytest.approx(-0.01)
     assert picks["c6"]["gain_text"].endswith("no clear gain from post-training")
     assert "vs its warm start" in picks["c6"]["reason"]
-    # a size that fell clearly below its warm start is said to be worse for post-training
-    starts["tiny-s"]["accuracy"] = 0.80
+    # a config that fell clearly below its warm start is said to be worse for post-training
+    starts["c1"] = starts["c1"] | {"accuracy": 0.80}
     worse = ladder_selection(make_ladder(), CONFIGS, k=10, starts=starts)
     assert next(p for p in worse if p["config_id"] == "c1")["gain_text"].endswith(
         "below it: post-training made it worse")
@@ -521,9 +521,10 @@ def test_ladder_selection_says_whether_each_pick_beats_its_warm_start():
     assert "gain" not in ladder_selection(make_ladder(), CONFIGS, k=1)[0]
 
 
-def test_warm_starts_reads_checkpoint_0_on_the_most_problems_per_size():
+def test_warm_starts_reads_checkpoint_0_on_the_most_problems_per_baseline():
+    # a, b and old share a baseline (one warm start, the same conditions), c has its own
     cells = pd.DataFrame({"cell_id": ["a", "b", "c", "old"], "config_id": ["A", "B", "C", "O"],
-                          "reward": "rule", "status": "ok",
+                          "reward": "rule", "status": "ok", "baseline_key": ["m", "m", "s", "m"],
                           "model": ["tiny-m", "tiny-m", "tiny-s", "tiny-m"]})
     evals = pd.DataFrame({
         "cell_id": ["a", "a", "b", "c", "old", "a"], "target": "val",
@@ -532,10 +533,13 @@ def test_warm_starts_reads_checkpoint_0_on_the_most_problems_per_size():
         "n": [1000, 1000, 1000, 1000, 128, 128], "flops": 0.0})
     evals.loc[5, "target"] = "test"  # another target is not read
     starts = warm_starts(evals, cells, target="val")
-    # tiny-m: a and b on 1,000 problems (the 128-problem row of an older cell is not read)
-    assert starts["tiny-m"] == {"accuracy": 0.90, "n": 1000,
-                                "se": pytest.approx(math.sqrt(0.9 * 0.1 / 1000))}
-    assert starts["tiny-s"]["accuracy"] == 0.30
+    # tiny-m's: a and b on 1,000 problems (the 128-problem row of an older cell is not
+    # read), by config, the old cell's too
+    assert starts["A"] == {"accuracy": 0.90, "n": 1000,
+                           "se": pytest.approx(math.sqrt(0.9 * 0.1 / 1000)),
+                           "model": "tiny-m", "baseline": "m", "label": "tiny-m"}
+    assert starts["A"] == starts["B"] == starts["O"]
+    assert starts["C"]["accuracy"] == 0.30
     assert warm_starts(evals, cells, target="ood") == {}
 
 

@@ -242,11 +242,14 @@ def test_a_budget_list_runs_one_ladder_per_budget_and_reports_where_the_pick_cha
     # race validate runs the ladder's pick afresh at the full budget and compares
     folder = parent / "budget-3e10"
     selection = json.loads((folder / "selection.json").read_text())
-    # the pick is read against its size's warm start (checkpoint 0 of the first rung)
-    start = selection["warm_starts"]["tiny-s"]
-    assert start["n"] == 4
+    # the pick is read against its own warm start (checkpoint 0 of the first rung, of the
+    # cells with its warm start and evaluation conditions)
+    starts = selection["warm_starts"]
+    assert {s["model"] for s in starts.values()} == {"tiny-s"}
+    assert {s["n"] for s in starts.values()} == {4}
     if selection["selected"]:
         pick = selection["selected"][0]
+        start = starts[pick["config_id"]]
         assert pick["gain"] == pytest.approx(pick["score"] - start["accuracy"])
     else:
         pick = select_best_cell(folder)  # nothing learned: none selected

@@ -7,9 +7,9 @@ each reached (:func:`race.analysis.select.ladder_selection`), a flat sweep's at 
 pilot's end. Intervals are :func:`race.core.stats.normal_interval` at ``level`` from a score's
 standard error (binomial over its problems, pooled over seeds; a flat sweep's configs:
 their ranking's), the one interval every table prints for a read; gains are over the
-size's warm start on the same target. Configs whose reads tie (equal scores, or every
-interval holding 0 with the leader's) are a tie: a row names them all, never a winner
-picked by their order (``tied``).
+config's own warm start on the same target (:func:`race.analysis.select.warm_starts`).
+Configs whose reads tie (equal scores, or every interval holding 0 with the leader's) are
+a tie: a row names them all, never a winner picked by their order (``tied``).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def pick_profile(pick: dict, cells: pd.DataFrame, configs: pd.DataFrame, *,
         mean, se = float(row["mean"].iloc[0]), float(row["se"].iloc[0])
         out |= {"observed": mean, "observed_lo": float(row["lo"].iloc[0]),
                 "observed_hi": float(row["hi"].iloc[0]), "se": se}
-        start = starts.get(pick["model"])
+        start = starts.get(pick["config_id"])
         if start is not None:
             gain, gain_se = mean - start["accuracy"], math.hypot(se, start["se"])
             out |= {"start": start["accuracy"], "gain": gain, "gain_se": gain_se,
@@ -110,7 +110,8 @@ def ladder_answer(ladder: dict, configs: pd.DataFrame, cells: pd.DataFrame,
         configs: the first rung's ranked configs on the primary target (knobs, regime).
         cells, evals: every rung's cells and checkpoint evals.
         targets: the evaluated targets, the primary (selection's) first.
-        starts: each size's warm start on the primary target.
+        starts: each config's warm start on the primary target
+            (:func:`race.analysis.select.warm_starts`).
 
     Returns:
         (runner_up or None, findings: one row per (by, value), :data:`FINDING_COLUMNS`).
@@ -125,7 +126,7 @@ def ladder_answer(ladder: dict, configs: pd.DataFrame, cells: pd.DataFrame,
             best = group[0]
             rows.append(_finding(by, value, best["config_id"], best, primary, best["score"],
                                  best["se"], best["basis_used"].replace("observed at ", ""),
-                                 level, starts.get(best["model"]),
+                                 level, starts.get(best["config_id"]),
                                  tied=ties(best["config_id"], _reads(group, level)),
                                  n_configs=len(group)))
     for target in targets:
@@ -135,7 +136,7 @@ def ladder_answer(ladder: dict, configs: pd.DataFrame, cells: pd.DataFrame,
         if best is None:
             continue
         start = (starts if target == primary else
-                 warm_starts(evals, cells, target=target)).get(best["model"])
+                 warm_starts(evals, cells, target=target)).get(best["config_id"])
         rows.append(_finding("target", target, best["config_id"], best, target,
                              best["score"], best["se"],
                              best.get("read_at") or best["basis_used"].replace(
@@ -152,7 +153,7 @@ def ladder_answer(ladder: dict, configs: pd.DataFrame, cells: pd.DataFrame,
                              f"({fmt_flops(rung['budget_flops'])})", best["config"], best,
                              primary, best["score"], best["se"],
                              f"rung {rung['rung']} ({len(rung['candidates'])} configs)",
-                             level, starts.get(best["model"]),
+                             level, starts.get(best["config"]),
                              tied=ties(best["config"], _reads(clean, level, "config")),
                              n_configs=len(clean)))
     return _ladder_runner_up(ladder, ranking, z), pd.DataFrame(rows, columns=FINDING_COLUMNS)
@@ -225,14 +226,15 @@ def flat_answer(ranked: dict, selected: list[dict], targets: list[str], *, level
         for value, group in configs.groupby(key, sort=True):
             best = group.iloc[0]
             rows.append(_finding(by, value, best["config_id"], best, primary, best["mean"],
-                                 best["se"], "pilot end", level, starts.get(best["model"]),
+                                 best["se"], "pilot end", level,
+                                 starts.get(best["config_id"]),
                                  tied=ties(best["config_id"], _frame_reads(group)),
                                  n_configs=len(group)))
     pick = configs.iloc[0]["config_id"]  # the primary target's row
     for target in (t for t in targets if t in ranked):  # a target read past warm starts
         best = ranked[target][0].iloc[0]
         start = (starts if target == primary else
-                 warm_starts(evals, cells, target=target)).get(best["model"])
+                 warm_starts(evals, cells, target=target)).get(best["config_id"])
         theirs = ranked[target][0][ranked[target][0]["config_id"] == pick]
         over = ((best["mean"] - theirs["mean"].iloc[0],
                  math.hypot(best["se"], theirs["se"].iloc[0])) if len(theirs)

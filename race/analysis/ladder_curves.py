@@ -1,5 +1,5 @@
 """What a ladder's figures draw: every config's score against charged FLOPs through
-every rung it ran, from its size's warm start, and the curve fits where a lineage has
+every rung it ran, from its own warm start, and the curve fits where a lineage has
 points enough (pure pandas).
 
 A ladder's rung continues the cell of the rung below from its saved state, so a config's

@@ -88,8 +88,8 @@ def check_learning(cells: pd.DataFrame, evals: pd.DataFrame, steps: pd.DataFrame
     Args:
         cells: every rung's cells (status, config_id, model, reward, steps).
         evals: every rung's checkpoint evals; ``steps``: their step rows.
-        target: the selection target; ``starts``: each size's warm start on it
-            (:func:`race.analysis.select.warm_starts`).
+        target: the selection target; ``starts``: each config's warm start on it
+            (:func:`race.analysis.select.warm_starts`, by the first rung's config).
     """
     ok = cells[cells["status"] == "ok"]
     config = config_of_cells(ok, ladder)
@@ -104,7 +104,7 @@ def check_learning(cells: pd.DataFrame, evals: pd.DataFrame, steps: pd.DataFrame
         train = _train_flat(steps[steps["cell_id"].isin(ids)] if len(steps) else steps,
                             mine["steps"].tolist() if "steps" in mine else [])
         flat, evidence = _score_flat(reads[reads["cell_id"].isin(ids)] if len(reads)
-                                     else reads, starts.get(model), z)
+                                     else reads, starts.get(name), z)
         if train:
             evidence = "train reward never rose above its first step's; " + evidence
         rows.append({"config": name, "model": model, "reward": mine["reward"].iloc[0],

@@ -13,7 +13,7 @@ import pandas as pd
 from race.analysis.surfaces import with_update_fractions
 from race.catalog import load_model_shape
 from race.core.regime import RegimeThresholds, regime_label
-from race.core.specs import ModelShape, RunSpec, start_key
+from race.core.specs import ModelShape, RunSpec, baseline_key, start_key
 from race.store.cell import CellDir, cell_dirs, every_cell_dir
 from race.store.io import SWEEP_JSON_FIX, read_jsonl, read_result
 from race.store.pilots import pilot_row
@@ -55,7 +55,9 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
 
     - ``cells``: one row per cell (``pilots.csv``'s columns plus ``params``,
       ``full_budget_flops`` and the ``regime`` named from its realized shares; with
-      ``rho_planned`` and ``rho_realized``, as ``pilots.csv``, read afresh).
+      ``rho_planned`` and ``rho_realized``, as ``pilots.csv``, read afresh; an ok cell's
+      ``baseline_key``, :func:`race.core.specs.baseline_key`: the cells whose checkpoint 0
+      its gain is read against).
     - ``evals``: one row per (cell, target, checkpoint): FLOPs spent then, accuracy, and
       the problems ``n`` it was scored on. A ladder cell that left its warm start to its
       group (``score_start`` false) gets the group's checkpoint-0 rows (the same model on
@@ -92,6 +94,7 @@ def load_results(sweep_dir: Path, *, thresholds=None, with_steps: bool = False):
         if row["status"] != "ok":
             continue
         spec = read_result(CellDir(cell_dir).spec, CellDir(cell_dir).rerun_fix())
+        row["baseline_key"] = baseline_key(spec)  # whose checkpoint 0 its gain is read against
         first = len(evals)
         finals = _read_metrics(CellDir(cell_dir), row, spec.get("convention", "model"),
                                evals, steps)

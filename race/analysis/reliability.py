@@ -73,7 +73,8 @@ def sweep_reliability(cells: pd.DataFrame, evals: pd.DataFrame, examples: pd.Dat
         evals: every checkpoint eval (flat sweeps: the last two checkpoints agree?).
         examples: per-problem scores at each cell's last checkpoint (``cell_id``,
             ``target``, ``example``, ``correct``).
-        starts: each size's warm start on ``target`` (``accuracy``).
+        starts: each config's warm start on ``target`` (``accuracy``;
+            :func:`race.analysis.select.warm_starts`).
         ladder: ``ladder.json`` or None (a flat sweep).
 
     Returns:
@@ -117,7 +118,7 @@ def sweep_reliability(cells: pd.DataFrame, evals: pd.DataFrame, examples: pd.Dat
         out["agreement"] = rel.rung_agreement(first, after, groups)
     else:
         out["agreement"] = _flat_agreement(evals, ok, target, groups)
-    start = {c: starts[s]["accuracy"] for c, s in groups.items() if s in starts}
+    start = {c: starts[c]["accuracy"] for c in groups if c in starts}
     reliability = out["rungs"][0]["reliability"]
     out |= {"reliability": reliability, "past_start": rel.share_past_start(first, start),
             "problems": int(matrix.shape[1]), "configs": len(configs),

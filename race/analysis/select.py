@@ -34,23 +34,73 @@ from race.store.sweep_files import SweepDir
 
 TOP_K, BASIS = REPORT.top_k, REPORT.basis  # when a caller gives none
 
+# load_results' column naming the cells whose checkpoint 0 a cell's gain is read against
+BASELINE = "baseline_key"
+# cells' columns that may tell two baselines of one model apart, in a label
+CONDITIONS = ("task", "max_new_tokens", "select_target", "backend", "convention", "dtype")
+
+
 def warm_starts(evals: pd.DataFrame, cells: pd.DataFrame, *, target: str) -> dict[str, dict]:
-    """Each policy size's accuracy on ``target`` before any update (checkpoint 0 of its
-    cells: the warm start every config of that size shares), scored on the most problems
-    any of its cells used (pilots score the selection target at the start on as many
-    problems as at the end). ``{model: {"accuracy", "n", "se"}}``; sizes never evaluated
-    at the start are left out."""
+    """Each config's accuracy on ``target`` before any update: checkpoint 0 of the cells
+    that share its warm start *and* its evaluation conditions (``baseline_key``,
+    :func:`race.core.specs.baseline_key`: the same weights scored greedily on the same
+    problems of the same task and knobs, at the same generation cap), scored on the most
+    problems any of them used (pilots score the selection target at the start on as many
+    problems as at the end). Cells whose conditions differ (another ``grid.max_new_tokens``,
+    task knob or eval target) never share a baseline: each config is judged against the
+    start it had. Frames without ``baseline_key`` (made by hand) group by model.
+
+    Returns ``{config_id: {"accuracy", "n", "se", "model", "baseline", "label"}}``
+    (``baseline``: its group's key; ``label``: the model, with what sets the group apart
+    where the model has several); configs whose group was never evaluated at the start
+    are left out.
+    """
     if not len(evals) or target not in set(evals["target"]):
         return {}
+    ok = cells[cells["status"] == "ok"] if "status" in cells else cells
+    groups = (ok[BASELINE].fillna(ok["model"]) if BASELINE in ok else ok["model"]).astype(str)
+    group_of = dict(zip(ok["cell_id"], groups))
     ev = target_evals(evals, cells, target)
-    ev = ev[ev["checkpoint"] == 0.0].merge(cells[["cell_id", "model"]], on="cell_id")
-    out = {}
-    for model, rows in ev.groupby("model"):
+    ev = ev[ev["checkpoint"] == 0.0]
+    ev = ev.assign(group=ev["cell_id"].map(group_of))
+    scored = {}
+    for group, rows in ev.groupby("group"):
         rows = rows[rows["n"] == rows["n"].max()]
         accuracy, n = float(rows["accuracy"].mean()), int(rows["n"].iloc[0])
         if n > 0:
-            out[str(model)] = {"accuracy": accuracy, "n": n, "se": binomial_se(accuracy, n)}
-    return out
+            scored[group] = {"accuracy": accuracy, "n": n, "se": binomial_se(accuracy, n)}
+    labels = _baseline_labels(ok.assign(group=groups))
+    return {str(config): scored[group] | {"model": str(model), "baseline": group,
+                                          "label": labels[group]}
+            for config, group, model in zip(ok["config_id"], groups, ok["model"])
+            if group in scored}
+
+
+def _baseline_labels(ok: pd.DataFrame) -> dict[str, str]:
+    """Each baseline group's label: its model, and where the model has several groups the
+    :data:`CONDITIONS` whose values differ among them (else the group's key)."""
+    labels = {}
+    for model, rows in ok.groupby("model"):
+        firsts = rows.groupby("group").first()
+        differ = [c for c in CONDITIONS if c in firsts and firsts[c].astype(str).nunique() > 1]
+        for group, row in firsts.iterrows():
+            if len(firsts) == 1:
+                labels[group] = str(model)
+            else:
+                apart = ", ".join(f"{c}={_shown(row[c])}" for c in differ) or f"start {group}"
+                labels[group] = f"{model} ({apart})"
+    return labels
+
+
+def _shown(value) -> str:
+    value = plain(value)
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def baselines(starts: dict[str, dict]) -> list[dict]:
+    """The distinct baselines of :func:`warm_starts` (one per group), by label."""
+    return sorted({s["baseline"]: s for s in starts.values()}.values(),
+                  key=lambda s: s["label"])
 
 
 def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = TOP_K,
@@ -66,9 +116,9 @@ def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = TOP_K,
     Args:
         ladder: ``ladder.json`` (rungs, each with its ranked ``candidates``).
         configs: ``rank_regimes``'s configs on the first rung (for each config's regime).
-        starts: :func:`warm_starts`; each choice then carries its ``gain`` over its size's
-            warm start, with ``gain_se`` (the two standard errors combined) and a verdict
-            at ``level`` in its reason.
+        starts: :func:`warm_starts`; each choice then carries its ``gain`` over its own
+            warm start (its config's), with ``gain_se`` (the two standard errors combined)
+            and a verdict at ``level`` in its reason.
     """
     z = z_of_level(level)
     regime = dict(zip(configs["config_id"], configs["regime"])) if len(configs) else {}
@@ -85,7 +135,7 @@ def ladder_selection(ladder: dict, configs: pd.DataFrame, *, k: int = TOP_K,
         else:
             why = "last rung" if rung is rungs[-1] else f"stopped at {where}"
         score, se = float(cand["score"]), float(cand["se"])
-        start, gain = (starts or {}).get(cand["model"]), {}
+        start, gain = (starts or {}).get(cand["config"]), {}
         if start is not None:
             diff, diff_se = score - start["accuracy"], math.hypot(se, start["se"])
             gain = {"start": start["accuracy"], "gain": diff, "gain_se": diff_se,

@@ -47,10 +47,18 @@ from race.report.plan import (
 )
 from race.report.validation import validation_section
 from race.run.bounds import cap_given, cap_warning, length_warning
+from race.run.cells import warm_start_notes
 from race.run.full_runs import CONFIRM_ABOVE_H, plan_validation, run_validation
 from race.run.grid import plan_grid
+from race.run.launch.job import use_threads
 from race.run.launch.launcher_base import launcher_for, launchers
-from race.run.pilot_command import check_pilot, pilot_multirun, pilot_spec
+from race.run.pilot_command import (
+    check_pilot,
+    check_pilot_overrides,
+    pilot_multirun,
+    pilot_spec,
+    pilot_threads,
+)
 from race.run.prefetch import hub_needs, plan_needs_text, prefetch
 from race.store.cell import CellDir
 from race.store.io import no_space
@@ -158,6 +166,8 @@ def cmd_plan(overrides: Overrides) -> int:
             print(needs, file=sys.stderr)
         if budgets:
             print()
+    for note in warm_start_notes(c.spec for plan in plans for c in plan.runnable):
+        print(f"race plan: {note}", file=sys.stderr)
     return 0
 
 
@@ -195,7 +205,7 @@ def cmd_validate(sweep_dir: str, overrides: Overrides, yes: bool = False) -> int
             raise UsageError(f"more than {CONFIRM_ABOVE_H:g} h of full-budget runs (or hours "
                              f"unknown) and no terminal to ask: rerun with --yes, or "
                              f"validate.confirm=false, to start them")
-        if input("race validate: start them? [y/N] ").strip().lower() not in ("y", "yes"):
+        if not _confirmed("race validate: start them? [y/N] "):
             print("race validate: not started", file=sys.stderr)
             return 1
     comparison = run_validation(folder, cfg, plan=plan)
@@ -203,6 +213,16 @@ def cmd_validate(sweep_dir: str, overrides: Overrides, yes: bool = False) -> int
     for row in comparison["failed"]:
         print(f"failed {row['cell_id']}: {row['error']}", file=sys.stderr)
     return 0 if not comparison["failed"] else 1
+
+
+def _confirmed(question: str) -> bool:
+    """A y/N answer on the terminal: yes only for y or yes; end of input (Ctrl-D) is no."""
+    try:
+        answer = input(question)
+    except EOFError:
+        print(file=sys.stderr)  # the prompt's line ends where the terminal left it
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
 # What to do when a command cannot write a file: the key that moves what it writes
@@ -233,6 +253,7 @@ def _first_line(error: BaseException) -> str:
 
 def cmd_pilot(overrides: Overrides) -> int:
     """``race pilot``: run one cell at ``pilot.fraction x budget`` and print its summary."""
+    check_pilot_overrides(overrides)  # launcher.*: what it reads, the rest refused
     cfg = compose_config(overrides)
     spec = pilot_spec(cfg)
     check_pilot(cfg, spec)  # what race sweep checks, before any model loads or file is written
@@ -240,6 +261,9 @@ def cmd_pilot(overrides: Overrides) -> int:
     print(f"race pilot: {spec.model} x {dict(spec.reward)['name']}, G={spec.group_size}, "
           f"mu={spec.update_epochs}, pilot budget {fmt_flops(spec.budget_flops)} FLOPs "
           f"({spec.convention}) -> {cell_dir}", file=sys.stderr)
+    threads, why = pilot_threads(cfg)
+    use_threads(threads)
+    print(f"race pilot: {threads} torch thread(s) ({why})", file=sys.stderr)
     if warning := cap_warning(cfg.task, [(spec.max_new_tokens, spec.model,
                                           cap_given(overrides))]):
         print(f"race pilot: {warning}", file=sys.stderr)

@@ -112,11 +112,30 @@ def _sweep_folder(path: str) -> Path:
 def cmd_report(sweep_dir: str, overrides: Overrides) -> int:
     """``race report SWEEP_DIR``: leaderboard, compute card, plots, selection."""
     folder = _sweep_folder(sweep_dir)
+    check_report_keys(folder, overrides)  # before their values are composed and checked
     cfg = compose_config(overrides)
     validate(cfg)
     check_report_overrides(folder, overrides, cfg)
     _report(folder, cfg)
     return 0
+
+
+# the overrides race report reads (ReportConfig's own: how it ranks and reports)
+REPORT_KEYS = ("report.n_boot", "report.level", "report.top_k", "report.basis")
+
+
+def check_report_keys(folder: Path, overrides: Overrides) -> None:
+    """Refuse, never ignore, an override ``race report`` does not read: any key but
+    :data:`REPORT_KEYS` (its cells ran with what their ``spec.json`` records: ``grid.*``,
+    ``budget``, a model or a launcher given here would change nothing)."""
+    unused = [text for text in overrides if text.lstrip("+~").split("=", 1)[0]
+              not in REPORT_KEYS]
+    if unused:
+        raise UsageError(f"{' '.join(unused)}: race report ranks the cells {folder} holds, "
+                         f"which ran with what their spec.json records, and reads only "
+                         f"{', '.join(REPORT_KEYS)}; drop {'it' if len(unused) == 1 else 'them'}"
+                         f" (to run cells with other knobs: race sweep with them, "
+                         f"sweep.extend=true to add them to this folder)")
 
 
 def check_report_overrides(folder: Path, overrides: Overrides, cfg) -> None:

@@ -32,6 +32,9 @@ from race.tasks.arith import ArithTask
 from race.tasks.math import eval_entries
 from race.tasks.reasoning_gym import as_text, config_problems
 
+# seeds torch.manual_seed takes as given (a negative one is folded onto these)
+SEED_LIMIT = 2 ** 64
+
 
 def _finite_problems(cfg: RaceConfig, knob_values: dict[str, Any]) -> list[str]:
     """Every float field that is NaN or infinite (``budget=1e400`` overflows to inf): the
@@ -93,6 +96,12 @@ def selection_problems(selection: SelectionConfig) -> list[str]:
         problems.append(f"selection.replicates={selection.replicates}: must be an integer "
                         f">= 1 (seeds each config of the last rung is read on, e.g. "
                         f"selection.replicates=2)")
+    elif selection.replicates != 1 and selection.policy == "flat":
+        seeds = ",".join(str(s) for s in range(selection.replicates))
+        problems.append(f"selection.replicates={selection.replicates}: reads a ladder's last "
+                        f"rung on more seeds, and selection.policy=flat has no rungs (it "
+                        f"would be ignored); give the seeds as an axis, pilot.seed={seeds}, "
+                        f"or use selection.policy=ladder")
     if selection.promote_by not in PROMOTE_BY:
         problems.append(f"selection.promote_by={selection.promote_by!r}: use "
                         + " or ".join(f"selection.promote_by={k}" for k in PROMOTE_BY))
@@ -135,6 +144,10 @@ def testbed_problems(cfg: RaceConfig) -> list[str]:
     if not 0 <= warm.flip <= 1:
         problems.append(f"warmstart.flip={warm.flip}: a share of the demonstrations' "
                         f"subtraction steps, in [0, 1] (0: clean demonstrations)")
+    if not 0 <= warm.seed < SEED_LIMIT:
+        problems.append(f"warmstart.seed={warm.seed}: the warm start seeds torch's "
+                        f"generator with it, which takes 0 to 2**64 - 1 ({SEED_LIMIT - 1}); "
+                        f"use a seed in that range, e.g. warmstart.seed=1")
     return problems
 
 

@@ -17,7 +17,7 @@ their noise. Three diagnostics, each computed from what a sweep already measured
 - **rung agreement** (:func:`rung_agreement`): Kendall's tau between two consecutive
   rungs' scores over the configs that ran both. Curves that settle keep their order.
 - **share past the warm start** (:func:`share_past_start`): the configs whose first read
-  is above their size's warm start. Where few are, the configs differ by noise more than
+  is above their own warm start. Where few are, the configs differ by noise more than
   by what they learned.
 
 :func:`verdict` turns them into one of ``can rank``, ``weakly`` or ``cannot``, with the
@@ -139,7 +139,7 @@ def rung_agreement(before: Mapping[str, float], after: Mapping[str, float],
 
 def share_past_start(scores: Mapping[str, float], starts: Mapping[str, float]) -> float:
     """The share of configs scoring above their warm start (``starts``: config -> its
-    size's warm-start score on the same target); NaN with none known."""
+    own warm-start score on the same target); NaN with none known."""
     known = [c for c in scores if c in starts]
     if not known:
         return math.nan

@@ -332,6 +332,19 @@ def start_key(spec: Mapping[str, Any]) -> str:
     return _short_hash({k: spec.get(k) for k in START_FIELDS})
 
 
+# What a warm start's accuracy depends on: START_FIELDS but the reward (accuracy is the
+# task's verifier's, whatever reward the cell trains on, and the reward's model is no part
+# of the policy's weights). A cell's gain is read against the cells that agree on them
+BASELINE_FIELDS = tuple(f for f in START_FIELDS if f != "reward")
+
+
+def baseline_key(spec: Mapping[str, Any]) -> str:
+    """The group whose checkpoint 0 a cell's gain is read against (its ``spec.json`` or
+    ``RunSpec.to_dict()``): a short hash of its :data:`BASELINE_FIELDS` (the same weights
+    scored greedily on the same problems of the same task, knobs and cap)."""
+    return _short_hash({k: spec.get(k) for k in BASELINE_FIELDS})
+
+
 def _short_hash(fields: dict[str, Any]) -> str:
     blob = json.dumps(fields, sort_keys=True, default=list)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]

@@ -176,7 +176,7 @@ def answer_markdown(result: SweepAnalysis) -> str:
                  if result.ladder is None else "; budget: the leader at each rung")
         parts += [f"Best allocation by condition ({result.level:.0%} intervals covering "
                   f"{covers(result)}; gain over "
-                  f"the size's warm start on the same target, with SE; n: the problems a "
+                  f"the config's own warm start on the same target, with SE; n: the problems a "
                   f"read of that target scored{scope}; a target is read only past the "
                   f"warm start):",
                   findings_markdown(result.findings, result.level, result.problems)]

@@ -73,7 +73,7 @@ def _mark_rungs(ax, ladder: dict, *, labels: bool = True) -> None:
 
 def curves(path: Path, points: pd.DataFrame, fits: pd.DataFrame, configs: pd.DataFrame,
            ladder: dict, target: str, full_flops: float, title: str) -> None:
-    """Each config's score on ``target`` against charged FLOPs, from its size's warm
+    """Each config's score on ``target`` against charged FLOPs, from its own warm
     start through its last rung (a line per seed; colour: size, shade: the config's
     first-rung rank; line style and marker: reward), the pick marked, the sigmoid
     through a lineage's rungs drawn to the full budget where one fits."""
@@ -196,14 +196,16 @@ def frontier(path: Path, fronts: dict, points: dict[str, pd.DataFrame], names: l
 
 
 def _warm_starts(ax, points: pd.DataFrame, x0: float) -> None:
-    """Each size's warm start (0 FLOPs), hollow, named: the same policy for every
-    reward."""
-    starts = points[points["flops"] == 0].groupby("model")["accuracy"].mean()
-    ax.scatter([x0] * len(starts), starts.to_numpy(), s=34, facecolors="none",
+    """Each distinct warm start (0 FLOPs), hollow, named by its size: the same policy for
+    every reward; one size scored under other conditions (another generation cap) is
+    another point, never their mean."""
+    starts = points.loc[points["flops"] == 0, ["model", "accuracy"]]
+    starts = starts.assign(accuracy=starts["accuracy"].round(3)).drop_duplicates()
+    ax.scatter([x0] * len(starts), starts["accuracy"].to_numpy(), s=34, facecolors="none",
                edgecolors="0.25", linewidths=1.2, zorder=3)
     names: dict[float, list[str]] = {}
-    for model, accuracy in starts.items():  # sizes that start level share one label
-        names.setdefault(round(float(accuracy), 3), []).append(str(model))
+    for model, accuracy in zip(starts["model"], starts["accuracy"]):  # level: one label
+        names.setdefault(float(accuracy), []).append(str(model))
     for accuracy, models in names.items():
         ax.annotate(", ".join(models), (x0, accuracy), xytext=(6, 0),
                     textcoords="offset points", va="center", fontsize=8, color="0.25")

@@ -9,7 +9,7 @@ import re
 import pandas as pd
 
 from race.analysis.headline import problems_text
-from race.analysis.select import ladder_guards
+from race.analysis.select import baselines, ladder_guards
 from race.analysis.sweep_analysis import SweepAnalysis
 from race.core.fmt import CHARGED_PHASES, fmt_flops
 from race.core.fmt import acc as _acc
@@ -221,7 +221,7 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
                      starts: dict[str, dict] | None = None, spend: dict | None = None,
                      provisional: bool = False) -> str:
     """The leaderboard's ladder section: every rung's configs, scores, charged FLOPs
-    spent and decisions, each score beside its size's warm start (``spend``:
+    spent and decisions, each score beside its config's warm start (``spend``:
     :func:`race.analysis.spend.pilot_spend`'s, whose rung spends say where a rung's
     cells spent unequal compute)."""
     starts, spend = starts or {}, spend or {}
@@ -242,10 +242,11 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
             "; a config whose guard fired is never promoted (pilot compute, as spent and "
             "as planned, is above)."]
     if starts:
-        text.append(f"Warm start on `{target}` (each size's checkpoint 0, before any update; "
-                    "the \"vs start\" column is a score minus its size's): " + ", ".join(
-                        f"{model} {s['accuracy']:.3f} (SE {s['se']:.3f}, n={s['n']})"
-                        for model, s in sorted(starts.items())) + ".")
+        text.append(f"Warm start on `{target}` (checkpoint 0, before any update, of the cells "
+                    "with the same warm start and evaluation conditions; the \"vs start\" "
+                    "column is a score minus its config's): " + ", ".join(
+                        f"{s['label']} {s['accuracy']:.3f} (SE {s['se']:.3f}, n={s['n']})"
+                        for s in baselines(starts)) + ".")
     for rung in ladder["rungs"]:
         last = rung is ladder["rungs"][-1]
         rows, spends = [], spent_at.get(rung["rung"], {})
@@ -258,8 +259,8 @@ def _ladder_markdown(ladder: dict, target: str, selected: list[dict],
                          fmt_flops(sum(mine) / len(mine)) if mine else "-", _acc(c["score"]),
                          _acc(c["se"]), "-" if last else _acc(c["predicted"]),
                          "-" if last else _acc(c["lcb"]),
-                         (f"{c['score'] - starts[c['model']]['accuracy']:+.3f}"
-                          if c["model"] in starts else "-"),
+                         (f"{c['score'] - starts[c['config']]['accuracy']:+.3f}"
+                          if c["config"] in starts else "-"),
                          c.get("why", "") if c.get("promoted") else decision,
                          c.get("guard") or ""])
         text += [f"### Rung {rung['rung']}: {fmt_fraction(rung['fraction'])} "

@@ -17,7 +17,7 @@ from race.run.launch.watch import launch, quiet_library_output
 from race.store import claims
 from race.store.cell import CellDir, last_charged_flops
 from race.store.io import read_json
-from race.warmstart.family import build_family, ready_family
+from race.warmstart.family import build_family, family_status, ready_family
 from race.warmstart.tokenizer import in_family
 
 
@@ -86,15 +86,16 @@ def needs_warm_start(spec) -> bool:
     return any(family_models(spec))
 
 
-def check_warm_start(specs) -> None:
-    """Install or check, before anything is written, the shipped warm starts the pilots
-    of ``specs`` need (a damaged cached one is refused: UsageError, with the fix); the
-    recipes RACE does not ship are trained later, by :func:`warm_start`."""
+def _family_needs(specs) -> tuple[list[str], list[str], list[tuple[dict, dict]]]:
+    """The tiny policies and tiny PRMs the cells of ``specs`` need, and the (task entry,
+    ``warmstart.*`` knobs) pairs each is built for."""
+    specs = list(specs)
     built = [family_models(s) for s in specs]
     policies = sorted({policy for policy, _ in built if policy})
     prms = sorted({prm for _, prm in built if prm})
-    for task, warm in sorted({(tuple(s.task), tuple(s.warmstart)) for s in specs}):
-        ready_family(policies, prms=prms, task=dict(task), warmstart=dict(warm))
+    recipes = sorted({(tuple(s.task), tuple(s.warmstart)) for s in specs
+                      if any(family_models(s))})
+    return policies, prms, [(dict(task), dict(warm)) for task, warm in recipes]
 
 
 def warm_start(specs, workers: int, command: str = "race sweep") -> list[str]:
@@ -104,21 +105,59 @@ def warm_start(specs, workers: int, command: str = "race sweep") -> list[str]:
     Returns the names built or found. Models with weights elsewhere (``policy_path`` or a
     Hugging Face id) need nothing.
     """
-    built = [family_models(s) for s in specs]
-    policies = sorted({policy for policy, _ in built if policy})
-    prms = sorted({prm for _, prm in built if prm})
+    policies, prms, recipes = _family_needs(specs)
     if not policies and not prms:
         return []
     start = time.perf_counter()
     print(f"{command}: warm start of {', '.join(policies + prms)} (the weights RACE ships "
           f"for the default recipes; another recipe is trained here, once)...",
           file=sys.stderr, flush=True)
-    for task, warm in sorted({(tuple(s.task), tuple(s.warmstart)) for s in specs}):
-        build_family(policies, prms=prms, workers=workers, task=dict(task),
-                     warmstart=dict(warm))
+    for task, warm in recipes:
+        build_family(policies, prms=prms, workers=workers, task=task, warmstart=warm)
     print(f"{command}: warm start ready in {time.perf_counter() - start:.0f} s",
           file=sys.stderr)
     return policies + prms
+
+
+def check_warm_starts(specs) -> None:
+    """What :func:`warm_start` would refuse, refused before anything is written (a sweep's
+    ``sweep.json``, a pilot's cell folder): each warm start RACE ships that the cells need
+    is installed (or found) and checked (:func:`race.warmstart.family.ready_family`), so
+    a damaged cached copy is one UsageError here, not a failed pilot per cell. A recipe
+    RACE does not ship is left to :func:`warm_start` to train."""
+    policies, prms, recipes = _family_needs(specs)
+    for task, warm in recipes:
+        ready_family(policies, prms=prms, task=task, warmstart=warm)
+
+
+def warm_start_notes(specs) -> list[str]:
+    """What ``race plan`` says of the warm starts its cells need, read only (nothing
+    installed or built; :func:`race.warmstart.family.family_status`): one line for the
+    recipes RACE does not ship (a sweep trains them here first, and their results differ
+    from the docs), one per damaged cached copy (a sweep refuses it) and one for local
+    builds. Empty where every warm start is shipped."""
+    policies, prms, recipes = _family_needs(specs)
+    states: dict[str, dict[str, tuple]] = {}
+    for task, warm in recipes:
+        for name, (state, folder, bad) in family_status(policies, prms=prms, task=task,
+                                                       warmstart=warm).items():
+            states.setdefault(state, {})[str(folder)] = (name, folder, bad)
+    notes = []
+    if train := states.get("to train"):
+        names = ", ".join(sorted({name for name, _, _ in train.values()}))
+        notes.append(f"warm start of {names}: not a recipe RACE ships (the warmstart.* or "
+                     f"task knobs differ from a shipped one's, e.g. warmstart.seed), so "
+                     f"race sweep trains it on this machine first, once (cached under "
+                     f"RACE_CACHE_DIR), and its results will differ from the docs")
+    for _name, folder, bad in (states.get("damaged") or {}).values():
+        notes.append(f"RACE_CACHE_DIR: the cached warm start {folder} is not the one RACE "
+                     f"ships ({bad} differs), so race sweep and race pilot refuse it; "
+                     f"remove it (rm -r {folder}) and RACE installs the shipped weights")
+    if local := states.get("local build"):
+        folders = " ".join(str(f) for _, f, _ in local.values())
+        notes.append(f"warm start {folders}: a local build, not the weights RACE ships: "
+                     f"results will differ from the docs (rm -r it to use the shipped ones)")
+    return notes
 
 
 LOG_EVERY_S = 300.0  # a log file's status line, between finished pilots, while FLOPs move

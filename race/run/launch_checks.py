@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from race.run.cells import check_warm_start, needs_warm_start
+from race.run.cells import check_warm_starts, needs_warm_start
 from race.run.launch.launcher_base import launcher_for
 from race.run.prefetch import check_needs, hub_needs
 from race.warmstart.cache import check_cache_writable
@@ -20,8 +20,8 @@ def check_launch(specs: Iterable[Any], launcher: Any = None) -> None:
     config; e.g. a SLURM partition the cluster lacks; None: the pilot runs here), a hub
     model or dataset that is neither whole in the Hugging Face cache nor reachable (a
     missing shard or split, a snapshot with refs only), a model cache the tiny family
-    cannot be built into, and a damaged cached copy of a warm start RACE ships (the
-    shipped ones are installed here, before any cell).
+    cannot be built into, and a damaged cached copy of a warm start RACE ships
+    (:func:`race.run.cells.check_warm_starts`).
     """
     specs = list(specs)
     if launcher is not None:
@@ -29,4 +29,4 @@ def check_launch(specs: Iterable[Any], launcher: Any = None) -> None:
     check_needs(hub_needs(specs))  # hub weights and datasets, before any folder
     if any(needs_warm_start(spec) for spec in specs):
         check_cache_writable()  # the tiny family is built into the cache
-        check_warm_start(specs)  # the shipped warm starts installed, or a damaged one refused
+        check_warm_starts(specs)  # a damaged shipped one: refused before anything is written

@@ -29,6 +29,8 @@ from race.pilot.budget import check_budget
 from race.pilot.loop import run_pilot
 from race.run.bounds import check_bounds, pilot_device
 from race.run.grid import solve_cell
+from race.run.launch.job import use_threads
+from race.run.launch.local import local_threads, slots
 from race.run.launch.slurm import check_sbatch
 from race.run.launch_checks import check_launch
 from race.store.cell import CellDir
@@ -68,9 +70,43 @@ def check_pilot(cfg, spec) -> None:
     check_launch([spec])
 
 
+# the launcher.* keys race pilot reads: its torch threads, and the GPU memory its cell's
+# estimated peak is checked against (race.run.grid.solve_cell)
+PILOT_LAUNCHER_KEYS = ("launcher.threads_per_pilot", "launcher.gpu_mem_gb")
+
+
+def check_pilot_overrides(overrides) -> None:
+    """Refuse, never ignore, a launcher override ``race pilot`` does not read: it runs its
+    one pilot in this process (``launcher=slurm``, ``launcher.slots``, ``launcher.gpus``,
+    ... choose how a sweep launches its pilots); only :data:`PILOT_LAUNCHER_KEYS` apply."""
+    keys = [(text, text.lstrip("+~").split("=", 1)[0]) for text in overrides]
+    unused = [text for text, key in keys if key == "launcher" or (
+        key.startswith("launcher.") and key not in PILOT_LAUNCHER_KEYS)]
+    if unused:
+        raise UsageError(f"{' '.join(unused)}: race pilot runs its one pilot in this process, "
+                         f"with no launcher, and reads only {', '.join(PILOT_LAUNCHER_KEYS)} "
+                         f"of launcher.*; drop {'it' if len(unused) == 1 else 'them'} (race "
+                         f"sweep launches pilots through a launcher; race pilot -m through "
+                         f"hydra/launcher=...; pilot.device=cuda runs this one on a GPU)")
+
+
+def pilot_threads(cfg) -> tuple[int, str]:
+    """The torch threads ``race pilot`` runs its pilot on, and why: the ones a local
+    sweep gives each of its pilots (``launcher.threads_per_pilot``, else this machine's
+    cores shared by one slot per core: :func:`race.run.launch.local.local_threads`), never
+    torch's default of every core, whose threads spin beside any other busy process."""
+    given = cfg.launcher.threads_per_pilot
+    if given:
+        return given, f"launcher.threads_per_pilot={given}"
+    return local_threads(cfg.launcher), (
+        f"as each pilot of a local race sweep: {slots(cfg.launcher)} pilot slot(s) share "
+        f"this machine's cores; launcher.threads_per_pilot=N for another count")
+
+
 def hydra_pilot(cfg) -> str:
     """One pilot as a Hydra task function (``race pilot -m``); returns its status."""
     typed = with_task_lengths(OmegaConf.to_object(cfg))
+    use_threads(pilot_threads(typed)[0])
     spec = to_run_spec(typed, pilot_flops(full_budget(typed), typed.pilot.fraction))
     summary = run_pilot(spec, CellDir.of(typed.pilot.out_dir, spec.cell_id).path)
     print(f"race pilot: {spec.cell_id} {summary['status']}, {summary['steps']} steps, "
@@ -87,6 +123,7 @@ def pilot_multirun(overrides: Overrides) -> int:
     """
     check_hydra_launcher(overrides)
     ours = Overrides([t for t, _ in overrides.items() if not t.lstrip("+~").startswith("hydra")])
+    check_pilot_overrides(ours)
     fixed, axes = ours.split()
     for values in itertools.product(*axes.values()):
         cfg = compose_config(fixed + [f"{k}={v}" for k, v in zip(axes, values)])

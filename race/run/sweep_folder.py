@@ -1,12 +1,14 @@
 """What a sweep folder must agree with before ``race sweep`` writes into it: the same
 plan (a rerun resumes it), or with ``sweep.extend=true`` the same task, budget,
-``selection.policy`` and ``pilot.fraction`` (one table, :data:`EXTEND_KEYS`); a folder
-that already mixes them, a budget list into one budget's folder or the reverse, and cells
-``sweep.json`` lists whose folders are gone, each refused with the folder to fix.
+``selection.policy`` and ``pilot.fraction`` (one table, :data:`EXTEND_KEYS`) and the same
+task knobs; a folder that already mixes them, a budget list into one budget's folder or
+the reverse, and cells ``sweep.json`` lists whose folders are gone, each refused with the
+folder to fix.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -205,8 +207,44 @@ def check_extension(folder: Path, record: dict, specs: dict[str, dict], plan: Pl
                         f"{key}={there} (its sweep.json), and {why}; give "
                         f"{key}={there} to extend it, or another sweep.name for this "
                         f"{noun}{also}")
+    problems += _task_knob_problems(folder, specs, plan)
     if problems:
         raise UsageError("; ".join(problems))
+
+
+def _task_knob_problems(folder: Path, specs: dict[str, dict], plan: Plan) -> list[str]:
+    """Each knob of the folder's task (``task.digits``, ``task.source``, ...) that this
+    plan's cells give another value: one report ranks pilots of one task, and a knob of
+    it changes the problems every cell is scored on (another task is
+    :data:`EXTEND_KEYS`' own line, so only the same task's knobs are compared here)."""
+    mine = next((dict(c.spec.task) for c in plan.cells if c.spec is not None), None)
+    theirs = [s["task"] for s in specs.values() if isinstance(s.get("task"), dict)]
+    if mine is None or not theirs or theirs[0].get("name") != mine.get("name"):
+        return []
+    problems = []
+    for key in sorted((set(mine) | {k for t in theirs for k in t}) - {"name"}):
+        held = []
+        for task in theirs:
+            if task.get(key) not in held:
+                held.append(task.get(key))
+        if mine.get(key) in held:
+            continue
+        there = ",".join(_knob_text(v) for v in held)
+        problems.append(f"task.{key}={_knob_text(mine.get(key))}: sweep.extend=true adds "
+                        f"cells to {folder}, a sweep at task.{key}={there} (its cells' "
+                        f"spec.json), and one report ranks pilots of one task, each scored on "
+                        f"the same problems; give task.{key}={there} to extend it, or "
+                        f"another sweep.name for this task")
+    return problems
+
+
+def _knob_text(value) -> str:
+    """A task knob's value as an override would give it."""
+    if value is None:
+        return "null"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return _shown("", value)
 
 
 def _check_not_budget_parent(folder: Path, budget_flops: float) -> None:

@@ -3,13 +3,25 @@ from them, at once, one single-threaded process per core (both cached, built onc
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 from race.catalog import load_model_shape
-from race.warmstart.policies import build_tiny_policy, warm_start_recipe
-from race.warmstart.prm import INIT_FROM, family_prm
+from race.warmstart import shipped
+from race.warmstart.policies import (
+    build_tiny_policy,
+    cache_folder,
+    policy_payload,
+    warm_start_recipe,
+)
+from race.warmstart.prm import INIT_FROM, family_prm, family_prm_folders
+
+
+def policy_folder(name: str, recipe) -> Path:
+    """Where tiny policy ``name`` of ``recipe`` is cached (nothing built)."""
+    return cache_folder("policies", name, policy_payload(name, recipe))
 
 
 def _policy(name: str, task: dict, warmstart: dict, rebuild: bool,
@@ -20,13 +32,47 @@ def _policy(name: str, task: dict, warmstart: dict, rebuild: bool,
 
 def ready_family(names: list[str], *, prms: list[str] = (), task: dict | None = None,
                  warmstart: dict | None = None) -> dict[str, Path | None]:
-    """The folders of the tiny policies and PRMs that need no training: a shipped one
-    installed (or, cached, checked: a damaged one is refused, UsageError), another recipe
-    found in the cache; None for each that is still to be trained. In this process, in
-    about a second: what ``race sweep`` and ``race pilot`` check before anything else."""
+    """The tiny policies ``names`` and tiny PRMs ``prms`` that need no training, for a
+    cell's ``task`` and ``warmstart`` knobs, in this process: each one RACE ships installed
+    from its archive (or found) and checked (:mod:`race.warmstart.shipped`: a cached copy
+    that differs is refused, UsageError), each other cached one found. None for each that
+    would have to be trained (:func:`build_family` trains it)."""
     task, warmstart = dict(task or {}), dict(warmstart or {})
     ready = {n: _policy(n, task, warmstart, False, train=False) for n in names}
     return ready | {n: family_prm(n, task, warmstart, train=False) for n in prms}
+
+
+def family_status(names: list[str], *, prms: list[str] = (), task: dict | None = None,
+                  warmstart: dict | None = None) -> dict[str, tuple[str, Path, str]]:
+    """What :func:`build_family` would do for each of ``names`` and ``prms``, read only
+    (nothing installed, built or loaded): name -> (state, cache folder, detail), the
+    state one of ``shipped`` (RACE ships it: installed on first use, or installed and
+    whole), ``cached`` (a cached build of a recipe RACE does not ship), ``local build``
+    (a shipped recipe rebuilt here at the user's request), ``damaged`` (a cached copy of a
+    shipped one that differs; detail: the first file that does) or ``to train`` (not
+    shipped, not cached: the sweep trains it here, once). A PRM whose policy must be
+    trained is ``to train`` too."""
+    task, warmstart = dict(task or {}), dict(warmstart or {})
+    folders = {n: policy_folder(n, warm_start_recipe(n, task, warmstart)) for n in names}
+    folders |= {n: family_prm_folders(n, task, warmstart)[0] for n in prms}
+    return {n: _state(folder) for n, folder in folders.items()}
+
+
+def _state(folder: Path) -> tuple[str, Path, str]:
+    name = f"{folder.parent.name}/{folder.name}"
+    info = folder / "build_info.json"
+    if not shipped.archive_of(name):
+        return ("cached" if info.is_file() else "to train"), folder, ""
+    if not folder.exists():
+        return "shipped", folder, ""
+    bad = shipped.differing(folder, name) if folder.is_dir() else [folder.name]
+    if not bad:
+        return "shipped", folder, ""
+    try:
+        local = bool(json.loads(info.read_text()).get("local_build"))
+    except (OSError, ValueError, AttributeError):
+        local = False
+    return ("local build" if local else "damaged"), folder, bad[0]
 
 
 def build_family(names: list[str], *, workers: int = 2, rebuild: bool = False,

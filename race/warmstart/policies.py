@@ -118,6 +118,14 @@ def single_thread():
         torch.set_num_threads(threads)
 
 
+def cache_folder(kind: str, name: str, payload: dict) -> Path:
+    """Where :func:`cached_build` keeps ``kind/name`` built from ``payload``:
+    ``cache_dir()/kind/name-<hash of payload>`` (``kind/name-<hash>`` is the name
+    :mod:`race.warmstart.shipped` ships it under)."""
+    key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+    return cache_dir() / kind / f"{name}-{key}"
+
+
 def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], dict], *,
                  rebuild: bool = False, train: bool = True) -> Path | None:
     """``cache_dir()/kind/name-<hash of payload>``, built once by ``build(staging)``.
@@ -130,9 +138,9 @@ def cached_build(kind: str, name: str, payload: dict, build: Callable[[Path], di
     when complete, so a crash never leaves a half-built model. ``train=False``: None
     where the folder would have to be trained (shipped and cached folders are returned).
     """
-    key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
-    folder = cache_dir() / kind / f"{name}-{key}"
-    shipped_name = f"{kind}/{name}-{key}"
+    folder = cache_folder(kind, name, payload)
+    key = folder.name.rsplit("-", 1)[1]
+    shipped_name = f"{kind}/{folder.name}"
     if shipped.archive_of(shipped_name) and not rebuild:
         with cache_writes(folder.parent):
             return shipped.install(shipped_name, folder)
@@ -322,9 +330,15 @@ def build_tiny_policy(name: str, *, seed: int = 0, rebuild: bool = False,
         raise UsageError(f"model={name}: only the tiny family (tokenizer {FAMILY}) is built "
                          f"by RACE; {name} loads from {shape.hf_id or 'its hf_id'}")
     recipe = recipe or WarmStartRecipe(model=name, seed=seed)
-    return cached_build("policies", name, {"recipe": asdict(recipe), "shape": shape.key()},
+    return cached_build("policies", name, policy_payload(name, recipe),
                         lambda folder: _train(recipe, shape, folder), rebuild=rebuild,
                         train=train)
+
+
+def policy_payload(name: str, recipe: WarmStartRecipe) -> dict:
+    """What keys the cache folder of warm-started policy ``name`` (:func:`cache_folder`):
+    its recipe and its shape."""
+    return {"recipe": asdict(recipe), "shape": load_model_shape(name).key()}
 
 
 def build_info(folder: Path) -> dict:

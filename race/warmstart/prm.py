@@ -41,7 +41,13 @@ from race.errors import RewardInputTooLong, UsageError
 from race.nn.devices import torch_dtype
 from race.tasks.arith import ArithTask, split_lines, step_labels
 from race.tasks.task_base import Example
-from race.warmstart.policies import build_tiny_policy, cached_build, warm_start_recipe
+from race.warmstart.policies import (
+    build_tiny_policy,
+    cache_folder,
+    cached_build,
+    policy_payload,
+    warm_start_recipe,
+)
 from race.warmstart.tokenizer import FAMILY, in_family, pad_right
 
 RECIPE_VERSION = 2
@@ -322,7 +328,25 @@ def build_tiny_prm(name: str, *, seed: int = 0, rebuild: bool = False,
                              train=train)
     if init is None:
         return None
-    return cached_build("prms", name, {"recipe": asdict(recipe), "shape": shape.key(),
-                                       "init": init.name},
+    return cached_build("prms", name, prm_payload(recipe, shape, init.name),
                         lambda folder: _train(recipe, shape, init, folder), rebuild=rebuild,
                         train=train)
+
+
+def prm_payload(recipe: PRMRecipe, shape: ModelShape, init: str) -> dict:
+    """What keys a tiny PRM's cache folder (:func:`race.warmstart.policies.cache_folder`):
+    its recipe, its shape and the cache folder name of the policy its body starts from."""
+    return {"recipe": asdict(recipe), "shape": shape.key(), "init": init}
+
+
+def family_prm_folders(name: str, task: Mapping[str, Any] = (),
+                       warmstart: Mapping[str, Any] = ()) -> tuple[Path, Path]:
+    """Where :func:`family_prm` keeps tiny PRM ``name`` and the policy its body starts
+    from, for a cell's task entry and ``warmstart.*`` knobs (nothing built)."""
+    init = INIT_FROM.get(name, "")
+    policy_recipe = warm_start_recipe(init, task, warmstart)
+    policy = cache_folder("policies", init, policy_payload(init, policy_recipe))
+    recipe = PRMRecipe(model=name, init_from=init, seed=policy_recipe.seed,
+                       task=policy_recipe.task)
+    return (cache_folder("prms", name, prm_payload(recipe, load_model_shape(name),
+                                                    policy.name)), policy)

@@ -103,11 +103,7 @@ class PilotJob:
         self.unanswered: list[tuple[int, int]] = []
 
     def __call__(self, spec: RunSpec, cell_dir: str) -> dict:
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # before torch starts its pool
-            os.environ[var] = str(self.threads)
-        import torch  # after the thread variables: torch reads them once, on import
-
-        torch.set_num_threads(self.threads)
+        use_threads(self.threads)
         # the cell's run lock for the pilot's whole life: no other process runs it meanwhile
         with StopSignals() as stop, claims.cell_lock(cell_dir):
             feed = pilot_feed(spec, Path(cell_dir))  # report.tracker (None: none)
@@ -137,6 +133,16 @@ class PilotJob:
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, spec, cell_dir)
+
+
+def use_threads(n: int) -> None:
+    """Run torch (and the BLAS under it) on ``n`` threads in this process: what a pilot of
+    every launcher does first, and ``race pilot``."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # before torch starts its pool
+        os.environ[var] = str(n)
+    import torch  # after the thread variables: torch reads them once, on import
+
+    torch.set_num_threads(n)
 
 
 def cores() -> int:
