@@ -200,4 +200,4 @@ def test_the_bench_checks_see_what_they_look_for(tmp_path):
     bad.write_text("import sys\nsys.path.insert(0, 'x')\nfrom tests.conftest import policy\n")
     assert edits_sys_path(bad) and "tests" in top_level_imports(bad)
     assert not edits_sys_path(BENCH / "common.py")
-    assert {"race", "bench"} <= top_level_imports(BENCH / "testbed.py")
+    assert {"race", "bench"} <= top_level_imports(BENCH / "science" / "interactions.py")
