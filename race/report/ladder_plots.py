@@ -72,11 +72,14 @@ def _mark_rungs(ax, ladder: dict, *, labels: bool = True) -> None:
 
 
 def curves(path: Path, points: pd.DataFrame, fits: pd.DataFrame, configs: pd.DataFrame,
-           ladder: dict, target: str, full_flops: float, title: str) -> None:
+           ladder: dict, target: str, full_flops: float, title: str,
+           predicted: dict | None = None) -> None:
     """Each config's score on ``target`` against charged FLOPs, from its own warm
     start through its last rung (a line per seed; colour: size, shade: the config's
     first-rung rank; line style and marker: reward), the pick marked, the sigmoid
-    through a lineage's rungs drawn to the full budget where one fits."""
+    through a lineage's rungs drawn to the full budget where one fits (its shape only),
+    and ``predicted``: the pick's prediction at F the report prints, with its 90%
+    interval (:mod:`race.analysis.forecast`)."""
     from matplotlib.lines import Line2D
 
     plt = pyplot()
@@ -103,12 +106,15 @@ def curves(path: Path, points: pd.DataFrame, fits: pd.DataFrame, configs: pd.Dat
             color = styles.get(fit.config_id, {}).get("color", "0.4")
             ax.plot(x, sigmoid(x, fit.R0, fit.A, fit.C_mid, fit.B), ls=(0, (4, 2)), lw=1.2,
                     color=color, alpha=0.9)
-            ax.errorbar([full_flops], [fit.prediction],  # the calibrated 90% interval
-                        yerr=[[fit.prediction - fit.full_lo], [fit.full_hi - fit.prediction]],
-                        color=color, marker="D", ms=5, capsize=3, mec="black", mew=0.5)
+        if predicted:  # what the report prints: calibrated persistence, 90% interval
+            ax.errorbar([full_flops], [predicted["prediction"]],
+                        yerr=[[predicted["prediction"] - predicted["lo"]],
+                              [predicted["hi"] - predicted["prediction"]]],
+                        color="gold", marker="D", ms=7, capsize=4, mec="black", mew=0.8,
+                        ecolor="0.2", zorder=5)
         _mark_pick(ax, points, x0)
         _mark_rungs(ax, ladder)
-        if len(fitted):
+        if len(fitted) or predicted:
             ax.axvline(full_flops, color="0.3", ls="-.", lw=0.9)
             ax.text(full_flops, 0.5, "full budget F", rotation=90, ha="right", va="center",
                     fontsize=8, color="0.3", transform=ax.get_xaxis_transform())
@@ -126,8 +132,11 @@ def curves(path: Path, points: pd.DataFrame, fits: pd.DataFrame, configs: pd.Dat
         handles.append(Line2D([], [], color="gold", mec="black", marker="*", ms=13, ls="",
                               label="pick (its last rung)"))
         if len(fitted):
-            handles.append(Line2D([], [], color="0.3", ls=(0, (4, 2)), marker="D", ms=5,
-                                  label="sigmoid through the rungs, predicted at F"))
+            handles.append(Line2D([], [], color="0.3", ls=(0, (4, 2)),
+                                  label="sigmoid through the rungs (shape only)"))
+        if predicted:
+            handles.append(Line2D([], [], color="gold", mec="black", marker="D", ms=7,
+                                  ls="", label="pick's prediction at F, 90% (persistence)"))
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.23),
                   ncol=3, frameon=False)
         fig.suptitle(title, fontsize=11)

@@ -106,7 +106,9 @@ def _plots(result: SweepAnalysis, paths: dict[str, Path]) -> None:
         ladder_plots.frontier(paths["frontier_png"], result.fronts, result.points,
                               result.targets, primary, result.ladder, name)
         ladder_plots.curves(paths["curves_png"], result.points[primary], result.lineage_fits,
-                            configs, result.ladder, primary, full, name)
+                            configs, result.ladder, primary, full, name,
+                            predicted=result.predictions.get((result.pick or {}).get(
+                                "config_id")))
     else:
         plots.frontier(paths["frontier_png"], result.fronts, result.evals, result.ok,
                        result.targets, primary, name)
