@@ -1,8 +1,10 @@
 """Shared fixtures: the SLURM cluster the `slurm`-marked tests run against, a short
 warm-started tiny policy and tiny PRM, and a reward stand-in that makes every step learn."""
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -203,3 +205,23 @@ def uncached(tmp_path, monkeypatch):
     for flag in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
         monkeypatch.delenv(flag, raising=False)
     return tmp_path / "hub"
+
+
+def real_snapshot(name: str) -> tuple[Path, Path]:
+    """(cache, snapshot folder) of real model ``name`` laid out by tools/real_models.py
+    (``from conftest import real_snapshot``), or skip saying how to lay it out."""
+    root = Path(__file__).parents[1] / "tools"
+    sys.path.insert(0, str(root))
+    try:
+        import real_models  # tools/real_models.py: standalone, imports nothing of RACE
+    finally:
+        sys.path.remove(str(root))
+    cache = os.environ.get("RACE_REAL_HUB_CACHE")
+    if not cache:
+        pytest.skip("RACE_REAL_HUB_CACHE is not set: run `python tools/real_models.py "
+                    f"{name} --cache DIR` and export RACE_REAL_HUB_CACHE=DIR (.ci/run does)")
+    snapshot = real_models.cached_snapshot(real_models.SOURCES[name], Path(cache))
+    if snapshot is None:
+        pytest.skip(f"{name} is not laid out in {cache}: run `python tools/real_models.py "
+                    f"{name} --cache {cache}`")
+    return Path(cache), snapshot

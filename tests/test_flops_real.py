@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is needed to measure FLOPs")
 peft = pytest.importorskip("peft", reason="peft is needed for the LoRA measurements")
 
-from test_real_catalog import real_snapshot  # noqa: E402  (tests/test_real_catalog.py)
+from conftest import real_snapshot  # noqa: E402  (tests/conftest.py)
 
 from race.catalog import load_model_shape  # noqa: E402
 from race.core import flops  # noqa: E402

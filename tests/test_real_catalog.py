@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import real_snapshot  # noqa: E402  (tests/conftest.py)
 
 from race.catalog import load_entry, load_model_shape
 from race.core.shapes import ModelShape
@@ -65,19 +66,6 @@ def test_a_file_with_another_sha256_is_refused(tmp_path):
 
 
 # --------------------------------------------------------------------------- real weights
-
-
-def real_snapshot(name: str) -> tuple[Path, Path]:
-    """(cache, snapshot folder) of ``name`` laid out by tools/real_models.py, or skip."""
-    cache = os.environ.get("RACE_REAL_HUB_CACHE")
-    if not cache:
-        pytest.skip("RACE_REAL_HUB_CACHE is not set: run `python tools/real_models.py "
-                    f"{name} --cache DIR` and export RACE_REAL_HUB_CACHE=DIR (.ci/run does)")
-    snapshot = real_models.cached_snapshot(real_models.SOURCES[name], Path(cache))
-    if snapshot is None:
-        pytest.skip(f"{name} is not laid out in {cache}: run `python tools/real_models.py "
-                    f"{name} --cache {cache}`")
-    return Path(cache), snapshot
 
 
 def _race(args: list[str], cwd: Path, cache: Path) -> subprocess.CompletedProcess:
